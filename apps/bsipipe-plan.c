@@ -1,0 +1,291 @@
+/* bsipipe-plan: the planner on the command line. Builds the schedules of a
+ * configuration, simulates them, prints a comparison table, draws one
+ * schedule in the terminal and as SVG, or exports it as JSON. */
+#include "graph/bsipipe_draw.h"
+#include "graph/bsipipe_error.h"
+#include "graph/bsipipe_sim.h"
+
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(FILE *out)
+{
+    fputs(
+"Usage: bsipipe-plan [options]\n"
+"Plans pipeline schedules, simulates them and compares them side by side.\n\n"
+"Schedule:\n"
+"  --schedule NAME    gpipe 1f1b 1f1b-i zb-h1 chimera terapipe seq1f1b seq1f1b-i\n"
+"                     bsipipe, or 'all' (default: all)\n"
+"  --w N  --p N  --k N  --m N  --tp N\n"
+"                     pipeline depth, chunks per device (interleaved schedules;\n"
+"                     others use 1), subsequences (sequence-level schedules;\n"
+"                     others use 1), micro-batches, tensor-parallel degree\n"
+"  --partition balanced|even   --comm bsipipe|early|ordered|naive   --no-concat\n"
+"Model:\n"
+"  --model gpt|llama  --layers N  --hidden N  --heads N  --ffn N  --vocab N  --seq N\n"
+"Cost model:\n"
+"  --cost unit|flops  unit: F=1, B=2 per subsequence-chunk, free transfers;\n"
+"                     flops: FLOPs / --device-tflops (default 150), NVLink-class\n"
+"                     intra-node and InfiniBand-class inter-node links\n"
+"  --devices-per-node N  (link classes; default: all devices on one node)\n"
+"Output:\n"
+"  --preset paper     the paper's setting: GPT-1.3B (64 layers, hidden 1280, 32\n"
+"                     heads), 20K tokens, w=16, m=64, each schedule at its best p, k\n"
+"  --draw             terminal timeline of each schedule (--width N columns)\n"
+"  --svg FILE         SVG timeline of the (first) schedule\n"
+"  --format table|json   json: every op of the (single) schedule with its times\n"
+"  -h, --help\n", out);
+}
+
+static int die(const char *what)
+{
+    fprintf(stderr, "bsipipe-plan: %s\n", what);
+    return 2;
+}
+
+/* Strict positive integer option. */
+static int parse_int(const char *opt, const char *arg, int lo, int hi, int *out)
+{
+    char *end;
+    long v = strtol(arg, &end, 10);
+    if (*arg == '\0' || *end != '\0' || v < lo || v > hi) {
+        fprintf(stderr, "bsipipe-plan: %s expects an integer in %d..%d, got '%s'\n", opt, lo, hi, arg);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+typedef struct options {
+    int all, draw, width, json, paper, w, p, k, m, tp, dpn, concat, unit_cost;
+    int set_p, set_k, set_m, set_w;
+    double tflops;
+    bsipipe_schedule_kind_t kind;
+    bsipipe_partition_kind_t partition;
+    bsipipe_comm_order_t comm;
+    bsipipe_model_dims_t dims;
+    const char *svg;
+} options_t;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Config of one schedule: interleaved ones at p (default 2), sequence-level
+ * ones at k (default 2); the others at p = k = 1. */
+static bsipipe_parallel_config_t config_for(const options_t *o, bsipipe_schedule_kind_t kind)
+{
+    bsipipe_schedule_traits_t t = bsipipe_schedule_kind_traits(kind);
+    bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(kind);
+    pc.w = o->w;
+    pc.m = o->m;
+    pc.tp = o->tp;
+    pc.p = t.interleaved ? (kind == BSIPIPE_SCHED_BSIPIPE ? 2 : o->p) : 1;
+    pc.k = t.sequence_level ? o->k : 1;
+    if (o->set_p && !t.interleaved && !o->all) pc.p = o->p; /* let validation name the rule */
+    if (o->set_k && !t.sequence_level && !o->all) pc.k = o->k;
+    if (o->set_p && kind == BSIPIPE_SCHED_BSIPIPE && !o->all) pc.p = o->p;
+    pc.partition = o->partition;
+    pc.comm = o->comm;
+    pc.concat = o->concat;
+    return pc;
+}
+
+static void print_row(const options_t *o, const bsipipe_schedule_t *s, const bsipipe_sim_result_t *unit,
+                      const bsipipe_sim_result_t *r)
+{
+    const bsipipe_parallel_config_t *pc = bsipipe_schedule_config(s);
+    int W = r->n_devices;
+    double act[4096], gib = 1024.0 * 1024 * 1024, par = 0;
+    for (int d = 0; d < W; d++) {
+        act[d] = r->device[d].peak_act_bytes / gib;
+        if (r->device[d].param_bytes > par) par = r->device[d].param_bytes;
+    }
+    qsort(act, (size_t)W, sizeof act[0], cmp_double);
+    double closed = bsipipe_bubble_closed_form(pc);
+    char closed_s[16] = "    -";
+    if (closed >= 0)
+        snprintf(closed_s, sizeof closed_s, "%5.1f%%", 100 * closed);
+    double tokens = (double)pc->m * bsipipe_schedule_model(s)->seq_len;
+    printf("| %-9s | %d | %d | %4d | %6.2f%% | %6s | %6.2f%% | %9.4f | %10.0f | %5.2f / %5.2f / %5.2f | %5.2f | %8.1f | %8.1f |\n",
+           bsipipe_schedule_kind_name(pc->schedule), pc->p, pc->k, pc->m * pc->k, 100 * unit->bubble_ratio, closed_s,
+           100 * r->bubble_ratio, o->unit_cost ? r->iteration_time : r->iteration_time,
+           o->unit_cost ? 0 : tokens / r->iteration_time, act[0], act[W / 2], act[W - 1], par / gib,
+           r->act_bytes[1] / 1e6, (r->sync_bytes[0] + r->sync_bytes[1]) / 1e6);
+}
+
+static int run(const options_t *o)
+{
+    bsipipe_cost_model_t unit = bsipipe_cost_model_unit();
+    bsipipe_cost_model_t flops = bsipipe_cost_model_flops(o->tflops * 1e12);
+    unit.devices_per_node = flops.devices_per_node = o->dpn;
+    const bsipipe_cost_model_t *cost = o->unit_cost ? &unit : &flops;
+    int first = 1, status = 0;
+    if (!o->json) {
+        const bsipipe_model_dims_t *d = &o->dims;
+        printf("bsipipe-plan: %s model, L=%d, hidden=%d, heads=%d, S=%d tokens; w=%d, m=%d, D_t=%d; cost model: %s\n\n",
+               d->family == BSIPIPE_MODEL_LLAMA ? "LLaMA" : "GPT", d->n_layers, d->hidden, d->n_heads, d->seq_len,
+               o->w, o->m, o->tp, o->unit_cost ? "unit (F=1, B=2)" : "FLOPs");
+        printf("| schedule  | p | k |  N_s | bubble(unit) | closed | bubble | iter %s | tokens/s | act GiB min/med/max | param GiB | inter MB | sync MB |\n",
+               o->unit_cost ? "(units)" : "(s)    ");
+        printf("|-----------|---|---|------|--------------|--------|--------|-----------|------------|-----------------------|-----------|----------|---------|\n");
+    }
+    for (int kind = 0; kind < BSIPIPE_SCHED_COUNT; kind++) {
+        if (!o->all && kind != (int)o->kind)
+            continue;
+        bsipipe_parallel_config_t pc = config_for(o, (bsipipe_schedule_kind_t)kind);
+        bsipipe_schedule_t *s;
+        int rc = bsipipe_schedule_create(&pc, &o->dims, &s);
+        if (rc < 0) {
+            fprintf(stderr, "bsipipe-plan: %s: %s\n", bsipipe_schedule_kind_name((bsipipe_schedule_kind_t)kind),
+                    bsipipe_error_detail());
+            status = 1;
+            continue;
+        }
+        bsipipe_sim_result_t *ru = NULL, *r = NULL;
+        rc = bsipipe_simulate(s, &unit, &ru);
+        if (rc == 0)
+            rc = bsipipe_simulate(s, cost, &r);
+        if (rc < 0) {
+            fprintf(stderr, "bsipipe-plan: %s: %s (%s)\n", bsipipe_schedule_kind_name((bsipipe_schedule_kind_t)kind),
+                    bsipipe_error_detail(), bsipipe_strerror(rc));
+            status = 1;
+        } else if (o->json) {
+            if (bsipipe_export_json(stdout, s, r, cost) < 0)
+                status = 1;
+        } else {
+            print_row(o, s, ru, r);
+        }
+        if (rc == 0 && o->draw) {
+            printf("\n%s:\n", bsipipe_schedule_kind_name((bsipipe_schedule_kind_t)kind));
+            bsipipe_draw_terminal(stdout, s, r, o->width, isatty(1) && !getenv("NO_COLOR"));
+            printf("\n");
+        }
+        if (rc == 0 && o->svg && first) {
+            FILE *f = fopen(o->svg, "w");
+            char title[160];
+            snprintf(title, sizeof title, "%s  w=%d p=%d k=%d m=%d", bsipipe_schedule_kind_name(pc.schedule), pc.w,
+                     pc.p, pc.k, pc.m);
+            if (!f || bsipipe_draw_svg(f, s, r, title) < 0 || fclose(f) != 0) {
+                fprintf(stderr, "bsipipe-plan: cannot write SVG '%s'\n", o->svg);
+                status = 1;
+            } else if (!o->json) {
+                fprintf(stderr, "bsipipe-plan: wrote %s (%s)\n", o->svg, bsipipe_schedule_kind_name(pc.schedule));
+            }
+            first = 0;
+        }
+        bsipipe_sim_result_destroy(ru);
+        bsipipe_sim_result_destroy(r);
+        bsipipe_schedule_destroy(s);
+    }
+    if (!o->json)
+        printf("\nbubble(unit): simulated under unit costs; closed: the paper's formula (an upper bound for bsipipe,\n"
+               "see docs/schedules.md); bubble, iter, tokens/s: under the %s cost model; act: peak activation memory\n"
+               "per device (stash + KV cache); inter: activation bytes crossing nodes; sync: gradient-sync bytes.\n",
+               o->unit_cost ? "unit" : "FLOPs");
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    options_t o = {.all = 1, .width = 100, .w = 4, .p = 2, .k = 2, .m = 8, .tp = 1, .concat = 1, .unit_cost = 1,
+                   .tflops = 150, .partition = BSIPIPE_PARTITION_BALANCED, .comm = BSIPIPE_COMM_BSIPIPE,
+                   .dims = {BSIPIPE_MODEL_GPT, 16, 256, 8, 1024, 256, 1024}};
+    int ffn_set = 0;
+    enum { O_SCHED = 256, O_W, O_P, O_K, O_M, O_TP, O_PART, O_COMM, O_NOCONCAT, O_MODEL, O_LAYERS, O_HIDDEN,
+           O_HEADS, O_FFN, O_VOCAB, O_SEQ, O_COST, O_TFLOPS, O_DPN, O_PRESET, O_DRAW, O_WIDTH, O_SVG, O_FORMAT };
+    static const struct option longopts[] = {
+        {"schedule", 1, 0, O_SCHED}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P}, {"k", 1, 0, O_K}, {"m", 1, 0, O_M},
+        {"tp", 1, 0, O_TP}, {"partition", 1, 0, O_PART}, {"comm", 1, 0, O_COMM}, {"no-concat", 0, 0, O_NOCONCAT},
+        {"model", 1, 0, O_MODEL}, {"layers", 1, 0, O_LAYERS}, {"hidden", 1, 0, O_HIDDEN}, {"heads", 1, 0, O_HEADS},
+        {"ffn", 1, 0, O_FFN}, {"vocab", 1, 0, O_VOCAB}, {"seq", 1, 0, O_SEQ}, {"cost", 1, 0, O_COST},
+        {"device-tflops", 1, 0, O_TFLOPS}, {"devices-per-node", 1, 0, O_DPN}, {"preset", 1, 0, O_PRESET},
+        {"draw", 0, 0, O_DRAW}, {"width", 1, 0, O_WIDTH}, {"svg", 1, 0, O_SVG}, {"format", 1, 0, O_FORMAT},
+        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    int c, bad = 0;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'h': usage(stdout); return 0;
+        case O_SCHED:
+            if (strcmp(optarg, "all") == 0) o.all = 1;
+            else if (bsipipe_schedule_kind_parse(optarg, &o.kind) < 0) return die(bsipipe_error_detail());
+            else o.all = 0;
+            break;
+        case O_W: bad |= parse_int("--w", optarg, 1, 4096, &o.w); o.set_w = 1; break;
+        case O_P: bad |= parse_int("--p", optarg, 1, 64, &o.p); o.set_p = 1; break;
+        case O_K: bad |= parse_int("--k", optarg, 1, 65536, &o.k); o.set_k = 1; break;
+        case O_M: bad |= parse_int("--m", optarg, 1, 1 << 20, &o.m); o.set_m = 1; break;
+        case O_TP: bad |= parse_int("--tp", optarg, 1, 1024, &o.tp); break;
+        case O_PART:
+            if (strcmp(optarg, "balanced") == 0) o.partition = BSIPIPE_PARTITION_BALANCED;
+            else if (strcmp(optarg, "even") == 0) o.partition = BSIPIPE_PARTITION_EVEN;
+            else return die("--partition expects 'balanced' or 'even'");
+            break;
+        case O_COMM: if (bsipipe_comm_order_parse(optarg, &o.comm) < 0) return die(bsipipe_error_detail()); break;
+        case O_NOCONCAT: o.concat = 0; break;
+        case O_MODEL:
+            if (strcmp(optarg, "gpt") == 0) o.dims.family = BSIPIPE_MODEL_GPT;
+            else if (strcmp(optarg, "llama") == 0) o.dims.family = BSIPIPE_MODEL_LLAMA;
+            else return die("--model expects 'gpt' or 'llama'");
+            break;
+        case O_LAYERS: bad |= parse_int("--layers", optarg, 1, 65536, &o.dims.n_layers); break;
+        case O_HIDDEN: bad |= parse_int("--hidden", optarg, 1, 1 << 20, &o.dims.hidden); break;
+        case O_HEADS: bad |= parse_int("--heads", optarg, 1, 1 << 20, &o.dims.n_heads); break;
+        case O_FFN: bad |= parse_int("--ffn", optarg, 1, 1 << 22, &o.dims.ffn_hidden); ffn_set = 1; break;
+        case O_VOCAB: bad |= parse_int("--vocab", optarg, 2, 1 << 24, &o.dims.vocab); break;
+        case O_SEQ: bad |= parse_int("--seq", optarg, 1, 1 << 24, &o.dims.seq_len); break;
+        case O_COST:
+            if (strcmp(optarg, "unit") == 0) o.unit_cost = 1;
+            else if (strcmp(optarg, "flops") == 0) o.unit_cost = 0;
+            else return die("--cost expects 'unit' or 'flops'");
+            break;
+        case O_TFLOPS: {
+            char *end;
+            o.tflops = strtod(optarg, &end);
+            if (*end || !(o.tflops > 0 && o.tflops < 1e6)) return die("--device-tflops expects a positive number");
+            break;
+        }
+        case O_DPN: bad |= parse_int("--devices-per-node", optarg, 1, 4096, &o.dpn); break;
+        case O_PRESET:
+            if (strcmp(optarg, "paper") != 0) return die("--preset expects 'paper'");
+            o.paper = 1;
+            break;
+        case O_DRAW: o.draw = 1; break;
+        case O_WIDTH: bad |= parse_int("--width", optarg, 10, 4096, &o.width); break;
+        case O_SVG: o.svg = optarg; break;
+        case O_FORMAT:
+            if (strcmp(optarg, "json") == 0) o.json = 1;
+            else if (strcmp(optarg, "table") == 0) o.json = 0;
+            else return die("--format expects 'table' or 'json'");
+            break;
+        default:
+            fprintf(stderr, "bsipipe-plan: unknown or incomplete option '%s'; see --help\n", argv[optind - 1]);
+            return 2;
+        }
+        if (bad)
+            return 2;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "bsipipe-plan: unexpected argument '%s'; see --help\n", argv[optind]);
+        return 2;
+    }
+    if (o.paper) { /* the paper's GPT-1.3B on 16 devices, 20K tokens, 64 micro-batches */
+        o.dims = (bsipipe_model_dims_t){BSIPIPE_MODEL_GPT, 64, 1280, 32, 5120, 50257, 20480};
+        if (!o.set_w) o.w = 16;
+        if (!o.set_m) o.m = 64;
+        o.unit_cost = 0;
+        if (!o.dpn) o.dpn = 8;
+    }
+    if (!ffn_set && !o.paper)
+        o.dims.ffn_hidden = 4 * o.dims.hidden;
+    if (o.json && o.all)
+        return die("--format json exports one schedule: add --schedule NAME");
+    return run(&o);
+}

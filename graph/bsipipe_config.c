@@ -1,0 +1,190 @@
+/* bsipipe_config.c: schedule names, defaults and the rules of a configuration. */
+#include "graph/bsipipe_config.h"
+#include "graph/bsipipe_error.h"
+
+#include <ctype.h>
+#include <string.h>
+
+static const char *const schedule_names[BSIPIPE_SCHED_COUNT] = {
+    "gpipe", "1f1b", "1f1b-i", "zb-h1", "chimera",
+    "terapipe", "seq1f1b", "seq1f1b-i", "bsipipe",
+};
+
+const char *bsipipe_schedule_kind_name(bsipipe_schedule_kind_t kind)
+{
+    return (unsigned)kind < BSIPIPE_SCHED_COUNT ? schedule_names[kind] : "unknown";
+}
+
+/* Case-insensitive compare that treats '_' as '-'. */
+static int name_equal(const char *a, const char *b)
+{
+    for (; *a && *b; a++, b++) {
+        int ca = *a == '_' ? '-' : tolower((unsigned char)*a);
+        int cb = *b == '_' ? '-' : tolower((unsigned char)*b);
+        if (ca != cb)
+            return 0;
+    }
+    return *a == *b;
+}
+
+int bsipipe_schedule_kind_parse(const char *name, bsipipe_schedule_kind_t *kind)
+{
+    for (int i = 0; name && i < BSIPIPE_SCHED_COUNT; i++)
+        if (name_equal(name, schedule_names[i])) {
+            *kind = (bsipipe_schedule_kind_t)i;
+            return 0;
+        }
+    return bsipipe_error_set(-EINVAL,
+        "unknown schedule '%s'; valid: gpipe, 1f1b, 1f1b-i, zb-h1, chimera, terapipe, "
+        "seq1f1b, seq1f1b-i, bsipipe", name ? name : "(null)");
+}
+
+bsipipe_schedule_traits_t bsipipe_schedule_kind_traits(bsipipe_schedule_kind_t kind)
+{
+    bsipipe_schedule_traits_t t = {0, 0, 0, 0};
+    switch (kind) {
+    case BSIPIPE_SCHED_1F1B_I: t.interleaved = 1; break;
+    case BSIPIPE_SCHED_ZB_H1: t.split_backward = 1; break;
+    case BSIPIPE_SCHED_CHIMERA: t.bidirectional = 1; break;
+    case BSIPIPE_SCHED_TERAPIPE:
+    case BSIPIPE_SCHED_SEQ1F1B: t.sequence_level = 1; break;
+    case BSIPIPE_SCHED_SEQ1F1B_I: t.sequence_level = 1; t.interleaved = 1; break;
+    case BSIPIPE_SCHED_BSIPIPE:
+        t.sequence_level = 1; t.interleaved = 1; t.bidirectional = 1; break;
+    default: break;
+    }
+    return t;
+}
+
+static const char *const comm_names[] = {"bsipipe", "ordered", "naive"};
+
+const char *bsipipe_comm_order_name(bsipipe_comm_order_t order)
+{
+    return (unsigned)order < 3 ? comm_names[order] : "unknown";
+}
+
+int bsipipe_comm_order_parse(const char *name, bsipipe_comm_order_t *order)
+{
+    for (int i = 0; name && i < 3; i++)
+        if (name_equal(name, comm_names[i])) {
+            *order = (bsipipe_comm_order_t)i;
+            return 0;
+        }
+    return bsipipe_error_set(-EINVAL,
+        "unknown comm order '%s'; valid: bsipipe, ordered, naive", name ? name : "(null)");
+}
+
+bsipipe_parallel_config_t bsipipe_parallel_config_default(bsipipe_schedule_kind_t kind)
+{
+    bsipipe_schedule_traits_t t = bsipipe_schedule_kind_traits(kind);
+    bsipipe_parallel_config_t pc = {
+        .schedule = kind, .w = 4, .p = t.interleaved ? 2 : 1, .k = t.sequence_level ? 2 : 1,
+        .m = 8, .tp = 1, .nodes = 0, .devices_per_node = 0,
+        .partition = BSIPIPE_PARTITION_BALANCED, .comm = BSIPIPE_COMM_BSIPIPE, .concat = 1,
+    };
+    return pc;
+}
+
+/* Largest multiple of `step` <= v (at least step) and the next one above. */
+static int mult_below(int v, int step) { return v / step * step >= step ? v / step * step : step; }
+static int mult_above(int v, int step) { return (v / step + 1) * step; }
+
+#define RULE(cond, ...) \
+    do { if (!(cond)) return bsipipe_error_set(BSIPIPE_ECONFIG, __VA_ARGS__); } while (0)
+
+/* Keeps products well inside int range whatever the input. */
+enum { MAX_W = 4096, MAX_P = 64, MAX_K = 1 << 16, MAX_M = 1 << 20 };
+
+int bsipipe_model_dims_validate(const bsipipe_model_dims_t *d)
+{
+    RULE(d, "no model dimensions given");
+    RULE(d->family == BSIPIPE_MODEL_GPT || d->family == BSIPIPE_MODEL_LLAMA,
+         "model family must be gpt or llama");
+    RULE(d->n_layers >= 1 && d->n_layers <= 65536, "layers L must be in 1..65536 (got %d)", d->n_layers);
+    RULE(d->hidden >= 1 && d->hidden <= 1 << 20, "hidden size must be in 1..1048576 (got %d)", d->hidden);
+    RULE(d->n_heads >= 1 && d->n_heads <= d->hidden,
+         "heads must be in 1..hidden (got %d heads, hidden %d)", d->n_heads, d->hidden);
+    RULE(d->hidden % d->n_heads == 0,
+         "hidden size %d must be a multiple of the head count %d; nearest valid hidden: %d or %d",
+         d->hidden, d->n_heads, mult_below(d->hidden, d->n_heads), mult_above(d->hidden, d->n_heads));
+    RULE(d->ffn_hidden >= 1 && d->ffn_hidden <= 1 << 22, "ffn hidden size must be in 1..4194304 (got %d)",
+         d->ffn_hidden);
+    RULE(d->vocab >= 2 && d->vocab <= 1 << 24, "vocabulary must be in 2..16777216 (got %d)", d->vocab);
+    RULE(d->seq_len >= 1 && d->seq_len <= 1 << 24, "sequence length S must be in 1..16777216 (got %d)",
+         d->seq_len);
+    return 0;
+}
+
+int bsipipe_parallel_config_validate(const bsipipe_parallel_config_t *pc, const bsipipe_model_dims_t *d)
+{
+    RULE(pc, "no parallel configuration given");
+    RULE((unsigned)pc->schedule < BSIPIPE_SCHED_COUNT, "unknown schedule id %d", (int)pc->schedule);
+    const char *name = bsipipe_schedule_kind_name(pc->schedule);
+    bsipipe_schedule_traits_t t = bsipipe_schedule_kind_traits(pc->schedule);
+    RULE(pc->w >= 1 && pc->w <= MAX_W, "pipeline depth w must be in 1..%d (got %d)", MAX_W, pc->w);
+    RULE(pc->p >= 1 && pc->p <= MAX_P, "interleaving factor p must be in 1..%d (got %d)", MAX_P, pc->p);
+    RULE(pc->k >= 1 && pc->k <= MAX_K, "subsequences k must be in 1..%d (got %d)", MAX_K, pc->k);
+    RULE(pc->m >= 1 && pc->m <= MAX_M, "micro-batches m must be in 1..%d (got %d)", MAX_M, pc->m);
+    RULE((long)pc->m * pc->k <= MAX_M, "N_s = m*k = %ld is too large (at most %d)", (long)pc->m * pc->k, MAX_M);
+    RULE(pc->tp >= 1 && pc->tp <= 1024, "tensor-parallel degree D_t must be in 1..1024 (got %d)", pc->tp);
+    RULE((unsigned)pc->partition <= BSIPIPE_PARTITION_EVEN, "unknown partition kind %d", (int)pc->partition);
+    RULE((unsigned)pc->comm <= BSIPIPE_COMM_NAIVE, "unknown comm order %d", (int)pc->comm);
+    RULE(pc->concat == 0 || pc->concat == 1, "concat must be 0 or 1 (got %d)", pc->concat);
+
+    int ns = pc->m * pc->k;
+    RULE(t.sequence_level || pc->k == 1,
+         "%s schedules whole micro-batches: k must be 1 (got k=%d); use terapipe, seq1f1b, "
+         "seq1f1b-i or bsipipe to split sequences", name, pc->k);
+    if (pc->schedule == BSIPIPE_SCHED_BSIPIPE) {
+        RULE(pc->p == 2, "bsipipe uses the V-shaped layout: p must be 2 (got p=%d)", pc->p);
+    } else if (t.interleaved) {
+        RULE(pc->p >= 2, "%s interleaves chunks: p must be >= 2 (got p=%d; p=1 is %s)", name, pc->p,
+             pc->schedule == BSIPIPE_SCHED_1F1B_I ? "1f1b" : "seq1f1b");
+        RULE(ns % pc->w == 0,
+             "%s (Megatron's interleaved order) needs N_s = m*k a multiple of w=%d (got N_s=%d); "
+             "nearest valid m: %d or %d", name, pc->w, ns,
+             mult_below(ns, pc->w) / pc->k > 0 ? mult_below(ns, pc->w) / pc->k : 1,
+             (mult_above(ns, pc->w) + pc->k - 1) / pc->k);
+    } else {
+        RULE(pc->p == 1, "%s does not interleave: p must be 1 (got p=%d)", name, pc->p);
+    }
+    if (t.bidirectional) {
+        RULE(pc->w >= 2, "%s needs two pipes over at least 2 devices: w >= 2 (got w=%d)", name, pc->w);
+        RULE(pc->m % 2 == 0, "%s splits micro-batches between two pipes: m must be even "
+             "(got m=%d); nearest valid m: %d or %d", name, pc->m, pc->m > 1 ? pc->m - 1 : 2, pc->m + 1);
+    }
+    if (pc->schedule == BSIPIPE_SCHED_BSIPIPE) {
+        int unit = pc->k * pc->w * (pc->w % 2 ? 2 : 1);
+        RULE(ns % (pc->k * pc->w) == 0 && pc->m % 2 == 0,
+             "bsipipe needs N_s = m*k a multiple of a basic unit k*w = %d with m even (got N_s=%d, "
+             "m=%d); nearest valid m: %d or %d", pc->k * pc->w, ns, pc->m,
+             mult_below(ns, unit) / pc->k, mult_above(ns, unit) / pc->k);
+    }
+    if (pc->nodes > 0) {
+        int devices = pc->w * pc->tp;
+        RULE(devices % pc->nodes == 0, "%d devices (w*D_t) cannot be spread evenly over %d nodes",
+             devices, pc->nodes);
+        RULE(pc->devices_per_node == 0 || pc->devices_per_node == devices / pc->nodes,
+             "devices per node %d does not match w*D_t/nodes = %d", pc->devices_per_node,
+             devices / pc->nodes);
+    }
+    if (!d)
+        return 0;
+    int rc = bsipipe_model_dims_validate(d);
+    if (rc < 0)
+        return rc;
+    int chunks = pc->p * pc->w;
+    RULE(d->n_layers % chunks == 0,
+         "layers L=%d must be a multiple of p*w = %d so every chunk has the same layers; "
+         "nearest valid L: %d or %d", d->n_layers, chunks, mult_below(d->n_layers, chunks),
+         mult_above(d->n_layers, chunks));
+    RULE(d->hidden % pc->tp == 0 && d->n_heads % pc->tp == 0,
+         "D_t=%d must divide the hidden size %d and the head count %d", pc->tp, d->hidden, d->n_heads);
+    RULE(d->seq_len % pc->tp == 0,
+         "sequence length S=%d must be a multiple of D_t=%d; nearest valid S: %d or %d",
+         d->seq_len, pc->tp, mult_below(d->seq_len, pc->tp), mult_above(d->seq_len, pc->tp));
+    RULE(pc->k <= d->seq_len / pc->tp,
+         "cannot split S=%d tokens into k=%d subsequences of at least D_t=%d tokens; use k <= %d",
+         d->seq_len, pc->k, pc->tp, d->seq_len / pc->tp);
+    return 0;
+}

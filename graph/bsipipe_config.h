@@ -1,0 +1,100 @@
+/* bsipipe_config.h: parallel configuration of a training run and its rules.
+ *
+ * The model's shape is a bsipipe_model_dims_t (kernels/bsipipe_model.h); the
+ * way it is spread over devices is a bsipipe_parallel_config_t. Both are plain
+ * values owned by the caller.
+ */
+#ifndef BSIPIPE_CONFIG_H
+#define BSIPIPE_CONFIG_H
+
+#include "kernels/bsipipe_model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum bsipipe_schedule_kind {
+    BSIPIPE_SCHED_GPIPE = 0,  /* all forwards, then all backwards (micro-batches) */
+    BSIPIPE_SCHED_1F1B,       /* DAPPLE / Megatron 1F1B */
+    BSIPIPE_SCHED_1F1B_I,     /* Megatron interleaved 1F1B (p chunks per device) */
+    BSIPIPE_SCHED_ZB_H1,      /* ZeroBubble ZB-H1: backward split into B and W */
+    BSIPIPE_SCHED_CHIMERA,    /* two opposing pipelines, micro-batch level */
+    BSIPIPE_SCHED_TERAPIPE,   /* GPipe at subsequence level */
+    BSIPIPE_SCHED_SEQ1F1B,    /* 1F1B at subsequence level */
+    BSIPIPE_SCHED_SEQ1F1B_I,  /* interleaved Seq1F1B */
+    BSIPIPE_SCHED_BSIPIPE,    /* two opposing V-shaped pipelines at subsequence level */
+    BSIPIPE_SCHED_COUNT
+} bsipipe_schedule_kind_t;
+
+/* Canonical lower-case names: gpipe 1f1b 1f1b-i zb-h1 chimera terapipe
+ * seq1f1b seq1f1b-i bsipipe. */
+const char *bsipipe_schedule_kind_name(bsipipe_schedule_kind_t kind);
+/* Parses a name (case-insensitive, '_' accepted for '-'); -EINVAL if unknown. */
+int bsipipe_schedule_kind_parse(const char *name, bsipipe_schedule_kind_t *kind);
+
+/* What a schedule is made of. */
+typedef struct bsipipe_schedule_traits {
+    int bidirectional;   /* two opposing pipes (down and up) */
+    int interleaved;     /* p > 1 chunks per device per pipe allowed */
+    int sequence_level;  /* k > 1 subsequences allowed */
+    int split_backward;  /* backward split into B (input grad) and W (weight grad) */
+} bsipipe_schedule_traits_t;
+bsipipe_schedule_traits_t bsipipe_schedule_kind_traits(bsipipe_schedule_kind_t kind);
+
+typedef enum bsipipe_partition_kind {
+    BSIPIPE_PARTITION_BALANCED = 0, /* equal FLOPs per piece (Seq1F1B) */
+    BSIPIPE_PARTITION_EVEN          /* equal tokens per piece */
+} bsipipe_partition_kind_t;
+
+/* How SEND/RECV ops are ordered on each device (see docs/schedules.md). */
+typedef enum bsipipe_comm_order {
+    BSIPIPE_COMM_BSIPIPE = 0, /* early receive + reversal: each receive posted at the
+                                 last boundary before its sender can send; receives
+                                 before sends at every boundary */
+    BSIPIPE_COMM_ORDERED,     /* complementary order only (even devices send first, odd
+                                 devices receive first), receives posted just in time:
+                                 no early receive (deadlocks bidirectional schedules) */
+    BSIPIPE_COMM_NAIVE        /* every device sends before it receives: deadlocks */
+} bsipipe_comm_order_t;
+const char *bsipipe_comm_order_name(bsipipe_comm_order_t order);
+int bsipipe_comm_order_parse(const char *name, bsipipe_comm_order_t *order);
+
+typedef struct bsipipe_parallel_config {
+    bsipipe_schedule_kind_t schedule;
+    int w;                 /* pipeline depth: devices per pipeline */
+    int p;                 /* interleaving factor: chunks per device per pipe */
+    int k;                 /* subsequences per micro-batch */
+    int m;                 /* micro-batches per iteration */
+    int tp;                /* tensor-parallel degree D_t (boundaries align to it) */
+    int nodes;             /* hosts; 0 = all devices on one node */
+    int devices_per_node;  /* 0 = w / nodes */
+    bsipipe_partition_kind_t partition;
+    bsipipe_comm_order_t comm;
+    int concat;            /* BSIPipe: 1 = basic-unit concatenation, 0 = all forwards
+                              of the iteration first (memory grows with N_s) */
+} bsipipe_parallel_config_t;
+
+/* The defaults for `kind`: w=4, p=2 where the schedule interleaves (BSIPipe,
+ * 1F1B-I, Seq1F1B-I) else 1, k=2 for sequence-level schedules else 1, m=8,
+ * tp=1, balanced partition, BSIPipe comm order, concatenation on. */
+bsipipe_parallel_config_t bsipipe_parallel_config_default(bsipipe_schedule_kind_t kind);
+
+/* Subsequences per iteration N_s = m·k. */
+static inline int bsipipe_parallel_config_ns(const bsipipe_parallel_config_t *pc)
+{
+    return pc->m * pc->k;
+}
+
+/* Checks every rule of the parallel config against the model (dims may be
+ * NULL to check the parallel config alone). Returns 0 or BSIPIPE_ECONFIG with
+ * a detail sentence naming the rule and the nearest valid values. */
+int bsipipe_parallel_config_validate(const bsipipe_parallel_config_t *pc,
+                                     const bsipipe_model_dims_t *dims);
+
+/* Checks a model's dimensions (positive, heads divide hidden, ...). */
+int bsipipe_model_dims_validate(const bsipipe_model_dims_t *dims);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

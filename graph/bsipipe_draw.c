@@ -1,0 +1,150 @@
+/* bsipipe_draw.c: terminal and SVG timelines of a simulated schedule. */
+#include "graph/bsipipe_draw.h"
+#include "graph/bsipipe_error.h"
+
+#include <string.h>
+
+int bsipipe_draw_terminal(FILE *out, const bsipipe_schedule_t *s, const bsipipe_sim_result_t *r, int cols,
+                          int color)
+{
+    if (cols < 10 || cols > 4096 || r->makespan <= 0)
+        return bsipipe_error_set(-EINVAL, "draw: width must be 10..4096 columns and the schedule non-empty");
+    double per_col = r->makespan / cols;
+    for (int d = 0; d < bsipipe_schedule_n_devices(s); d++) {
+        int n;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(s, d, &n);
+        fprintf(out, "dev%-3d|", d);
+        int i = 0, last_pipe = -1;
+        for (int c = 0; c < cols; c++) {
+            double t = (c + 0.5) * per_col;
+            while (i < n && (ops[i].kind > BSIPIPE_OP_W || r->op_end[d][i] <= t))
+                i++;
+            char ch = '.';
+            int pipe = -1;
+            if (i < n && r->op_start[d][i] <= t) {
+                const bsipipe_op_t *op = &ops[i];
+                ch = op->kind == BSIPIPE_OP_F ? (char)('0' + op->mb % 10)
+                   : op->kind == BSIPIPE_OP_B ? (char)('A' + op->mb % 26) : 'w';
+                pipe = op->pipe;
+            }
+            if (color && pipe != last_pipe)
+                fputs(pipe < 0 ? "\033[0m" : pipe == 0 ? "\033[34m" : "\033[33m", out);
+            last_pipe = pipe;
+            fputc(ch, out);
+        }
+        if (color)
+            fputs("\033[0m", out);
+        fputs("|\n", out);
+    }
+    fprintf(out, "       forward = micro-batch digit, backward = letter (A = mb 0), W = w, idle = .%s\n",
+            color ? "; blue = down pipe, yellow = up pipe" : "");
+    return 0;
+}
+
+/* Fill colours: [pipe][0 forward, 1 backward, 2 W]. */
+static const char *const fills[2][3] = {
+    {"#9ecae1", "#2171b5", "#6a51a3"},
+    {"#fdae6b", "#d94801", "#8c6d31"},
+};
+
+int bsipipe_draw_svg(FILE *out, const bsipipe_schedule_t *s, const bsipipe_sim_result_t *r, const char *title)
+{
+    int W = bsipipe_schedule_n_devices(s), k = bsipipe_schedule_config(s)->k;
+    double width = 1200, left = 60, row = 28, top = 40;
+    double scale = (width - left - 10) / (r->makespan > 0 ? r->makespan : 1);
+    double height = top + W * row + 50;
+    fprintf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+                 "font-family=\"sans-serif\" font-size=\"10\">\n", width, height);
+    fprintf(out, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    fprintf(out, "<text x=\"%.0f\" y=\"20\" font-size=\"14\">", left);
+    for (const char *c = title ? title : ""; *c; c++) /* escape for XML */
+        fputs(*c == '<' ? "&lt;" : *c == '>' ? "&gt;" : *c == '&' ? "&amp;" : (char[2]){*c, 0}, out);
+    fprintf(out, " (bubble %.1f%%)</text>\n", 100 * r->bubble_ratio);
+    for (int d = 0; d < W; d++) {
+        double y = top + d * row;
+        fprintf(out, "<text x=\"5\" y=\"%.1f\">dev %d</text>\n", y + row * 0.6, d);
+        fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#f0f0f0\"/>\n", left, y + 2,
+                r->makespan * scale, row - 4);
+        int n;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(s, d, &n);
+        for (int i = 0; i < n; i++) {
+            const bsipipe_op_t *op = &ops[i];
+            if (op->kind > BSIPIPE_OP_W)
+                continue;
+            double x = left + r->op_start[d][i] * scale, w = (r->op_end[d][i] - r->op_start[d][i]) * scale;
+            fprintf(out, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" stroke=\"white\" "
+                         "stroke-width=\"0.5\"><title>%s %s mb %d sub %d chunk %d [%g, %g]</title></rect>\n",
+                    x, y + 2, w, row - 4, fills[op->pipe][op->kind], bsipipe_op_kind_name(op->kind),
+                    bsipipe_pipe_name(op->pipe), op->mb, op->sub, op->chunk, r->op_start[d][i], r->op_end[d][i]);
+            if (w >= 14) {
+                char label[32];
+                if (k > 1) snprintf(label, sizeof label, "%d.%d", op->mb, op->sub);
+                else snprintf(label, sizeof label, "%d", op->mb);
+                fprintf(out, "<text x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"%s\">%s</text>\n",
+                        x + w / 2, y + row * 0.62, op->kind == BSIPIPE_OP_F ? "black" : "white", label);
+            }
+        }
+    }
+    double ly = top + W * row + 20;
+    const char *names[3] = {"forward", "backward", "W"};
+    for (int pipe = 0; pipe < bsipipe_schedule_n_pipes(s); pipe++)
+        for (int kind = 0; kind < 3; kind++) {
+            if (kind == 2 && !bsipipe_schedule_kind_traits(bsipipe_schedule_config(s)->schedule).split_backward)
+                continue;
+            double x = left + (pipe * 3 + kind) * 140;
+            fprintf(out, "<rect x=\"%.0f\" y=\"%.0f\" width=\"14\" height=\"12\" fill=\"%s\"/>"
+                         "<text x=\"%.0f\" y=\"%.0f\">%s %s</text>\n", x, ly, fills[pipe][kind], x + 18, ly + 10,
+                    bsipipe_pipe_name((bsipipe_pipe_t)pipe), names[kind]);
+        }
+    fputs("</svg>\n", out);
+    return ferror(out) ? bsipipe_error_set(-EIO, "draw: write error") : 0;
+}
+
+int bsipipe_export_json(FILE *out, const bsipipe_schedule_t *s, const bsipipe_sim_result_t *r,
+                        const bsipipe_cost_model_t *cost)
+{
+    const bsipipe_parallel_config_t *pc = bsipipe_schedule_config(s);
+    const bsipipe_model_dims_t *md = bsipipe_schedule_model(s);
+    int W = bsipipe_schedule_n_devices(s);
+    fprintf(out, "{\n  \"format\": \"bsipipe-plan/1\",\n");
+    fprintf(out, "  \"config\": {\"schedule\": \"%s\", \"w\": %d, \"p\": %d, \"k\": %d, \"m\": %d, \"tp\": %d, "
+                 "\"n_s\": %d, \"partition\": \"%s\", \"comm\": \"%s\", \"concat\": %s},\n",
+            bsipipe_schedule_kind_name(pc->schedule), pc->w, pc->p, pc->k, pc->m, pc->tp, pc->m * pc->k,
+            pc->partition == BSIPIPE_PARTITION_EVEN ? "even" : "balanced", bsipipe_comm_order_name(pc->comm),
+            pc->concat ? "true" : "false");
+    fprintf(out, "  \"model\": {\"family\": \"%s\", \"layers\": %d, \"hidden\": %d, \"heads\": %d, \"ffn\": %d, "
+                 "\"vocab\": %d, \"seq_len\": %d},\n", md->family == BSIPIPE_MODEL_LLAMA ? "llama" : "gpt",
+            md->n_layers, md->hidden, md->n_heads, md->ffn_hidden, md->vocab, md->seq_len);
+    fprintf(out, "  \"cost_model\": \"%s\",\n", cost->unit ? "unit" : "flops");
+    fprintf(out, "  \"summary\": {\"makespan\": %.9g, \"iteration_time\": %.9g, \"bubble_ratio\": %.9g, "
+                 "\"act_bytes_intra\": %.9g, \"act_bytes_inter\": %.9g, \"sync_bytes_intra\": %.9g, "
+                 "\"sync_bytes_inter\": %.9g},\n", r->makespan, r->iteration_time, r->bubble_ratio,
+            r->act_bytes[0], r->act_bytes[1], r->sync_bytes[0], r->sync_bytes[1]);
+    fprintf(out, "  \"devices\": [\n");
+    for (int d = 0; d < W; d++) {
+        const bsipipe_sim_device_t *v = &r->device[d];
+        fprintf(out, "    {\"device\": %d, \"busy\": %.9g, \"idle\": %.9g, \"comm\": %.9g, \"peak_act_units\": %d, "
+                     "\"peak_act_bytes\": %.9g, \"param_units\": %.9g, \"param_bytes\": %.9g}%s\n",
+                d, v->busy, v->idle, v->comm, v->peak_act_units, v->peak_act_bytes, v->param_units,
+                v->param_bytes, d + 1 < W ? "," : "");
+    }
+    fprintf(out, "  ],\n  \"ops\": [\n");
+    int first = 1;
+    for (int d = 0; d < W; d++) {
+        int n;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(s, d, &n);
+        for (int i = 0; i < n; i++) {
+            const bsipipe_op_t *op = &ops[i];
+            fprintf(out, "%s    {\"device\": %d, \"index\": %d, \"kind\": \"%s\", \"pipe\": \"%s\", \"mb\": %d, "
+                         "\"sub\": %d, \"chunk\": %d, \"tensor\": \"%s\", \"peer\": %d, \"channel\": %d, "
+                         "\"start\": %.9g, \"end\": %.9g}", first ? "" : ",\n", d, i,
+                    bsipipe_op_kind_name((bsipipe_op_kind_t)op->kind), bsipipe_pipe_name((bsipipe_pipe_t)op->pipe),
+                    op->mb, op->sub, op->chunk,
+                    op->tensor == BSIPIPE_TENSOR_ACT ? "act" : op->tensor == BSIPIPE_TENSOR_GRAD ? "grad" : "none",
+                    op->peer, op->channel, r->op_start[d][i], r->op_end[d][i]);
+            first = 0;
+        }
+    }
+    fprintf(out, "\n  ]\n}\n");
+    return ferror(out) ? bsipipe_error_set(-EIO, "export: write error") : 0;
+}

@@ -1,0 +1,269 @@
+/* bsipipe_schedule.c: the schedule handle — placement, op lists, SYNC/STEP,
+ * accessors. The order of compute ops comes from the generators, the order of
+ * transfers from comm.c. */
+#include "graph/schedule_internal.h"
+#include "graph/bsipipe_error.h"
+#include "graph/bsipipe_partition.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const op_kind_names[BSIPIPE_OP_KIND_COUNT] = {
+    "F", "B", "W", "SEND", "RECV", "SYNC", "STEP"};
+
+const char *bsipipe_op_kind_name(bsipipe_op_kind_t kind)
+{
+    return (unsigned)kind < BSIPIPE_OP_KIND_COUNT ? op_kind_names[kind] : "?";
+}
+
+const char *bsipipe_pipe_name(bsipipe_pipe_t pipe)
+{
+    return pipe == BSIPIPE_PIPE_UP ? "up" : "down";
+}
+
+char *bsipipe_op_format(const bsipipe_op_t *op, char *buf, size_t len)
+{
+    switch (op->kind) {
+    case BSIPIPE_OP_F: case BSIPIPE_OP_B: case BSIPIPE_OP_W:
+        snprintf(buf, len, "%s %s mb%d s%d c%d", bsipipe_op_kind_name(op->kind),
+                 bsipipe_pipe_name(op->pipe), op->mb, op->sub, op->chunk);
+        break;
+    case BSIPIPE_OP_SEND: case BSIPIPE_OP_RECV:
+        snprintf(buf, len, "%s %s(%s mb%d s%d c%d) %s dev%d", bsipipe_op_kind_name(op->kind),
+                 op->tensor == BSIPIPE_TENSOR_ACT ? "act" : "grad", bsipipe_pipe_name(op->pipe),
+                 op->mb, op->sub, op->chunk, op->kind == BSIPIPE_OP_SEND ? "to" : "from", op->peer);
+        break;
+    case BSIPIPE_OP_SYNC:
+        snprintf(buf, len, "SYNC c%d with dev%d", op->chunk, op->peer);
+        break;
+    default:
+        snprintf(buf, len, "%s", bsipipe_op_kind_name(op->kind));
+    }
+    return buf;
+}
+
+int schedule_push(bsipipe_schedule_t *s, const bsipipe_op_t *op)
+{
+    int d = op->device;
+    if (s->n_ops[d] == s->cap_ops[d]) {
+        int cap = s->cap_ops[d] ? 2 * s->cap_ops[d] : 64;
+        bsipipe_op_t *n = realloc(s->ops[d], (size_t)cap * sizeof *n);
+        if (!n)
+            return bsipipe_error_set(-ENOMEM, "out of memory growing the op list of device %d", d);
+        s->ops[d] = n;
+        s->cap_ops[d] = cap;
+    }
+    s->ops[d][s->n_ops[d]++] = *op;
+    return 0;
+}
+
+int schedule_push_compute(bsipipe_schedule_t *s, bsipipe_op_kind_t kind, int mb, int sub, int chunk)
+{
+    int pipe = schedule_mb_pipe(s, mb);
+    bsipipe_op_t op = {
+        .kind = (uint8_t)kind, .pipe = (uint8_t)pipe, .tensor = BSIPIPE_TENSOR_NONE,
+        .device = schedule_dev(s, pipe, chunk), .mb = mb, .sub = sub, .chunk = chunk,
+        .peer = -1, .channel = -1,
+    };
+    return schedule_push(s, &op);
+}
+
+int compute_deps(const bsipipe_schedule_t *s, const bsipipe_op_t *op, bsipipe_op_t out[3])
+{
+    int n = 0, last = s->n_chunks - 1, pipe = op->pipe;
+#define DEP(K, MB, SUB, C)                                                          \
+    do {                                                                            \
+        bsipipe_op_t d_ = {.kind = (K), .pipe = (uint8_t)pipe, .mb = (MB), .sub = (SUB), \
+                           .chunk = (C), .peer = -1, .channel = -1};                \
+        d_.device = schedule_dev(s, pipe, (C));                                     \
+        out[n++] = d_;                                                              \
+    } while (0)
+    switch (op->kind) {
+    case BSIPIPE_OP_F:
+        if (op->chunk > 0) DEP(BSIPIPE_OP_F, op->mb, op->sub, op->chunk - 1);
+        if (op->sub > 0) DEP(BSIPIPE_OP_F, op->mb, op->sub - 1, op->chunk);
+        break;
+    case BSIPIPE_OP_B:
+        DEP(BSIPIPE_OP_F, op->mb, op->sub, op->chunk);
+        if (op->chunk < last) DEP(BSIPIPE_OP_B, op->mb, op->sub, op->chunk + 1);
+        if (op->sub < s->pc.k - 1) DEP(BSIPIPE_OP_B, op->mb, op->sub + 1, op->chunk);
+        break;
+    case BSIPIPE_OP_W:
+        DEP(BSIPIPE_OP_B, op->mb, op->sub, op->chunk);
+        break;
+    default:
+        break;
+    }
+#undef DEP
+    return n;
+}
+
+/* Placement: (pipe, chunk) -> device. */
+static void place_chunks(bsipipe_schedule_t *s)
+{
+    int w = s->pc.w, C = s->n_chunks;
+    for (int c = 0; c < C; c++) {
+        int down;
+        if (s->pc.schedule == BSIPIPE_SCHED_BSIPIPE)
+            down = c < w ? c : 2 * w - 1 - c;      /* V-shape */
+        else
+            down = c % w;                          /* sequential (p=1) or interleaved */
+        s->chunk_dev[c] = down;
+        if (s->n_pipes == 2)
+            s->chunk_dev[C + c] = w - 1 - down;    /* the up pipe mirrors the down pipe */
+    }
+}
+
+/* Gradient sync of every chunk replica (bidirectional schedules), in chunk
+ * order on every device so that pairs meet in the same order, then STEP. */
+static int append_sync_step(bsipipe_schedule_t *s)
+{
+    int rc = 0;
+    for (int d = 0; d < s->n_devices && rc == 0; d++) {
+        if (s->n_pipes == 2)
+            for (int c = 0; c < s->n_chunks && rc == 0; c++)
+                for (int pipe = 0; pipe < 2 && rc == 0; pipe++) {
+                    if (schedule_dev(s, pipe, c) != d)
+                        continue;
+                    int other = schedule_dev(s, 1 - pipe, c);
+                    /* A device holding both replicas syncs once, locally. */
+                    if (other == d && pipe == 1)
+                        continue;
+                    bsipipe_op_t op = {.kind = BSIPIPE_OP_SYNC, .pipe = (uint8_t)pipe, .device = d,
+                                       .mb = -1, .sub = -1, .chunk = c, .peer = other, .channel = -1};
+                    rc = schedule_push(s, &op);
+                }
+        bsipipe_op_t step = {.kind = BSIPIPE_OP_STEP, .device = d, .mb = -1, .sub = -1,
+                             .chunk = -1, .peer = -1, .channel = -1};
+        if (rc == 0)
+            rc = schedule_push(s, &step);
+    }
+    return rc;
+}
+
+void bsipipe_schedule_destroy(bsipipe_schedule_t *s)
+{
+    if (!s)
+        return;
+    for (int d = 0; s->ops && d < s->n_devices; d++)
+        free(s->ops[d]);
+    free(s->ops);
+    free(s->n_ops);
+    free(s->cap_ops);
+    free(s->chunk_dev);
+    free(s->sub_starts);
+    free(s);
+}
+
+/* Ops per iteration must stay addressable by int per device. */
+enum { MAX_COMPUTE_OPS = 1 << 26 };
+
+int bsipipe_schedule_create(const bsipipe_parallel_config_t *pc, const bsipipe_model_dims_t *dims,
+                            bsipipe_schedule_t **out)
+{
+    *out = NULL;
+    int rc = bsipipe_parallel_config_validate(pc, dims);
+    if (rc < 0)
+        return rc;
+    bsipipe_schedule_traits_t t = bsipipe_schedule_kind_traits(pc->schedule);
+    long compute_ops = 3L * pc->m * pc->k * pc->p * pc->w * (t.bidirectional ? 1 : 1);
+    if (compute_ops > MAX_COMPUTE_OPS)
+        return bsipipe_error_set(BSIPIPE_ECONFIG,
+            "plan too large: %ld compute ops (m*k*p*w*3) exceeds %d; reduce m, k or w",
+            compute_ops, MAX_COMPUTE_OPS);
+
+    bsipipe_schedule_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return bsipipe_error_set(-ENOMEM, "out of memory");
+    s->pc = *pc;
+    if (dims) {
+        s->dims = *dims;
+    } else { /* a nominal model: one layer per chunk, k tokens per piece */
+        s->dims = (bsipipe_model_dims_t){BSIPIPE_MODEL_GPT, pc->p * pc->w, 64, 1, 256, 256,
+                                         pc->k * pc->tp};
+    }
+    s->n_devices = pc->w;
+    s->n_pipes = t.bidirectional ? 2 : 1;
+    s->n_chunks = pc->p * pc->w;
+    s->chunk_dev = malloc(sizeof(int) * (size_t)(s->n_pipes * s->n_chunks));
+    s->sub_starts = malloc(sizeof(int) * (size_t)(pc->k + 1));
+    s->n_ops = calloc((size_t)s->n_devices, sizeof(int));
+    s->cap_ops = calloc((size_t)s->n_devices, sizeof(int));
+    s->ops = calloc((size_t)s->n_devices, sizeof *s->ops);
+    if (!s->chunk_dev || !s->sub_starts || !s->n_ops || !s->cap_ops || !s->ops) {
+        bsipipe_schedule_destroy(s);
+        return bsipipe_error_set(-ENOMEM, "out of memory");
+    }
+    place_chunks(s);
+    rc = pc->partition == BSIPIPE_PARTITION_EVEN
+             ? bsipipe_partition_even(s->dims.seq_len, pc->k, pc->tp, s->sub_starts)
+             : bsipipe_partition_balanced(&s->dims, pc->k, pc->tp, s->sub_starts);
+    if (rc == 0)
+        rc = (pc->schedule == BSIPIPE_SCHED_CHIMERA ||
+              pc->schedule == BSIPIPE_SCHED_BSIPIPE) ? generate_greedy(s) : generate_fixed(s);
+    if (rc == 0)
+        rc = comm_insert(s);
+    if (rc == 0)
+        rc = append_sync_step(s);
+    if (rc < 0) {
+        bsipipe_schedule_destroy(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+int bsipipe_schedule_reorder_comm(bsipipe_schedule_t *s, bsipipe_comm_order_t order)
+{
+    if ((unsigned)order > BSIPIPE_COMM_NAIVE)
+        return bsipipe_error_set(-EINVAL, "unknown comm order %d", (int)order);
+    s->pc.comm = order;
+    int rc = comm_insert(s);
+    return rc < 0 ? rc : append_sync_step(s);
+}
+
+const bsipipe_parallel_config_t *bsipipe_schedule_config(const bsipipe_schedule_t *s) { return &s->pc; }
+const bsipipe_model_dims_t *bsipipe_schedule_model(const bsipipe_schedule_t *s) { return &s->dims; }
+int bsipipe_schedule_n_devices(const bsipipe_schedule_t *s) { return s->n_devices; }
+int bsipipe_schedule_n_pipes(const bsipipe_schedule_t *s) { return s->n_pipes; }
+int bsipipe_schedule_n_chunks(const bsipipe_schedule_t *s) { return s->n_chunks; }
+int bsipipe_schedule_n_channels(const bsipipe_schedule_t *s) { return s->n_channels; }
+const int *bsipipe_schedule_sub_starts(const bsipipe_schedule_t *s) { return s->sub_starts; }
+
+bsipipe_pipe_t bsipipe_schedule_mb_pipe(const bsipipe_schedule_t *s, int mb)
+{
+    return (bsipipe_pipe_t)schedule_mb_pipe(s, mb);
+}
+
+int bsipipe_schedule_chunk_device(const bsipipe_schedule_t *s, bsipipe_pipe_t pipe, int chunk)
+{
+    if ((int)pipe >= s->n_pipes || chunk < 0 || chunk >= s->n_chunks)
+        return -EINVAL;
+    return schedule_dev(s, pipe, chunk);
+}
+
+void bsipipe_schedule_chunk_layers(const bsipipe_schedule_t *s, int chunk, int *first, int *last)
+{
+    int per = s->dims.n_layers / s->n_chunks;
+    *first = chunk * per;
+    *last = (chunk + 1) * per;
+}
+
+const bsipipe_op_t *bsipipe_schedule_device_ops(const bsipipe_schedule_t *s, int device, int *n_ops)
+{
+    if (device < 0 || device >= s->n_devices) {
+        *n_ops = 0;
+        return NULL;
+    }
+    *n_ops = s->n_ops[device];
+    return s->ops[device];
+}
+
+long bsipipe_schedule_n_ops(const bsipipe_schedule_t *s)
+{
+    long n = 0;
+    for (int d = 0; d < s->n_devices; d++)
+        n += s->n_ops[d];
+    return n;
+}

@@ -1,0 +1,436 @@
+/* bsipipe_sim.c: discrete-event simulation, memory and traffic accounting,
+ * and deadlock reporting. */
+#include "graph/bsipipe_sim.h"
+#include "graph/schedule_internal.h"
+#include "graph/bsipipe_error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bsipipe_cost_model_t bsipipe_cost_model_unit(void)
+{
+    bsipipe_cost_model_t c = {.unit = 1, .f_unit = 1, .b_unit = 2, .w_unit = 1, .bytes_per_element = 4};
+    return c;
+}
+
+bsipipe_cost_model_t bsipipe_cost_model_flops(double device_flops)
+{
+    bsipipe_cost_model_t c = {
+        .unit = 0, .f_unit = 1, .b_unit = 2, .w_unit = 1, .device_flops = device_flops,
+        .bytes_per_element = 4, .intra_latency = 5e-6, .intra_bandwidth = 300e9,
+        .inter_latency = 10e-6, .inter_bandwidth = 25e9,
+    };
+    return c;
+}
+
+static int split_backward(const bsipipe_schedule_t *s)
+{
+    return bsipipe_schedule_kind_traits(s->pc.schedule).split_backward;
+}
+
+static int piece_len(const bsipipe_schedule_t *s, int sub)
+{
+    return s->sub_starts[sub + 1] - s->sub_starts[sub];
+}
+
+double bsipipe_sim_op_cost(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *c, const bsipipe_op_t *op)
+{
+    int split = split_backward(s);
+    if (c->unit) {
+        if (op->kind == BSIPIPE_OP_F) return c->f_unit;
+        if (op->kind == BSIPIPE_OP_B) return split ? c->b_unit / 2 : c->b_unit;
+        if (op->kind == BSIPIPE_OP_W) return c->w_unit;
+        return 0;
+    }
+    if (op->kind > BSIPIPE_OP_W || c->device_flops <= 0)
+        return 0;
+    int first, last;
+    bsipipe_schedule_chunk_layers(s, op->chunk, &first, &last);
+    int start = s->sub_starts[op->sub], len = piece_len(s, op->sub);
+    double f = (last - first) * bsipipe_model_layer_flops(&s->dims, start, len);
+    if (op->chunk == s->n_chunks - 1)
+        f += bsipipe_model_head_flops(&s->dims, len);
+    f /= s->pc.tp;
+    double mult = op->kind == BSIPIPE_OP_F ? 1.0 : (split ? 1.0 : 2.0);
+    return mult * f / c->device_flops;
+}
+
+static int node_of(const bsipipe_cost_model_t *c, int d)
+{
+    if (c->device_node)
+        return c->device_node[d];
+    return c->devices_per_node > 0 ? d / c->devices_per_node : 0;
+}
+
+static double link_time(const bsipipe_cost_model_t *c, int a, int b, double bytes)
+{
+    int inter = node_of(c, a) != node_of(c, b);
+    double bw = inter ? c->inter_bandwidth : c->intra_bandwidth;
+    double lat = inter ? c->inter_latency : c->intra_latency;
+    return lat + (bw > 0 ? bytes / bw : 0);
+}
+
+/* Bytes of one chunk's parameters (fp32), first chunk with the embedding,
+ * last with the head; sharded over D_t. */
+static double chunk_param_elems(const bsipipe_schedule_t *s, int chunk)
+{
+    int first, last;
+    bsipipe_schedule_chunk_layers(s, chunk, &first, &last);
+    double e = (double)(last - first) * bsipipe_model_layer_params(&s->dims);
+    if (chunk == 0) e += bsipipe_model_embed_params(&s->dims);
+    if (chunk == s->n_chunks - 1) e += bsipipe_model_head_params(&s->dims);
+    return e / s->pc.tp;
+}
+
+void bsipipe_sim_result_destroy(bsipipe_sim_result_t *r)
+{
+    if (!r)
+        return;
+    for (int d = 0; d < r->n_devices; d++) {
+        if (r->op_start) free(r->op_start[d]);
+        if (r->op_end) free(r->op_end[d]);
+    }
+    free(r->op_start);
+    free(r->op_end);
+    free(r->device);
+    free(r);
+}
+
+typedef struct sim {
+    const bsipipe_schedule_t *s;
+    const bsipipe_cost_model_t *c;
+    bsipipe_sim_result_t *r;
+    double *end;          /* compute index -> end time, -1 before */
+    double *posted;       /* channel -> RECV post time, -1 before */
+    double *arrived;      /* channel -> data arrival, -1 before */
+    int *chan_of;         /* producer compute index -> channel of its remote consumer, -1 */
+    double *sync_arrive;  /* [chunk * 2 + side] arrival at SYNC, -1 before */
+    int *pos;             /* next op per device */
+    double *now;          /* device clock */
+} sim_t;
+
+/* Data-ready time of a compute op, or -1 when some input is not known yet. */
+static double inputs_ready(sim_t *m, const bsipipe_op_t *op)
+{
+    bsipipe_op_t deps[3];
+    int n = compute_deps(m->s, op, deps);
+    double t = 0;
+    for (int i = 0; i < n; i++) {
+        long pi = compute_index(m->s, deps[i].kind, deps[i].mb, deps[i].sub, deps[i].chunk);
+        double e;
+        if (deps[i].device == op->device) {
+            e = m->end[pi];
+        } else {
+            int ch = m->chan_of[pi];
+            e = ch >= 0 ? m->arrived[ch] : -1;
+        }
+        if (e < 0)
+            return -1;
+        if (e > t)
+            t = e;
+    }
+    return t;
+}
+
+static double tensor_bytes(const sim_t *m, const bsipipe_op_t *op)
+{
+    return (double)piece_len(m->s, op->sub) * m->s->dims.hidden / m->s->pc.tp * m->c->bytes_per_element;
+}
+
+/* Runs device d as far as it can; returns the number of ops completed. */
+static int advance(sim_t *m, int d)
+{
+    const bsipipe_schedule_t *s = m->s;
+    bsipipe_sim_result_t *r = m->r;
+    int done = 0;
+    while (m->pos[d] < s->n_ops[d]) {
+        int i = m->pos[d];
+        const bsipipe_op_t *op = &s->ops[d][i];
+        double start = m->now[d], end;
+        switch (op->kind) {
+        case BSIPIPE_OP_F: case BSIPIPE_OP_B: case BSIPIPE_OP_W: {
+            double ready = inputs_ready(m, op);
+            if (ready < 0)
+                return done;
+            if (ready > start)
+                start = ready;
+            end = start + bsipipe_sim_op_cost(s, m->c, op);
+            m->end[compute_index(s, op->kind, op->mb, op->sub, op->chunk)] = end;
+            r->device[d].busy += end - start;
+            r->device[d].compute_end = end;
+            break;
+        }
+        case BSIPIPE_OP_RECV:
+            m->posted[op->channel] = start;
+            end = start;
+            break;
+        case BSIPIPE_OP_SEND: {
+            double post = m->posted[op->channel];
+            if (post < 0)
+                return done;
+            double bytes = tensor_bytes(m, op);
+            if (post > start)
+                start = post;
+            end = start + link_time(m->c, d, op->peer, bytes);
+            m->arrived[op->channel] = end;
+            r->act_bytes[node_of(m->c, d) != node_of(m->c, op->peer)] += bytes;
+            r->device[d].comm += end - m->now[d];
+            break;
+        }
+        case BSIPIPE_OP_SYNC: {
+            int side = op->pipe;
+            m->sync_arrive[op->chunk * 2 + side] = start;
+            if (op->peer != d) {
+                double other = m->sync_arrive[op->chunk * 2 + 1 - side];
+                if (other < 0)
+                    return done;
+                if (other > start)
+                    start = other;
+                double bytes = chunk_param_elems(s, op->chunk) * 4;
+                /* Two-replica all-reduce: each side sends and receives the
+                 * whole gradient once. */
+                end = start + link_time(m->c, d, op->peer, bytes);
+                r->sync_bytes[node_of(m->c, d) != node_of(m->c, op->peer)] += bytes;
+            } else {
+                end = start;
+            }
+            r->device[d].comm += end - m->now[d];
+            break;
+        }
+        default: /* STEP */
+            end = start + (m->c->unit ? 0 : m->c->step_time);
+            break;
+        }
+        r->op_start[d][i] = start;
+        r->op_end[d][i] = end;
+        m->now[d] = end;
+        m->pos[d]++;
+        done++;
+    }
+    return done;
+}
+
+/* Which device is d waiting for (and why), when stuck at its current op. */
+static int waits_for(const sim_t *m, int d)
+{
+    const bsipipe_op_t *op = &m->s->ops[d][m->pos[d]];
+    if (op->kind == BSIPIPE_OP_SEND || op->kind == BSIPIPE_OP_SYNC)
+        return op->peer;
+    bsipipe_op_t deps[3];
+    int n = compute_deps(m->s, op, deps);
+    for (int i = 0; i < n; i++) {
+        long pi = compute_index(m->s, deps[i].kind, deps[i].mb, deps[i].sub, deps[i].chunk);
+        if (deps[i].device == d ? m->end[pi] < 0 : (m->chan_of[pi] < 0 || m->arrived[m->chan_of[pi]] < 0))
+            return deps[i].device;
+    }
+    return -1;
+}
+
+static int report_stuck(const sim_t *m)
+{
+    const bsipipe_schedule_t *s = m->s;
+    int W = s->n_devices, start = -1;
+    for (int d = 0; d < W && start < 0; d++)
+        if (m->pos[d] < s->n_ops[d])
+            start = d;
+    /* Follow waits-for edges until a device repeats: that is the cycle. */
+    int *seen = calloc((size_t)W, sizeof(int));
+    if (!seen)
+        return bsipipe_error_set(-ENOMEM, "out of memory");
+    int d = start, step = 1;
+    while (d >= 0 && !seen[d] && m->pos[d] < s->n_ops[d]) {
+        seen[d] = step++;
+        d = waits_for(m, d);
+    }
+    char msg[900] = "";
+    size_t len = 0;
+    int rc;
+    if (d >= 0 && seen[d] && m->pos[d] < s->n_ops[d]) {
+        int first = d;
+        len += (size_t)snprintf(msg, sizeof msg, "deadlock under rendezvous send/recv: ");
+        do {
+            char buf[96];
+            int next = waits_for(m, d);
+            len += (size_t)snprintf(msg + len, len < sizeof msg ? sizeof msg - len : 0,
+                                    "device %d waits at op %d (%s) for device %d; ", d, m->pos[d],
+                                    bsipipe_op_format(&s->ops[d][m->pos[d]], buf, sizeof buf), next);
+            d = next;
+        } while (d != first && d >= 0 && len < sizeof msg);
+        rc = bsipipe_error_set(BSIPIPE_EDEADLOCK, "%s: %s", bsipipe_schedule_kind_name(s->pc.schedule), msg);
+    } else {
+        char buf[96];
+        rc = bsipipe_error_set(BSIPIPE_EDEPEND, "%s: device %d cannot run op %d (%s): its input is "
+                               "never produced", bsipipe_schedule_kind_name(s->pc.schedule), start,
+                               m->pos[start], bsipipe_op_format(&s->ops[start][m->pos[start]], buf, sizeof buf));
+    }
+    free(seen);
+    return rc;
+}
+
+/* Peak activation memory per device, from the simulated times: a forward
+ * holds its stash from its start to the end of its backward (W when split);
+ * the KV cache of a (micro-batch, chunk) lives from its first forward to its
+ * last backward, its gradient from the first backward on. */
+static void account_memory(sim_t *m)
+{
+    const bsipipe_schedule_t *s = m->s;
+    int split = split_backward(s);
+    long stash_per_layer_tok = 0; /* computed per piece below */
+    (void)stash_per_layer_tok;
+    for (int d = 0; d < s->n_devices; d++) {
+        int n = s->n_ops[d];
+        /* Events: (time, +-units, +-bytes); releases sort before allocations at equal times. */
+        typedef struct { double t; int units; double bytes; } ev_t;
+        ev_t *ev = malloc(sizeof *ev * (size_t)(4 * n + 1));
+        int ne = 0;
+        if (!ev)
+            continue;
+        for (int i = 0; i < n; i++) {
+            const bsipipe_op_t *op = &s->ops[d][i];
+            int first, last;
+            if (op->kind > BSIPIPE_OP_W)
+                continue;
+            bsipipe_schedule_chunk_layers(s, op->chunk, &first, &last);
+            double layers = last - first, el = m->c->bytes_per_element;
+            double stash = layers * (double)bsipipe_model_stash_size(&s->dims, piece_len(s, op->sub)) * el / s->pc.tp;
+            double kv = layers * (double)bsipipe_model_kv_size(&s->dims) * el / s->pc.tp;
+            if (op->kind == BSIPIPE_OP_F) {
+                ev[ne++] = (ev_t){m->r->op_start[d][i], 1, stash};
+                if (op->sub == 0)
+                    ev[ne++] = (ev_t){m->r->op_start[d][i], 0, kv};
+            } else if (op->kind == (split ? BSIPIPE_OP_W : BSIPIPE_OP_B)) {
+                ev[ne++] = (ev_t){m->r->op_end[d][i], -1, -stash};
+            }
+            if (op->kind == BSIPIPE_OP_B && op->sub == s->pc.k - 1)
+                ev[ne++] = (ev_t){m->r->op_start[d][i], 0, kv};        /* dKV */
+            if (op->kind == BSIPIPE_OP_B && op->sub == 0)
+                ev[ne++] = (ev_t){m->r->op_end[d][i], 0, -2 * kv};      /* KV and dKV */
+        }
+        /* Sort by time, releases first. */
+        for (int a = 1; a < ne; a++) {
+            ev_t x = ev[a];
+            int b = a - 1;
+            while (b >= 0 && (ev[b].t > x.t || (ev[b].t == x.t && ev[b].bytes > x.bytes))) {
+                ev[b + 1] = ev[b];
+                b--;
+            }
+            ev[b + 1] = x;
+        }
+        int units = 0;
+        double bytes = 0;
+        for (int a = 0; a < ne; a++) {
+            units += ev[a].units;
+            bytes += ev[a].bytes;
+            if (units > m->r->device[d].peak_act_units) m->r->device[d].peak_act_units = units;
+            if (bytes > m->r->device[d].peak_act_bytes) m->r->device[d].peak_act_bytes = bytes;
+        }
+        free(ev);
+        for (int pipe = 0; pipe < s->n_pipes; pipe++)
+            for (int c = 0; c < s->n_chunks; c++)
+                if (schedule_dev(s, pipe, c) == d) {
+                    m->r->device[d].param_units += 1.0 / s->pc.p;
+                    m->r->device[d].param_bytes += 4.0 * chunk_param_elems(s, c) * 4;
+                }
+    }
+}
+
+static void sim_free(sim_t *m)
+{
+    free(m->end);
+    free(m->posted);
+    free(m->arrived);
+    free(m->chan_of);
+    free(m->sync_arrive);
+    free(m->pos);
+    free(m->now);
+}
+
+int bsipipe_simulate(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost, bsipipe_sim_result_t **out)
+{
+    *out = NULL;
+    if (!s || !cost)
+        return bsipipe_error_set(-EINVAL, "simulate: schedule and cost model are required");
+    int W = s->n_devices, rc = 0;
+    long nidx = compute_index_count(s);
+    sim_t m = {.s = s, .c = cost};
+    m.r = calloc(1, sizeof *m.r);
+    m.end = malloc(sizeof(double) * (size_t)nidx);
+    m.chan_of = malloc(sizeof(int) * (size_t)nidx);
+    m.posted = malloc(sizeof(double) * (size_t)(s->n_channels + 1));
+    m.arrived = malloc(sizeof(double) * (size_t)(s->n_channels + 1));
+    m.sync_arrive = malloc(sizeof(double) * (size_t)(2 * s->n_chunks));
+    m.pos = calloc((size_t)W, sizeof(int));
+    m.now = calloc((size_t)W, sizeof(double));
+    if (!m.r || !m.end || !m.chan_of || !m.posted || !m.arrived || !m.sync_arrive || !m.pos || !m.now) {
+        rc = bsipipe_error_set(-ENOMEM, "out of memory");
+        goto fail;
+    }
+    m.r->n_devices = W;
+    m.r->device = calloc((size_t)W, sizeof *m.r->device);
+    m.r->op_start = calloc((size_t)W, sizeof(double *));
+    m.r->op_end = calloc((size_t)W, sizeof(double *));
+    if (!m.r->device || !m.r->op_start || !m.r->op_end) {
+        rc = bsipipe_error_set(-ENOMEM, "out of memory");
+        goto fail;
+    }
+    for (int d = 0; d < W; d++) {
+        m.r->op_start[d] = calloc((size_t)s->n_ops[d] + 1, sizeof(double));
+        m.r->op_end[d] = calloc((size_t)s->n_ops[d] + 1, sizeof(double));
+        if (!m.r->op_start[d] || !m.r->op_end[d]) {
+            rc = bsipipe_error_set(-ENOMEM, "out of memory");
+            goto fail;
+        }
+    }
+    for (long i = 0; i < nidx; i++) {
+        m.end[i] = -1;
+        m.chan_of[i] = -1;
+    }
+    for (int i = 0; i <= s->n_channels; i++)
+        m.posted[i] = m.arrived[i] = -1;
+    for (int i = 0; i < 2 * s->n_chunks; i++)
+        m.sync_arrive[i] = -1;
+    for (int d = 0; d < W; d++)
+        for (int i = 0; i < s->n_ops[d]; i++) {
+            const bsipipe_op_t *op = &s->ops[d][i];
+            if (op->kind == BSIPIPE_OP_SEND) {
+                if (op->channel < 0 || op->channel >= s->n_channels) {
+                    rc = bsipipe_error_set(-EINVAL, "device %d op %d: SEND on invalid channel %d", d, i, op->channel);
+                    goto fail;
+                }
+                m.chan_of[compute_index(s, op->tensor == BSIPIPE_TENSOR_ACT ? BSIPIPE_OP_F : BSIPIPE_OP_B,
+                                        op->mb, op->sub, op->chunk)] = op->channel;
+            }
+        }
+    for (;;) {
+        int progress = 0, left = 0;
+        for (int d = 0; d < W; d++) {
+            progress += advance(&m, d);
+            left += s->n_ops[d] - m.pos[d];
+        }
+        if (!left)
+            break;
+        if (!progress) {
+            rc = report_stuck(&m);
+            goto fail;
+        }
+    }
+    double busy = 0;
+    for (int d = 0; d < W; d++) {
+        bsipipe_sim_device_t *dv = &m.r->device[d];
+        if (dv->compute_end > m.r->makespan) m.r->makespan = dv->compute_end;
+        if (m.now[d] > m.r->iteration_time) m.r->iteration_time = m.now[d];
+        busy += dv->busy;
+    }
+    for (int d = 0; d < W; d++)
+        m.r->device[d].idle = m.r->makespan - m.r->device[d].busy;
+    m.r->bubble_ratio = m.r->makespan > 0 ? 1.0 - busy / (W * m.r->makespan) : 0;
+    account_memory(&m);
+    sim_free(&m);
+    *out = m.r;
+    return 0;
+fail:
+    bsipipe_sim_result_destroy(m.r);
+    sim_free(&m);
+    return rc;
+}

@@ -1,0 +1,87 @@
+/* bsipipe_sim.h: discrete-event simulation of a schedule under a cost model.
+ *
+ * The execution model is the engine's: every device runs its op list in
+ * order; a RECV posts a buffer and the device goes on; a SEND blocks its
+ * device until the matching RECV is posted, then occupies it for the transfer
+ * time; a SYNC waits for the other replica's SYNC (all-reduce); compute ops
+ * wait for their inputs. A schedule that cannot finish under these rules is
+ * reported as a deadlock naming the cycle of waiting devices.
+ */
+#ifndef BSIPIPE_SIM_H
+#define BSIPIPE_SIM_H
+
+#include "graph/bsipipe_schedule.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bsipipe_cost_model {
+    int unit;               /* 1: F, B, W cost f_unit, b_unit, w_unit per op;
+                               0: FLOPs of the op / device_flops */
+    double f_unit, b_unit, w_unit;
+    double device_flops;    /* FLOP/s of one device (FLOPs mode) */
+    double bytes_per_element; /* activations and gradients moved (4: fp32) */
+    double intra_latency, intra_bandwidth; /* seconds, bytes/s; bandwidth 0 = free */
+    double inter_latency, inter_bandwidth;
+    double step_time;       /* optimizer step per device */
+    int devices_per_node;   /* link class of a device pair: same node or not; 0 = one node */
+    const int *device_node; /* optional: node of each device (overrides devices_per_node);
+                               borrowed, must outlive the simulation call */
+} bsipipe_cost_model_t;
+
+/* Unit costs of the paper's analysis: F = 1, B = 2 per subsequence and chunk
+ * (B = W = 1 when the backward is split), free transfers and step. */
+bsipipe_cost_model_t bsipipe_cost_model_unit(void);
+
+/* Costs from FLOPs: a device of `device_flops` FLOP/s, intra-node links of
+ * 300 GB/s / 5 us, inter-node 25 GB/s / 10 us, fp32 tensors. */
+bsipipe_cost_model_t bsipipe_cost_model_flops(double device_flops);
+
+typedef struct bsipipe_sim_device {
+    double busy;             /* time in F/B/W */
+    double comm;             /* time blocked in or moving data for SEND and SYNC */
+    double idle;             /* makespan - busy */
+    double compute_end;      /* end of the device's last compute op */
+    int peak_act_units;      /* most subsequence-chunk activations held at once (M_a) */
+    double peak_act_bytes;   /* same, in bytes: stash + KV cache and its gradient */
+    double param_units;      /* parameter memory in units of M_Θ (one stage) */
+    double param_bytes;      /* weights, gradients, two AdamW moments (fp32) */
+} bsipipe_sim_device_t;
+
+typedef struct bsipipe_sim_result {
+    int n_devices;
+    double makespan;         /* end of the last compute op */
+    double iteration_time;   /* end of the last op (after SYNC and STEP) */
+    double bubble_ratio;     /* 1 - sum(busy) / (n_devices * makespan) */
+    bsipipe_sim_device_t *device;         /* [n_devices] */
+    double act_bytes[2];     /* activations/gradients moved: [0] intra-node, [1] inter-node */
+    double sync_bytes[2];    /* gradient sync traffic, same classes */
+    double **op_start, **op_end; /* [device][op index], aligned with the op lists */
+} bsipipe_sim_result_t;
+
+/* Simulates s. On success *out is a result the caller frees with
+ * bsipipe_sim_result_destroy(). Errors: BSIPIPE_EDEADLOCK (detail names the
+ * cycle of waiting devices and ops), BSIPIPE_EDEPEND, -ENOMEM, -EINVAL. */
+int bsipipe_simulate(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost,
+                     bsipipe_sim_result_t **out);
+void bsipipe_sim_result_destroy(bsipipe_sim_result_t *r);
+
+/* Cost (seconds or units) of one compute op under a cost model. */
+double bsipipe_sim_op_cost(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost,
+                           const bsipipe_op_t *op);
+
+/* Validates a schedule: every compute op exactly once, SEND/RECV paired on
+ * one channel with matching devices, every dependency satisfiable in list
+ * order, and no deadlock under rendezvous send/recv. 0 or a negative code
+ * with a detail sentence. */
+int bsipipe_schedule_validate(const bsipipe_schedule_t *s);
+
+/* Closed-form bubble ratio of the schedule's configuration under unit costs
+ * (docs/schedules.md derives each); negative if none is known. */
+double bsipipe_bubble_closed_form(const bsipipe_parallel_config_t *pc);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,95 @@
+/* bsipipe_validate.c: structural checks of a schedule, then a unit-cost
+ * simulation for dependency order and deadlock freedom. */
+#include "graph/bsipipe_sim.h"
+#include "graph/schedule_internal.h"
+#include "graph/bsipipe_error.h"
+
+#include <stdlib.h>
+
+int bsipipe_schedule_validate(const bsipipe_schedule_t *s)
+{
+    const char *name = bsipipe_schedule_kind_name(s->pc.schedule);
+    int split = bsipipe_schedule_kind_traits(s->pc.schedule).split_backward;
+    long nidx = compute_index_count(s);
+    unsigned char *seen = calloc((size_t)nidx, 1);
+    unsigned char *chan = calloc((size_t)s->n_channels + 1, 1);
+    int rc = 0;
+    if (!seen || !chan) {
+        rc = bsipipe_error_set(-ENOMEM, "out of memory");
+        goto out;
+    }
+    for (int d = 0; d < s->n_devices && rc == 0; d++)
+        for (int i = 0; i < s->n_ops[d] && rc == 0; i++) {
+            const bsipipe_op_t *op = &s->ops[d][i];
+            char buf[96];
+            if (op->device != d) {
+                rc = bsipipe_error_set(-EINVAL, "%s: op %d of device %d (%s) claims device %d", name, i, d,
+                                       bsipipe_op_format(op, buf, sizeof buf), op->device);
+            } else if (op->kind <= BSIPIPE_OP_W) {
+                if (op->mb < 0 || op->mb >= s->pc.m || op->sub < 0 || op->sub >= s->pc.k || op->chunk < 0 ||
+                    op->chunk >= s->n_chunks || (op->kind == BSIPIPE_OP_W && !split)) {
+                    rc = bsipipe_error_set(-EINVAL, "%s: device %d op %d (%s) is out of range", name, d, i,
+                                           bsipipe_op_format(op, buf, sizeof buf));
+                    break;
+                }
+                long ix = compute_index(s, op->kind, op->mb, op->sub, op->chunk);
+                if (seen[ix]++)
+                    rc = bsipipe_error_set(-EINVAL, "%s: %s appears twice", name, bsipipe_op_format(op, buf, sizeof buf));
+                else if (schedule_dev(s, op->pipe, op->chunk) != d || op->pipe != schedule_mb_pipe(s, op->mb))
+                    rc = bsipipe_error_set(-EINVAL, "%s: %s runs on device %d, placement says device %d", name,
+                                           bsipipe_op_format(op, buf, sizeof buf), d,
+                                           schedule_dev(s, schedule_mb_pipe(s, op->mb), op->chunk));
+            } else if (op->kind == BSIPIPE_OP_SEND || op->kind == BSIPIPE_OP_RECV) {
+                if (op->channel < 0 || op->channel >= s->n_channels || op->peer < 0 || op->peer >= s->n_devices ||
+                    op->peer == d) {
+                    rc = bsipipe_error_set(-EINVAL, "%s: device %d op %d (%s) has a bad channel or peer", name,
+                                           d, i, bsipipe_op_format(op, buf, sizeof buf));
+                } else {
+                    unsigned bit = op->kind == BSIPIPE_OP_SEND ? 1u : 2u;
+                    if (chan[op->channel] & bit)
+                        rc = bsipipe_error_set(-EINVAL, "%s: channel %d has two %ss", name, op->channel,
+                                               bsipipe_op_kind_name(op->kind));
+                    chan[op->channel] |= (unsigned char)bit;
+                }
+            }
+        }
+    for (long ix = 0; ix < nidx && rc == 0; ix++) {
+        int kind = (int)(ix / ((long)s->pc.m * s->pc.k * s->n_chunks));
+        if (kind == BSIPIPE_OP_W && !split)
+            continue;
+        if (!seen[ix])
+            rc = bsipipe_error_set(-EINVAL, "%s: compute op #%ld (kind %s) is missing from every device", name,
+                                   ix, bsipipe_op_kind_name((bsipipe_op_kind_t)kind));
+    }
+    for (int c = 0; c < s->n_channels && rc == 0; c++)
+        if (chan[c] != 3)
+            rc = bsipipe_error_set(-EINVAL, "%s: channel %d has a %s but no %s", name, c,
+                                   chan[c] & 1 ? "SEND" : "RECV", chan[c] & 1 ? "RECV" : "SEND");
+    if (rc == 0) {
+        bsipipe_cost_model_t unit = bsipipe_cost_model_unit();
+        bsipipe_sim_result_t *r;
+        rc = bsipipe_simulate(s, &unit, &r);
+        if (rc == 0)
+            bsipipe_sim_result_destroy(r);
+    }
+out:
+    free(seen);
+    free(chan);
+    return rc;
+}
+
+double bsipipe_bubble_closed_form(const bsipipe_parallel_config_t *pc)
+{
+    double w = pc->w, ns = (double)pc->m * pc->k;
+    switch (pc->schedule) {
+    case BSIPIPE_SCHED_GPIPE: case BSIPIPE_SCHED_1F1B:
+    case BSIPIPE_SCHED_TERAPIPE: case BSIPIPE_SCHED_SEQ1F1B:
+        return (w - 1) / (ns + w - 1);
+    case BSIPIPE_SCHED_1F1B_I: case BSIPIPE_SCHED_SEQ1F1B_I:
+        return (w - 1) / (pc->p * ns + w - 1);
+    case BSIPIPE_SCHED_ZB_H1: case BSIPIPE_SCHED_BSIPIPE:
+        return (w - 1) / (3 * ns + w - 1);
+    default:
+        return -1;
+    }
+}

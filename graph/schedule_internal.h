@@ -1,0 +1,71 @@
+/* schedule_internal.h: the schedule's insides, shared by the files of graph/
+ * that build and read it. Not installed. */
+#ifndef BSIPIPE_SCHEDULE_INTERNAL_H
+#define BSIPIPE_SCHEDULE_INTERNAL_H
+
+#include "graph/bsipipe_schedule.h"
+
+struct bsipipe_schedule {
+    bsipipe_parallel_config_t pc;
+    bsipipe_model_dims_t dims;
+    int n_devices, n_pipes, n_chunks;
+    int *chunk_dev;    /* [pipe * n_chunks + chunk] -> device */
+    int *sub_starts;   /* k + 1 token boundaries */
+    int *n_ops, *cap_ops;
+    bsipipe_op_t **ops; /* per device, in order */
+    int n_channels;
+};
+
+/* Appends an op to its device's list; -ENOMEM on failure. */
+int schedule_push(bsipipe_schedule_t *s, const bsipipe_op_t *op);
+
+/* Appends a compute op (F/B/W) of (mb, sub, chunk) on the device placement
+ * gives it. */
+int schedule_push_compute(bsipipe_schedule_t *s, bsipipe_op_kind_t kind, int mb, int sub, int chunk);
+
+static inline int schedule_dev(const bsipipe_schedule_t *s, int pipe, int chunk)
+{
+    return s->chunk_dev[pipe * s->n_chunks + chunk];
+}
+/* Micro-batches of one basic unit (bidirectional schedules): w, or 2w when w
+ * is odd so that both pipes get the same number; all m when m is not a
+ * multiple of that. */
+static inline int schedule_mb_group(const bsipipe_schedule_t *s)
+{
+    int group = s->pc.w % 2 ? 2 * s->pc.w : s->pc.w;
+    return s->pc.m % group ? s->pc.m : group;
+}
+static inline int schedule_mb_pipe(const bsipipe_schedule_t *s, int mb)
+{
+    /* Bidirectional schedules give the first half of each group of micro-
+     * batches to the down pipe and the second half to the up pipe. */
+    if (s->n_pipes == 1)
+        return 0;
+    int group = schedule_mb_group(s);
+    return (mb % group) >= group / 2;
+}
+
+/* Compute-order generators: fill the per-device lists with F/B/W ops. */
+int generate_fixed(bsipipe_schedule_t *s);  /* gpipe, terapipe, 1f1b, seq1f1b, *-i */
+int generate_greedy(bsipipe_schedule_t *s); /* zb-h1, chimera, bsipipe */
+
+/* Inserts SEND/RECV ops for every cross-device dependency, ordered per
+ * s->pc.comm, removing any existing ones first. */
+int comm_insert(bsipipe_schedule_t *s);
+
+/* Dense index of a compute op (kind F/B/W, mb, sub, chunk). */
+static inline long compute_index(const bsipipe_schedule_t *s, int kind, int mb, int sub, int chunk)
+{
+    return (((long)kind * s->pc.m + mb) * s->pc.k + sub) * s->n_chunks + chunk;
+}
+static inline long compute_index_count(const bsipipe_schedule_t *s)
+{
+    return 3L * s->pc.m * s->pc.k * s->n_chunks;
+}
+
+/* The producers a compute op needs (F/B/W ops of the same pipe): up to 3.
+ * Returns how many were written to out (as bsipipe_op_t with kind, mb, sub,
+ * chunk, pipe and device filled). */
+int compute_deps(const bsipipe_schedule_t *s, const bsipipe_op_t *op, bsipipe_op_t out[3]);
+
+#endif

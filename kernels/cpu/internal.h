@@ -1,0 +1,42 @@
+/* kernels/cpu/internal.h: layouts and helpers shared by the kernel sources
+ * (not installed). Offsets are in elements. */
+#ifndef BSIPIPE_KERNELS_INTERNAL_H
+#define BSIPIPE_KERNELS_INTERNAL_H
+
+#include "kernels/bsipipe_model.h"
+
+/* One layer's parameters; -1 marks a tensor the family lacks. */
+struct bsipipe_layer_off {
+    long n1w, n1b, wqkv, wo, n2w, n2b, w1, w2, total;
+};
+/* Embedding and head parts. */
+struct bsipipe_embed_off { long wte, wpe, total; };
+struct bsipipe_head_off { long nfw, nfb, wlm, total; };
+/* Stash of one layer for a piece of len tokens:
+ * x[len,d] n1[len,d] s1[2,len] q[len,d] att[len,d] lse[H,len] x2[len,d]
+ * n2[len,d] s2[2,len] a1[len,A1] a2[len,F] with A1 = F (GPT fc pre-act) or
+ * 2F (LLaMA gate|up), a2 = GeLU(a1) or SiLU(gate)*up. s = (mean, rstd). */
+struct bsipipe_stash_off {
+    long x, n1, s1, q, att, lse, x2, n2, s2, a1, a2, total;
+};
+/* Chunk-backward scratch: dy dx dn datt [len,d], dqkv[len,3d], da1[len,A1],
+ * da2[len,F], dvec[H,len]. */
+struct bsipipe_work_off {
+    long dy, dx, dn, datt, dqkv, da1, da2, dvec, total;
+};
+
+int bsipipe__a1_width(const bsipipe_model_dims_t *d);
+void bsipipe__layer_off(const bsipipe_model_dims_t *d, struct bsipipe_layer_off *o);
+void bsipipe__embed_off(const bsipipe_model_dims_t *d, struct bsipipe_embed_off *o);
+void bsipipe__head_off(const bsipipe_model_dims_t *d, struct bsipipe_head_off *o);
+void bsipipe__stash_off(const bsipipe_model_dims_t *d, int len, struct bsipipe_stash_off *o);
+void bsipipe__work_off(const bsipipe_model_dims_t *d, int len, struct bsipipe_work_off *o);
+
+extern int bsipipe__tile_q, bsipipe__tile_k, bsipipe__threads;
+
+/* Runs fn(ctx, i) for i in [0, n) on up to bsipipe__threads threads
+ * (static round-robin, so results do not depend on timing). Returns the first
+ * nonzero value returned by fn (in index order), else 0. */
+int bsipipe__parallel_for(int n, int (*fn)(void *ctx, int i), void *ctx);
+
+#endif

@@ -1,0 +1,6 @@
+/* kernels/cpu/kernels_f64.c: fp64 instance of kernels_tmpl.h (finite
+ * differences and exact-math checks; names end in _f64). */
+#define R double
+#define FN(n) n##_f64
+#define GEMM cblas_dgemm
+#include "kernels/cpu/kernels_tmpl.h"

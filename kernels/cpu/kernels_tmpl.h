@@ -1,0 +1,904 @@
+/* kernels/cpu/kernels_tmpl.h: the CPU kernels, written once for a generic
+ * real type. Included by kernels_f32.c and kernels_f64.c, which define
+ *   R      float or double
+ *   FN(n)  public name (n or n##_f64)
+ *   GEMM   cblas_sgemm or cblas_dgemm
+ * The fp64 instance exists for finite-difference checks: same code path,
+ * same tiling, so its gradients test exactly the code that runs in fp32.
+ * Matrices are row-major; weights are [out, in] (torch Linear layout). */
+#include <errno.h>
+#include <tgmath.h> /* exp, tanh, log, sqrt follow R (expf for float) */
+#include <stdlib.h>
+#include <string.h>
+#include <cblas.h>
+
+#include "kernels/bsipipe_kernels.h"
+#include "kernels/cpu/internal.h"
+
+#define IX(i, j, ld) ((size_t)(i) * (size_t)(ld) + (size_t)(j))
+
+/* ---------------------------------------------------------------- helpers */
+
+/* y[n, out] (ld ldy) = x[n, in] (ld ldx) @ w[out, in]^T (ld ldw) + beta * y */
+static void lin_fwd(int n, int out, int in, const R *x, int ldx, const R *w, int ldw,
+                    R beta, R *y, int ldy)
+{
+    GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, (R)1, x, ldx, w, ldw, beta,
+         y, ldy);
+}
+
+/* dx[n, in] = dy[n, out] @ w[out, in] + beta * dx */
+static void lin_bwd_x(int n, int out, int in, const R *dy, int lddy, const R *w, int ldw,
+                      R beta, R *dx, int lddx)
+{
+    GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, (R)1, dy, lddy, w, ldw,
+         beta, dx, lddx);
+}
+
+/* dw[out, in] += dy[n, out]^T @ x[n, in] */
+static void lin_bwd_w(int n, int out, int in, const R *dy, int lddy, const R *x, int ldx,
+                      R *dw, int lddw)
+{
+    GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, (R)1, dy, lddy, x, ldx, (R)1,
+         dw, lddw);
+}
+
+/* LayerNorm (b != NULL) or RMSNorm (b == NULL) over rows of width d.
+ * y = xhat * w (+ b); xhat = (x - mean) * rstd (LN) or x * rstd (RMS).
+ * st[0..n) = mean (0 for RMS), st[n..2n) = rstd. Statistics in double. */
+static void norm_fwd(int n, int d, const R *x, const R *w, const R *b, R *y, R *st)
+{
+    for (int i = 0; i < n; i++) {
+        const R *xr = x + IX(i, 0, d);
+        R *yr = y + IX(i, 0, d);
+        double mean = 0, var = 0;
+        if (b) {
+            for (int c = 0; c < d; c++)
+                mean += xr[c];
+            mean /= d;
+        }
+        for (int c = 0; c < d; c++) {
+            double t = xr[c] - mean;
+            var += t * t;
+        }
+        var /= d;
+        R m = (R)mean, rs = (R)(1.0 / sqrt(var + BSIPIPE_NORM_EPS));
+        for (int c = 0; c < d; c++) {
+            R xh = (xr[c] - m) * rs;
+            yr[c] = xh * w[c] + (b ? b[c] : (R)0);
+        }
+        st[i] = m;
+        st[n + i] = rs;
+    }
+}
+
+/* Backward of norm_fwd: dx (+)= ..., dw += , db += . accumulate_dx selects
+ * dx += (residual branch) or dx =. */
+static void norm_bwd(int n, int d, const R *x, const R *w, int has_b, const R *st,
+                     const R *dy, R *dx, R *dw, R *db, int accumulate_dx)
+{
+    for (int i = 0; i < n; i++) {
+        const R *xr = x + IX(i, 0, d), *dyr = dy + IX(i, 0, d);
+        R *dxr = dx + IX(i, 0, d);
+        R m = st[i], rs = st[n + i];
+        double s1 = 0, s2 = 0; /* mean(dxhat), mean(dxhat * xhat) */
+        for (int c = 0; c < d; c++) {
+            R xh = (xr[c] - m) * rs, dxh = dyr[c] * w[c];
+            s1 += dxh;
+            s2 += (double)dxh * xh;
+            dw[c] += dyr[c] * xh;
+            if (has_b)
+                db[c] += dyr[c];
+        }
+        s1 /= d;
+        s2 /= d;
+        if (!has_b)
+            s1 = 0; /* RMSNorm: no mean subtraction */
+        for (int c = 0; c < d; c++) {
+            R xh = (xr[c] - m) * rs, dxh = dyr[c] * w[c];
+            R g = rs * (dxh - (R)s1 - xh * (R)s2);
+            dxr[c] = accumulate_dx ? dxr[c] + g : g;
+        }
+    }
+}
+
+#define GELU_K ((R)0.7978845608028654) /* sqrt(2/pi) */
+#define GELU_C ((R)0.044715)
+
+static void gelu_fwd(size_t n, const R *h, R *g)
+{
+    for (size_t i = 0; i < n; i++) {
+        R x = h[i];
+        g[i] = (R)0.5 * x * ((R)1 + tanh(GELU_K * (x + GELU_C * x * x * x)));
+    }
+}
+
+/* dh = dg * gelu'(h) (tanh approximation, as torch gelu(approximate='tanh')) */
+static void gelu_bwd(size_t n, const R *h, const R *dg, R *dh)
+{
+    for (size_t i = 0; i < n; i++) {
+        R x = h[i], t = tanh(GELU_K * (x + GELU_C * x * x * x));
+        R dt = GELU_K * ((R)1 + (R)3 * GELU_C * x * x);
+        dh[i] = dg[i] * ((R)0.5 * ((R)1 + t) + (R)0.5 * x * ((R)1 - t * t) * dt);
+    }
+}
+
+/* h[n, F] = silu(gate) * up, gu[n, 2F] = [gate | up] */
+static void swiglu_fwd(int n, int f, const R *gu, R *h)
+{
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < f; c++) {
+            R g = gu[IX(i, c, 2 * f)], u = gu[IX(i, f + c, 2 * f)];
+            h[IX(i, c, f)] = g / ((R)1 + exp(-g)) * u;
+        }
+}
+
+static void swiglu_bwd(int n, int f, const R *gu, const R *dh, R *dgu)
+{
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < f; c++) {
+            R g = gu[IX(i, c, 2 * f)], u = gu[IX(i, f + c, 2 * f)];
+            R sg = (R)1 / ((R)1 + exp(-g)), dhv = dh[IX(i, c, f)];
+            dgu[IX(i, c, 2 * f)] = dhv * u * sg * ((R)1 + g * ((R)1 - sg));
+            dgu[IX(i, f + c, 2 * f)] = dhv * g * sg;
+        }
+}
+
+/* RoPE on rows of x[n, ld] (heads of hd columns, pairs (2i, 2i+1)), row r at
+ * position pos0 + r. dir = +1 rotates (forward), -1 applies the transpose
+ * (backward). Angles in double, cos/sin rounded to R (the PyTorch script does
+ * the same). */
+static void rope(int n, int n_heads, int hd, int pos0, R *x, int ld, int dir)
+{
+    for (int r = 0; r < n; r++) {
+        double pos = pos0 + r;
+        for (int i = 0; i < hd / 2; i++) {
+            double ang = pos * pow(BSIPIPE_ROPE_BASE, -2.0 * i / hd);
+            R c = (R)cos(ang), s = (R)sin(ang) * (R)dir;
+            for (int h = 0; h < n_heads; h++) {
+                R *p = x + IX(r, h * hd + 2 * i, ld);
+                R a = p[0], b = p[1];
+                p[0] = a * c - b * s;
+                p[1] = a * s + b * c;
+            }
+        }
+    }
+}
+
+/* -------------------------------------------------------------- attention */
+
+struct att_ctx {
+    int hd, start, len, ldq, ldk, ldo, lddq;
+    const R *q, *k, *v, *o, *do_, *lse_in;
+    R *out, *lse, *dq, *dk, *dv, *dvec;
+    R scale;
+};
+
+/* One head of the forward: for each query tile, loop over key tiles up to the
+ * causal limit, online softmax (running max m, running sum l), O rescaled as
+ * the max grows. Scratch: one bq x bk score tile + m, l. */
+static int att_fwd_head(void *vctx, int h)
+{
+    struct att_ctx *a = vctx;
+    int bq = bsipipe__tile_q, bk = bsipipe__tile_k, hd = a->hd;
+    R *s = malloc(sizeof(R) * ((size_t)bq * bk + 2 * (size_t)bq));
+    if (!s)
+        return -ENOMEM;
+    R *m = s + (size_t)bq * bk, *l = m + bq;
+    for (int i0 = 0; i0 < a->len; i0 += bq) {
+        int nq = a->len - i0 < bq ? a->len - i0 : bq;
+        int kend = a->start + i0 + nq; /* keys [0, kend) visible to this tile */
+        const R *qt = a->q + IX(i0, h * hd, a->ldq);
+        R *ot = a->out + IX(i0, h * hd, a->ldo);
+        for (int r = 0; r < nq; r++) {
+            m[r] = -INFINITY;
+            l[r] = 0;
+            memset(ot + IX(r, 0, a->ldo), 0, sizeof(R) * hd);
+        }
+        for (int j0 = 0; j0 < kend; j0 += bk) {
+            int nk = kend - j0 < bk ? kend - j0 : bk;
+            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hd, a->scale, qt, a->ldq,
+                 a->k + IX(j0, h * hd, a->ldk), a->ldk, (R)0, s, bk);
+            for (int r = 0; r < nq; r++) {
+                int pos = a->start + i0 + r, nvis = pos - j0 + 1; /* keys j0..pos */
+                R *sr = s + IX(r, 0, bk), mx = m[r], sum = 0, alpha;
+                if (nvis > nk)
+                    nvis = nk;
+                for (int c = 0; c < nvis; c++)
+                    if (sr[c] > mx)
+                        mx = sr[c];
+                for (int c = 0; c < nvis; c++) {
+                    sr[c] = exp(sr[c] - mx);
+                    sum += sr[c];
+                }
+                for (int c = nvis > 0 ? nvis : 0; c < nk; c++)
+                    sr[c] = 0; /* masked (future) keys */
+                alpha = exp(m[r] - mx); /* exp(-inf) = 0 on the first tile */
+                l[r] = l[r] * alpha + sum;
+                m[r] = mx;
+                if (alpha != (R)1) {
+                    R *orow = ot + IX(r, 0, a->ldo);
+                    for (int c = 0; c < hd; c++)
+                        orow[c] *= alpha;
+                }
+            }
+            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hd, nk, (R)1, s, bk,
+                 a->v + IX(j0, h * hd, a->ldk), a->ldk, (R)1, ot, a->ldo);
+        }
+        for (int r = 0; r < nq; r++) {
+            R *orow = ot + IX(r, 0, a->ldo), inv = (R)1 / l[r];
+            for (int c = 0; c < hd; c++)
+                orow[c] *= inv;
+            a->lse[IX(h, i0 + r, a->len)] = m[r] + log(l[r]);
+        }
+    }
+    free(s);
+    return 0;
+}
+
+static int att_check(int n_heads, int head_dim, int start, int len, const void *q, int ldq,
+                     const void *k, const void *v, int ldk, const void *o, int ldo)
+{
+    int w = n_heads * head_dim;
+    if (n_heads < 1 || head_dim < 1 || start < 0 || len < 1 || !q || !k || !v || !o)
+        return -EINVAL;
+    if (ldq < w || ldk < w || ldo < w)
+        return -EINVAL;
+    return 0;
+}
+
+int FN(bsipipe_attention_forward)(int n_heads, int head_dim, int start, int len,
+                                  const R *q, int ldq, const R *k, const R *v, int ldk,
+                                  R *o, int ldo, R *lse)
+{
+    struct att_ctx a;
+    int rc = att_check(n_heads, head_dim, start, len, q, ldq, k, v, ldk, o, ldo);
+    if (rc || !lse)
+        return rc ? rc : -EINVAL;
+    memset(&a, 0, sizeof a);
+    a.hd = head_dim; a.start = start; a.len = len;
+    a.ldq = ldq; a.ldk = ldk; a.ldo = ldo;
+    a.q = q; a.k = k; a.v = v; a.out = o; a.lse = lse;
+    a.scale = (R)(1.0 / sqrt((double)head_dim));
+    return bsipipe__parallel_for(n_heads, att_fwd_head, &a);
+}
+
+/* One head of the backward (FlashAttention-2 order): per query tile,
+ * recompute P = exp(S - lse) tile by tile; dV += P^T dO, dP = dO V^T,
+ * dS = P * (dP - D) * scale, dQ += dS K, dK += dS^T Q. D = rowsum(dO * O). */
+static int att_bwd_head(void *vctx, int h)
+{
+    struct att_ctx *a = vctx;
+    int bq = bsipipe__tile_q, bk = bsipipe__tile_k, hd = a->hd;
+    R *p = malloc(sizeof(R) * 2 * (size_t)bq * bk);
+    if (!p)
+        return -ENOMEM;
+    R *dp = p + (size_t)bq * bk;
+    R *dvec = a->dvec + IX(h, 0, a->len);
+    for (int i = 0; i < a->len; i++) {
+        const R *orow = a->o + IX(i, h * hd, a->ldo), *dorow = a->do_ + IX(i, h * hd, a->ldo);
+        R acc = 0;
+        for (int c = 0; c < hd; c++)
+            acc += orow[c] * dorow[c];
+        dvec[i] = acc;
+        memset(a->dq + IX(i, h * hd, a->lddq), 0, sizeof(R) * hd);
+    }
+    for (int i0 = 0; i0 < a->len; i0 += bq) {
+        int nq = a->len - i0 < bq ? a->len - i0 : bq;
+        int kend = a->start + i0 + nq;
+        const R *qt = a->q + IX(i0, h * hd, a->ldq), *dot = a->do_ + IX(i0, h * hd, a->ldo);
+        R *dqt = a->dq + IX(i0, h * hd, a->lddq);
+        const R *lse = a->lse_in + IX(h, i0, a->len);
+        for (int j0 = 0; j0 < kend; j0 += bk) {
+            int nk = kend - j0 < bk ? kend - j0 : bk;
+            const R *kt = a->k + IX(j0, h * hd, a->ldk), *vt = a->v + IX(j0, h * hd, a->ldk);
+            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hd, a->scale, qt, a->ldq,
+                 kt, a->ldk, (R)0, p, bk);
+            for (int r = 0; r < nq; r++) {
+                int nvis = a->start + i0 + r - j0 + 1;
+                R *pr = p + IX(r, 0, bk);
+                if (nvis > nk)
+                    nvis = nk;
+                for (int c = 0; c < nvis; c++)
+                    pr[c] = exp(pr[c] - lse[r]);
+                for (int c = nvis > 0 ? nvis : 0; c < nk; c++)
+                    pr[c] = 0;
+            }
+            /* dV[j0.., :] += P^T dO */
+            GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hd, nq, (R)1, p, bk, dot,
+                 a->ldo, (R)1, a->dv + IX(j0, h * hd, a->ldk), a->ldk);
+            /* dP = dO V^T */
+            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hd, (R)1, dot, a->ldo, vt,
+                 a->ldk, (R)0, dp, bk);
+            for (int r = 0; r < nq; r++) {
+                R *pr = p + IX(r, 0, bk), *dpr = dp + IX(r, 0, bk), dd = dvec[i0 + r];
+                for (int c = 0; c < nk; c++)
+                    pr[c] = pr[c] * (dpr[c] - dd) * a->scale; /* dS, scale folded in */
+            }
+            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hd, nk, (R)1, p, bk, kt,
+                 a->ldk, (R)1, dqt, a->lddq);
+            GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hd, nq, (R)1, p, bk, qt, a->ldq,
+                 (R)1, a->dk + IX(j0, h * hd, a->ldk), a->ldk);
+        }
+    }
+    free(p);
+    return 0;
+}
+
+int FN(bsipipe_attention_backward)(int n_heads, int head_dim, int start, int len,
+                                   const R *q, int ldq, const R *k, const R *v, int ldk,
+                                   const R *o, const R *do_, int ldo, const R *lse, R *dq,
+                                   int lddq, R *dk, R *dv)
+{
+    struct att_ctx a;
+    int rc = att_check(n_heads, head_dim, start, len, q, ldq, k, v, ldk, o, ldo);
+    if (rc || !do_ || !lse || !dq || !dk || !dv || lddq < n_heads * head_dim)
+        return rc ? rc : -EINVAL;
+    memset(&a, 0, sizeof a);
+    a.dvec = malloc(sizeof(R) * (size_t)n_heads * len);
+    if (!a.dvec)
+        return -ENOMEM;
+    a.hd = head_dim; a.start = start; a.len = len;
+    a.ldq = ldq; a.ldk = ldk; a.ldo = ldo; a.lddq = lddq;
+    a.q = q; a.k = k; a.v = v; a.o = o; a.do_ = do_; a.lse_in = lse;
+    a.dq = dq; a.dk = dk; a.dv = dv;
+    a.scale = (R)(1.0 / sqrt((double)head_dim));
+    rc = bsipipe__parallel_for(n_heads, att_bwd_head, &a);
+    free(a.dvec);
+    return rc;
+}
+
+/* ----------------------------------------------------------------- layers */
+
+struct lp { const R *n1w, *n1b, *wqkv, *wo, *n2w, *n2b, *w1, *w2; };
+struct lg { R *n1w, *n1b, *wqkv, *wo, *n2w, *n2b, *w1, *w2; };
+
+static void layer_ptrs(const struct bsipipe_layer_off *o, const R *base, struct lp *p)
+{
+    p->n1w = base + o->n1w;
+    p->n1b = o->n1b >= 0 ? base + o->n1b : NULL;
+    p->wqkv = base + o->wqkv;
+    p->wo = base + o->wo;
+    p->n2w = base + o->n2w;
+    p->n2b = o->n2b >= 0 ? base + o->n2b : NULL;
+    p->w1 = base + o->w1;
+    p->w2 = base + o->w2;
+}
+
+static void layer_gptrs(const struct bsipipe_layer_off *o, R *base, struct lg *g)
+{
+    g->n1w = base + o->n1w;
+    g->n1b = o->n1b >= 0 ? base + o->n1b : NULL;
+    g->wqkv = base + o->wqkv;
+    g->wo = base + o->wo;
+    g->n2w = base + o->n2w;
+    g->n2b = o->n2b >= 0 ? base + o->n2b : NULL;
+    g->w1 = base + o->w1;
+    g->w2 = base + o->w2;
+}
+
+/* Forward of one layer for the piece [start, start+len).
+ * In : st->x [len, d]; kv rows [0, start) (earlier pieces).
+ * Out: y [len, d]; kv rows [start, start+len); the rest of the stash.
+ *   n1 = norm1(x); q|k|v = n1 Wqkv^T (k, v straight into the cache rows);
+ *   LLaMA: RoPE(q, k) at positions start+i; att = MHA(q, K[0..], V[0..]);
+ *   x2 = x + att Wo^T; n2 = norm2(x2);
+ *   GPT:   a1 = n2 Wfc^T [len,F], a2 = gelu(a1), y = x2 + a2 Wproj^T
+ *   LLaMA: a1 = n2 Wgu^T [len,2F], a2 = silu(gate)*up, y = x2 + a2 Wdown^T */
+static int layer_fwd(const bsipipe_model_dims_t *dm, int start, int len, const struct lp *p,
+                     R *stash, R *kv, R *y)
+{
+    struct bsipipe_stash_off so;
+    int d = dm->hidden, H = dm->n_heads, hd = d / H, f = dm->ffn_hidden;
+    int a1w = bsipipe__a1_width(dm), llama = dm->family == BSIPIPE_MODEL_LLAMA, rc;
+    size_t kvrows = (size_t)dm->seq_len * d;
+    R *K = kv, *Vc = kv + kvrows;
+    bsipipe__stash_off(dm, len, &so);
+    R *x = stash + so.x, *n1 = stash + so.n1, *q = stash + so.q, *att = stash + so.att;
+    R *x2 = stash + so.x2, *n2 = stash + so.n2, *a1 = stash + so.a1, *a2 = stash + so.a2;
+
+    norm_fwd(len, d, x, p->n1w, p->n1b, n1, stash + so.s1);
+    lin_fwd(len, d, d, n1, d, p->wqkv, d, (R)0, q, d);
+    lin_fwd(len, d, d, n1, d, p->wqkv + IX(d, 0, d), d, (R)0, K + IX(start, 0, d), d);
+    lin_fwd(len, d, d, n1, d, p->wqkv + IX(2 * d, 0, d), d, (R)0, Vc + IX(start, 0, d), d);
+    if (llama) {
+        rope(len, H, hd, start, q, d, 1);
+        rope(len, H, hd, start, K + IX(start, 0, d), d, 1);
+    }
+    rc = FN(bsipipe_attention_forward)(H, hd, start, len, q, d, K, Vc, d, att, d,
+                                       stash + so.lse);
+    if (rc)
+        return rc;
+    memcpy(x2, x, sizeof(R) * (size_t)len * d);
+    lin_fwd(len, d, d, att, d, p->wo, d, (R)1, x2, d);
+    norm_fwd(len, d, x2, p->n2w, p->n2b, n2, stash + so.s2);
+    lin_fwd(len, a1w, d, n2, d, p->w1, d, (R)0, a1, a1w);
+    if (llama)
+        swiglu_fwd(len, f, a1, a2);
+    else
+        gelu_fwd((size_t)len * f, a1, a2);
+    if (y != x2)
+        memcpy(y, x2, sizeof(R) * (size_t)len * d);
+    lin_fwd(len, d, f, a2, f, p->w2, f, (R)1, y, d);
+    return 0;
+}
+
+/* Backward of one layer. In: buf = dy [len, d] (dLoss/dy). Out: buf = dx.
+ * Weight grads +=; dkv rows [0, start+len) +=, then rows [start, start+len)
+ * read as this piece's complete dK/dV.
+ *   MLP : da2 = dy W2; dW2 += dy^T a2; da1 = act'(da2); dn2 = da1 W1;
+ *         dW1 += da1^T n2; dx2 = dy + norm2'(dn2)
+ *   attn: datt = dx2 Wo; dWo += dx2^T att; (dq, dK, dV) = MHA'(datt);
+ *         LLaMA: RoPE^T on dq, dk; dn1 = dqkv Wqkv; dWqkv += dqkv^T n1;
+ *         dx = dx2 + norm1'(dn1) */
+static int layer_bwd(const bsipipe_model_dims_t *dm, int start, int len, const struct lp *p,
+                     const struct lg *g, const R *stash, const R *kv, R *dkv, R *work,
+                     R *buf)
+{
+    struct bsipipe_stash_off so;
+    struct bsipipe_work_off wo;
+    int d = dm->hidden, H = dm->n_heads, hd = d / H, f = dm->ffn_hidden;
+    int a1w = bsipipe__a1_width(dm), llama = dm->family == BSIPIPE_MODEL_LLAMA, rc;
+    size_t kvrows = (size_t)dm->seq_len * d;
+    const R *K = kv, *Vc = kv + kvrows;
+    R *dK = dkv, *dV = dkv + kvrows;
+    bsipipe__stash_off(dm, len, &so);
+    bsipipe__work_off(dm, len, &wo);
+    const R *x = stash + so.x, *n1 = stash + so.n1, *q = stash + so.q;
+    const R *att = stash + so.att, *x2 = stash + so.x2, *n2 = stash + so.n2;
+    const R *a1 = stash + so.a1, *a2 = stash + so.a2;
+    R *dx2 = work + wo.dx, *dn = work + wo.dn, *datt = work + wo.datt;
+    R *dqkv = work + wo.dqkv, *da1 = work + wo.da1, *da2 = work + wo.da2;
+    R *dy = buf;
+
+    /* MLP */
+    lin_bwd_x(len, d, f, dy, d, p->w2, f, (R)0, da2, f);
+    lin_bwd_w(len, d, f, dy, d, a2, f, g->w2, f);
+    if (llama)
+        swiglu_bwd(len, f, a1, da2, da1);
+    else
+        gelu_bwd((size_t)len * f, a1, da2, da1);
+    lin_bwd_x(len, a1w, d, da1, a1w, p->w1, d, (R)0, dn, d);
+    lin_bwd_w(len, a1w, d, da1, a1w, n2, d, g->w1, d);
+    memcpy(dx2, dy, sizeof(R) * (size_t)len * d);
+    norm_bwd(len, d, x2, p->n2w, p->n2b != NULL, stash + so.s2, dn, dx2, g->n2w, g->n2b, 1);
+
+    /* attention */
+    lin_bwd_x(len, d, d, dx2, d, p->wo, d, (R)0, datt, d);
+    lin_bwd_w(len, d, d, dx2, d, att, d, g->wo, d);
+    rc = FN(bsipipe_attention_backward)(H, hd, start, len, q, d, K, Vc, d, att, datt, d,
+                                        stash + so.lse, dqkv, 3 * d, dK, dV);
+    if (rc)
+        return rc;
+    for (int i = 0; i < len; i++) {
+        memcpy(dqkv + IX(i, d, 3 * d), dK + IX(start + i, 0, d), sizeof(R) * d);
+        memcpy(dqkv + IX(i, 2 * d, 3 * d), dV + IX(start + i, 0, d), sizeof(R) * d);
+    }
+    if (llama) {
+        rope(len, H, hd, start, dqkv, 3 * d, -1);
+        rope(len, H, hd, start, dqkv + d, 3 * d, -1);
+    }
+    lin_bwd_x(len, 3 * d, d, dqkv, 3 * d, p->wqkv, d, (R)0, dn, d);
+    lin_bwd_w(len, 3 * d, d, dqkv, 3 * d, n1, d, g->wqkv, d);
+    /* dx = dx2 + norm1'(dn): written over dy (no longer needed) */
+    memcpy(buf, dx2, sizeof(R) * (size_t)len * d);
+    norm_bwd(len, d, x, p->n1w, p->n1b != NULL, stash + so.s1, dn, buf, g->n1w, g->n1b, 1);
+    return 0;
+}
+
+static int piece_check(const bsipipe_model_dims_t *d, int start, int len)
+{
+    if (bsipipe_model_dims_check(d) || start < 0 || len < 1 || start > d->seq_len - len)
+        return -EINVAL;
+    return 0;
+}
+
+int FN(bsipipe_chunk_forward)(const bsipipe_model_dims_t *d, int l0, int l1, int start,
+                              int len, const R *layers, const R *x_in, R *x_out, R *stash,
+                              R *kv)
+{
+    struct bsipipe_layer_off lo;
+    struct bsipipe_stash_off so;
+    struct lp p;
+    size_t ss, kvs;
+    int rc;
+    if (piece_check(d, start, len) || l0 < 0 || l1 <= l0 || l1 > d->n_layers || !layers ||
+        !x_in || !x_out || !stash || !kv)
+        return -EINVAL;
+    bsipipe__layer_off(d, &lo);
+    bsipipe__stash_off(d, len, &so);
+    ss = (size_t)so.total;
+    kvs = (size_t)bsipipe_model_kv_size(d);
+    memmove(stash + so.x, x_in, sizeof(R) * (size_t)len * d->hidden);
+    for (int l = l0; l < l1; l++) {
+        size_t i = (size_t)(l - l0);
+        R *st = stash + i * ss;
+        /* the layer output is the next layer's stashed input */
+        R *y = l + 1 < l1 ? stash + (i + 1) * ss + so.x : x_out;
+        layer_ptrs(&lo, layers + i * (size_t)lo.total, &p);
+        rc = layer_fwd(d, start, len, &p, st, kv + i * kvs, y);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int FN(bsipipe_chunk_backward)(const bsipipe_model_dims_t *d, int l0, int l1, int start,
+                               int len, const R *layers, R *grads, const R *dy, R *dx,
+                               const R *stash, const R *kv, R *dkv, R *work)
+{
+    struct bsipipe_layer_off lo;
+    struct bsipipe_work_off wo;
+    struct lp p;
+    struct lg g;
+    size_t ss, kvs;
+    int rc;
+    if (piece_check(d, start, len) || l0 < 0 || l1 <= l0 || l1 > d->n_layers || !layers ||
+        !grads || !dy || !dx || !stash || !kv || !dkv || !work)
+        return -EINVAL;
+    bsipipe__layer_off(d, &lo);
+    bsipipe__work_off(d, len, &wo);
+    ss = (size_t)bsipipe_model_stash_size(d, len);
+    kvs = (size_t)bsipipe_model_kv_size(d);
+    memmove(work + wo.dy, dy, sizeof(R) * (size_t)len * d->hidden);
+    for (int l = l1 - 1; l >= l0; l--) {
+        size_t i = (size_t)(l - l0);
+        layer_ptrs(&lo, layers + i * (size_t)lo.total, &p);
+        layer_gptrs(&lo, grads + i * (size_t)lo.total, &g);
+        rc = layer_bwd(d, start, len, &p, &g, stash + i * ss, kv + i * kvs, dkv + i * kvs,
+                       work, work + wo.dy);
+        if (rc)
+            return rc;
+    }
+    memmove(dx, work + wo.dy, sizeof(R) * (size_t)len * d->hidden);
+    return 0;
+}
+
+/* -------------------------------------------------------------- embedding */
+
+int FN(bsipipe_embed_forward)(const bsipipe_model_dims_t *d, const R *embed, const int *tokens,
+                              int start, int len, R *x_out)
+{
+    struct bsipipe_embed_off eo;
+    int h;
+    if (piece_check(d, start, len) || !embed || !tokens || !x_out)
+        return -EINVAL;
+    for (int i = 0; i < len; i++)
+        if (tokens[i] < 0 || tokens[i] >= d->vocab)
+            return -EINVAL;
+    bsipipe__embed_off(d, &eo);
+    h = d->hidden;
+    for (int i = 0; i < len; i++) {
+        const R *te = embed + eo.wte + IX(tokens[i], 0, h);
+        R *xr = x_out + IX(i, 0, h);
+        if (eo.wpe >= 0) {
+            const R *pe = embed + eo.wpe + IX(start + i, 0, h);
+            for (int c = 0; c < h; c++)
+                xr[c] = te[c] + pe[c];
+        } else {
+            memcpy(xr, te, sizeof(R) * h);
+        }
+    }
+    return 0;
+}
+
+int FN(bsipipe_embed_backward)(const bsipipe_model_dims_t *d, R *embed_grad, const int *tokens,
+                               int start, int len, const R *dx)
+{
+    struct bsipipe_embed_off eo;
+    int h;
+    if (piece_check(d, start, len) || !embed_grad || !tokens || !dx)
+        return -EINVAL;
+    for (int i = 0; i < len; i++)
+        if (tokens[i] < 0 || tokens[i] >= d->vocab)
+            return -EINVAL;
+    bsipipe__embed_off(d, &eo);
+    h = d->hidden;
+    for (int i = 0; i < len; i++) {
+        R *te = embed_grad + eo.wte + IX(tokens[i], 0, h);
+        const R *dr = dx + IX(i, 0, h);
+        for (int c = 0; c < h; c++)
+            te[c] += dr[c];
+        if (eo.wpe >= 0) {
+            R *pe = embed_grad + eo.wpe + IX(start + i, 0, h);
+            for (int c = 0; c < h; c++)
+                pe[c] += dr[c];
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------- head */
+
+/* xn = normf(x); logits = xn Wlm^T. Work: xn [len,d] | logits [len,V] | st. */
+static void head_logits(const bsipipe_model_dims_t *d, const R *head, int len, const R *x,
+                        R *work, R **xn, R **lg, R **st)
+{
+    struct bsipipe_head_off ho;
+    int h = d->hidden;
+    bsipipe__head_off(d, &ho);
+    *xn = work;
+    *lg = work + (size_t)len * h;
+    *st = *lg + (size_t)len * d->vocab;
+    norm_fwd(len, h, x, head + ho.nfw, ho.nfb >= 0 ? head + ho.nfb : NULL, *xn, *st);
+    lin_fwd(len, d->vocab, h, *xn, h, head + ho.wlm, h, (R)0, *lg, d->vocab);
+}
+
+static int head_check(const bsipipe_model_dims_t *d, int len, const R *head, const R *x,
+                      const int *targets, R *work)
+{
+    if (bsipipe_model_dims_check(d) || len < 1 || len > d->seq_len || !head || !x || !work)
+        return -EINVAL;
+    if (targets)
+        for (int i = 0; i < len; i++)
+            if (targets[i] < 0 || targets[i] >= d->vocab)
+                return -EINVAL;
+    return 0;
+}
+
+int FN(bsipipe_head_forward)(const bsipipe_model_dims_t *d, const R *head, int len, const R *x,
+                             const int *targets, R *logits, double *loss, R *work)
+{
+    R *xn, *lg, *st;
+    int V;
+    if (head_check(d, len, head, x, targets, work))
+        return -EINVAL;
+    V = d->vocab;
+    head_logits(d, head, len, x, work, &xn, &lg, &st);
+    if (logits)
+        memcpy(logits, lg, sizeof(R) * (size_t)len * V);
+    if (targets && loss) {
+        double sum = 0;
+        for (int i = 0; i < len; i++) {
+            const R *row = lg + IX(i, 0, V);
+            R mx = row[0];
+            double se = 0;
+            for (int c = 1; c < V; c++)
+                if (row[c] > mx)
+                    mx = row[c];
+            for (int c = 0; c < V; c++)
+                se += exp(row[c] - mx);
+            sum += (double)mx + log(se) - row[targets[i]];
+        }
+        *loss = sum;
+    }
+    return 0;
+}
+
+int FN(bsipipe_head_forward_backward)(const bsipipe_model_dims_t *d, const R *head,
+                                      R *head_grad, int len, const R *x, const int *targets,
+                                      double grad_scale, double *loss, R *dx, R *work)
+{
+    struct bsipipe_head_off ho;
+    R *xn, *lg, *st;
+    int V, h;
+    double sum = 0;
+    if (head_check(d, len, head, x, targets, work) || !targets || !head_grad || !dx || !loss)
+        return -EINVAL;
+    V = d->vocab;
+    h = d->hidden;
+    bsipipe__head_off(d, &ho);
+    head_logits(d, head, len, x, work, &xn, &lg, &st);
+    /* logits -> dlogits = grad_scale * (softmax - onehot), in place */
+    for (int i = 0; i < len; i++) {
+        R *row = lg + IX(i, 0, V), mx = row[0];
+        double se = 0, lse;
+        for (int c = 1; c < V; c++)
+            if (row[c] > mx)
+                mx = row[c];
+        for (int c = 0; c < V; c++)
+            se += exp((double)(row[c] - mx));
+        lse = (double)mx + log(se);
+        sum += lse - row[targets[i]];
+        for (int c = 0; c < V; c++)
+            row[c] = (R)(exp((double)row[c] - lse) * grad_scale);
+        row[targets[i]] -= (R)grad_scale;
+    }
+    *loss = sum;
+    lin_bwd_w(len, V, h, lg, V, xn, h, head_grad + ho.wlm, h);
+    /* dxn goes into xn's slot (xn is dead after dWlm): the norm backward then
+     * writes dx without aliasing its input */
+    lin_bwd_x(len, V, h, lg, V, head + ho.wlm, h, (R)0, xn, h);
+    norm_bwd(len, h, x, head + ho.nfw, ho.nfb >= 0, st, xn, dx, head_grad + ho.nfw,
+             ho.nfb >= 0 ? head_grad + ho.nfb : NULL, 0);
+    return 0;
+}
+
+/* ------------------------------------------------------------ whole model */
+
+/* splitmix64 (Steele et al.): tiny, seedable, identical on every platform */
+static unsigned long long sm64(unsigned long long *s)
+{
+    unsigned long long z = (*s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* standard normal by Box-Muller from two 53-bit uniforms in (0, 1] */
+static double randn(unsigned long long *s)
+{
+    double u1 = ((sm64(s) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+    double u2 = (sm64(s) >> 11) * (1.0 / 9007199254740992.0);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+int FN(bsipipe_model_init)(const bsipipe_model_dims_t *d, unsigned long long seed, R *params)
+{
+    bsipipe_tensor_info_t *t;
+    unsigned long long s = seed;
+    int n;
+    if (bsipipe_model_dims_check(d) || !params)
+        return -EINVAL;
+    n = bsipipe_model_tensors(d, NULL, 0);
+    t = malloc(sizeof *t * (size_t)n);
+    if (!t)
+        return -ENOMEM;
+    bsipipe_model_tensors(d, t, n);
+    for (int i = 0; i < n; i++) {
+        size_t cnt = (size_t)t[i].rows * t[i].cols;
+        R *p = params + t[i].offset;
+        const char *dot = strchr(t[i].name, '.'), *base = dot ? dot + 1 : t[i].name;
+        if (!t[i].decay) { /* norm weight 1, bias 0 */
+            R v = base[strlen(base) - 1] == 'w' ? (R)1 : (R)0;
+            for (size_t j = 0; j < cnt; j++)
+                p[j] = v;
+            continue;
+        }
+        double std = 0.02;
+        if (!strcmp(base, "wo") || !strcmp(base, "wproj") || !strcmp(base, "wdown"))
+            std /= sqrt(2.0 * d->n_layers); /* GPT-2: residual projections */
+        for (size_t j = 0; j < cnt; j++)
+            p[j] = (R)(std * randn(&s));
+    }
+    free(t);
+    return 0;
+}
+
+int FN(bsipipe_model_sequence)(const bsipipe_model_dims_t *d, const R *params, R *grads,
+                               const int *tokens, const int *targets, int k,
+                               const int *starts, double grad_scale, double *loss,
+                               R *logits)
+{
+    long eo, h0, lp1;
+    size_t S, h, st_max = 0, kv, off = 0;
+    size_t *st_off;
+    R *mem = NULL, *x, *kvb, *dkv, *work, *hw, *stash, *dxl;
+    int L, rc = 0;
+    double total = 0;
+    if (bsipipe_model_dims_check(d) || !params || !tokens || !targets || !loss || k < 1 ||
+        k > d->seq_len || !starts)
+        return -EINVAL;
+    if (starts[0] != 0 || starts[k] != d->seq_len)
+        return -EINVAL;
+    for (int j = 0; j < k; j++)
+        if (starts[j + 1] <= starts[j])
+            return -EINVAL;
+    L = d->n_layers;
+    S = (size_t)d->seq_len;
+    h = (size_t)d->hidden;
+    eo = 0;
+    h0 = bsipipe_model_layer_offset(d, L);
+    lp1 = bsipipe_model_layer_offset(d, 0);
+    kv = (size_t)L * (size_t)bsipipe_model_kv_size(d);
+    st_off = malloc(sizeof *st_off * (size_t)(k + 1));
+    if (!st_off)
+        return -ENOMEM;
+    /* every piece keeps its stash until its backward (as in a pipeline) */
+    for (int j = 0; j < k; j++) {
+        st_off[j] = off;
+        off += (size_t)L * bsipipe_model_stash_size(d, starts[j + 1] - starts[j]);
+    }
+    st_off[k] = off;
+    st_max = (size_t)bsipipe_model_work_size(d, d->seq_len);
+    {
+        size_t hws = (size_t)bsipipe_model_head_work_size(d, d->seq_len);
+        size_t total_el = S * h /* x */ + kv * 2 + st_max + hws + off + S * h /* dxl */;
+        mem = calloc(total_el, sizeof(R));
+        if (!mem) {
+            free(st_off);
+            return -ENOMEM;
+        }
+        x = mem;
+        kvb = x + S * h;
+        dkv = kvb + kv;
+        work = dkv + kv;
+        hw = work + st_max;
+        stash = hw + hws;
+        dxl = stash + off; /* dLoss/d(last layer output), per piece at its rows */
+    }
+    for (int j = 0; j < k && !rc; j++) {
+        int s0 = starts[j], n = starts[j + 1] - s0;
+        double lj = 0;
+        R *xj = x + (size_t)s0 * h;
+        rc = FN(bsipipe_embed_forward)(d, params + eo, tokens + s0, s0, n, xj);
+        if (!rc)
+            rc = FN(bsipipe_chunk_forward)(d, 0, L, s0, n, params + lp1, xj, xj,
+                                           stash + st_off[j], kvb);
+        if (!rc && logits)
+            rc = FN(bsipipe_head_forward)(d, params + h0, n, xj, NULL,
+                                          logits + (size_t)s0 * d->vocab, NULL, hw);
+        if (!rc && grads)
+            rc = FN(bsipipe_head_forward_backward)(d, params + h0, grads + h0, n, xj,
+                                                   targets + s0, grad_scale, &lj,
+                                                   dxl + (size_t)s0 * h, hw);
+        else if (!rc)
+            rc = FN(bsipipe_head_forward)(d, params + h0, n, xj, targets + s0, NULL, &lj, hw);
+        total += lj;
+    }
+    for (int j = k - 1; j >= 0 && grads && !rc; j--) {
+        int s0 = starts[j], n = starts[j + 1] - s0;
+        R *dj = dxl + (size_t)s0 * h;
+        rc = FN(bsipipe_chunk_backward)(d, 0, L, s0, n, params + lp1, grads + lp1, dj, dj,
+                                        stash + st_off[j], kvb, dkv, work);
+        if (!rc)
+            rc = FN(bsipipe_embed_backward)(d, grads + eo, tokens + s0, s0, n, dj);
+    }
+    *loss = total;
+    free(mem);
+    free(st_off);
+    return rc;
+}
+
+/* ------------------------------------------------------------- optimizer */
+
+double FN(bsipipe_sumsq)(long n, const R *g)
+{
+    double s = 0;
+    for (long i = 0; i < n; i++)
+        s += (double)g[i] * g[i];
+    return s;
+}
+
+int FN(bsipipe_adamw_update)(const bsipipe_adamw_t *hp, long t, long n, R *p, const R *g,
+                             double grad_mul, int decay, R *m, R *v)
+{
+    if (!hp || t < 1 || n < 0 || (n && (!p || !g || !m || !v)))
+        return -EINVAL;
+    /* torch.optim.AdamW (non-amsgrad, single-tensor path) operation order */
+    double bc1 = 1.0 - pow(hp->beta1, (double)t), bc2 = 1.0 - pow(hp->beta2, (double)t);
+    R b1 = (R)hp->beta1, b2 = (R)hp->beta2, step = (R)(hp->lr / bc1);
+    R bc2s = (R)sqrt(bc2), eps = (R)hp->eps, gm = (R)grad_mul;
+    R dec = (R)(1.0 - hp->lr * (decay ? hp->weight_decay : 0.0));
+    for (long i = 0; i < n; i++) {
+        R gi = grad_mul == 1.0 ? g[i] : g[i] * gm;
+        p[i] *= dec;
+        m[i] = m[i] * b1 + ((R)1 - b1) * gi;
+        v[i] = v[i] * b2 + ((R)1 - b2) * gi * gi;
+        p[i] -= step * (m[i] / (sqrt(v[i]) / bc2s + eps));
+    }
+    return 0;
+}
+
+int FN(bsipipe_model_adamw_step)(const bsipipe_model_dims_t *d, const bsipipe_adamw_t *hp,
+                                 long t, R *params, const R *grads, R *m, R *v, double *gnorm)
+{
+    bsipipe_tensor_info_t *ti;
+    long np;
+    double norm, mul = 1.0;
+    int n, rc = 0;
+    if (bsipipe_model_dims_check(d) || !hp || t < 1 || !params || !grads || !m || !v)
+        return -EINVAL;
+    np = bsipipe_model_params(d);
+    norm = sqrt(FN(bsipipe_sumsq)(np, grads));
+    if (gnorm)
+        *gnorm = norm;
+    if (hp->grad_clip > 0) {
+        /* torch clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1 */
+        double coef = hp->grad_clip / (norm + 1e-6);
+        if (coef < 1.0)
+            mul = coef;
+    }
+    n = bsipipe_model_tensors(d, NULL, 0);
+    ti = malloc(sizeof *ti * (size_t)n);
+    if (!ti)
+        return -ENOMEM;
+    bsipipe_model_tensors(d, ti, n);
+    for (int i = 0; i < n && !rc; i++) {
+        long o = ti[i].offset, c = (long)ti[i].rows * ti[i].cols;
+        rc = FN(bsipipe_adamw_update)(hp, t, c, params + o, grads + o, mul, ti[i].decay,
+                                      m + o, v + o);
+    }
+    free(ti);
+    return rc;
+}

@@ -1,0 +1,17 @@
+# kernels/cuda/local.mk — CUDA kernels (owner: build). Included from the top Makefile.am.
+# .cu files are compiled by nvcc through the `.cu.lo` rule of the top Makefile.am whenever
+# configure found CUDA (HAVE_CUDA); each .cu needs a CPU stub (or an `else` branch) so that
+# libbsipipe links without CUDA.
+nobase_pkginclude_HEADERS += kernels/cuda/bsipipe_cuda_probe.h
+if HAVE_CUDA
+libbsipipe_la_SOURCES += kernels/cuda/bsipipe_cuda_probe.cu
+else
+libbsipipe_la_SOURCES += kernels/cuda/bsipipe_cuda_probe_stub.c
+endif
+# nvcc runs without automake's dependency tracking: list the headers each .cu includes.
+kernels/cuda/bsipipe_cuda_probe.lo: kernels/cuda/bsipipe_cuda_probe.h
+
+check_PROGRAMS += tests/test_cuda_probe
+TESTS += tests/test_cuda_probe
+tests_test_cuda_probe_SOURCES = tests/test_cuda_probe.c
+tests_test_cuda_probe_LDADD = libbsipipe.la

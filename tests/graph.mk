@@ -1,0 +1,10 @@
+# tests/graph.mk: tests of the planner.
+check_PROGRAMS += tests/test_partition tests/test_config tests/test_schedules tests/test_comm_order
+TESTS += tests/test_partition tests/test_config tests/test_schedules tests/test_comm_order \
+	tests/test_plan_cli.sh
+tests_test_partition_LDADD = libbsipipe.la
+tests_test_config_LDADD = libbsipipe.la
+tests_test_schedules_LDADD = libbsipipe.la
+tests_test_comm_order_LDADD = libbsipipe.la
+noinst_HEADERS += tests/check.h
+EXTRA_DIST += tests/test_plan_cli.sh
