@@ -115,7 +115,7 @@ static void print_row(const options_t *o, const bsipipe_schedule_t *s, const bsi
     double tokens = (double)pc->m * bsipipe_schedule_model(s)->seq_len;
     printf("| %-9s | %d | %d | %4d | %6.2f%% | %6s | %6.2f%% | %9.4f | %10.0f | %5.2f / %5.2f / %5.2f | %5.2f | %8.1f | %8.1f |\n",
            bsipipe_schedule_kind_name(pc->schedule), pc->p, pc->k, pc->m * pc->k, 100 * unit->bubble_ratio, closed_s,
-           100 * r->bubble_ratio, o->unit_cost ? r->iteration_time : r->iteration_time,
+           100 * r->bubble_ratio, r->iteration_time,
            o->unit_cost ? 0 : tokens / r->iteration_time, act[0], act[W / 2], act[W - 1], par / gib,
            r->act_bytes[1] / 1e6, (r->sync_bytes[0] + r->sync_bytes[1]) / 1e6);
 }

@@ -50,8 +50,23 @@ static const char *const fills[2][3] = {
 int bsipipe_draw_svg(FILE *out, const bsipipe_schedule_t *s, const bsipipe_sim_result_t *r, const char *title)
 {
     int W = bsipipe_schedule_n_devices(s), k = bsipipe_schedule_config(s)->k;
-    double width = 1200, left = 60, row = 28, top = 40;
-    double scale = (width - left - 10) / (r->makespan > 0 ? r->makespan : 1);
+    /* Wide enough that the shortest op can carry its label (18 px), within
+     * 1200..8000 px. */
+    double shortest = 0;
+    for (int d = 0; d < W; d++) {
+        int n;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(s, d, &n);
+        for (int i = 0; i < n; i++) {
+            double len = r->op_end[d][i] - r->op_start[d][i];
+            if (ops[i].kind <= BSIPIPE_OP_W && len > 0 && (shortest == 0 || len < shortest))
+                shortest = len;
+        }
+    }
+    double left = 60, row = 28, top = 40, span = r->makespan > 0 ? r->makespan : 1;
+    double width = shortest > 0 ? left + 10 + 18 * span / shortest : 1200;
+    if (width < 1200) width = 1200;
+    if (width > 8000) width = 8000;
+    double scale = (width - left - 10) / span;
     double height = top + W * row + 50;
     fprintf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
                  "font-family=\"sans-serif\" font-size=\"10\">\n", width, height);

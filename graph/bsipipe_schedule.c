@@ -167,7 +167,7 @@ int bsipipe_schedule_create(const bsipipe_parallel_config_t *pc, const bsipipe_m
     if (rc < 0)
         return rc;
     bsipipe_schedule_traits_t t = bsipipe_schedule_kind_traits(pc->schedule);
-    long compute_ops = 3L * pc->m * pc->k * pc->p * pc->w * (t.bidirectional ? 1 : 1);
+    long compute_ops = 3L * pc->m * pc->k * pc->p * pc->w;
     if (compute_ops > MAX_COMPUTE_OPS)
         return bsipipe_error_set(BSIPIPE_ECONFIG,
             "plan too large: %ld compute ops (m*k*p*w*3) exceeds %d; reduce m, k or w",

@@ -234,6 +234,8 @@ static int report_stuck(const sim_t *m)
     for (int d = 0; d < W && start < 0; d++)
         if (m->pos[d] < s->n_ops[d])
             start = d;
+    if (start < 0 || W <= 0)
+        return 0;
     /* Follow waits-for edges until a device repeats: that is the cycle. */
     int *seen = calloc((size_t)W, sizeof(int));
     if (!seen)
@@ -268,6 +270,17 @@ static int report_stuck(const sim_t *m)
     return rc;
 }
 
+/* Memory events: (time, +-units, +-bytes); at equal times releases sort
+ * before allocations. */
+typedef struct { double t; int units; double bytes; } ev_t;
+
+static int cmp_event(const void *a, const void *b)
+{
+    const ev_t *x = a, *y = b;
+    if (x->t != y->t) return x->t < y->t ? -1 : 1;
+    return (x->bytes > y->bytes) - (x->bytes < y->bytes);
+}
+
 /* Peak activation memory per device, from the simulated times: a forward
  * holds its stash from its start to the end of its backward (W when split);
  * the KV cache of a (micro-batch, chunk) lives from its first forward to its
@@ -276,12 +289,8 @@ static void account_memory(sim_t *m)
 {
     const bsipipe_schedule_t *s = m->s;
     int split = split_backward(s);
-    long stash_per_layer_tok = 0; /* computed per piece below */
-    (void)stash_per_layer_tok;
     for (int d = 0; d < s->n_devices; d++) {
         int n = s->n_ops[d];
-        /* Events: (time, +-units, +-bytes); releases sort before allocations at equal times. */
-        typedef struct { double t; int units; double bytes; } ev_t;
         ev_t *ev = malloc(sizeof *ev * (size_t)(4 * n + 1));
         int ne = 0;
         if (!ev)
@@ -307,16 +316,7 @@ static void account_memory(sim_t *m)
             if (op->kind == BSIPIPE_OP_B && op->sub == 0)
                 ev[ne++] = (ev_t){m->r->op_end[d][i], 0, -2 * kv};      /* KV and dKV */
         }
-        /* Sort by time, releases first. */
-        for (int a = 1; a < ne; a++) {
-            ev_t x = ev[a];
-            int b = a - 1;
-            while (b >= 0 && (ev[b].t > x.t || (ev[b].t == x.t && ev[b].bytes > x.bytes))) {
-                ev[b + 1] = ev[b];
-                b--;
-            }
-            ev[b + 1] = x;
-        }
+        qsort(ev, (size_t)ne, sizeof *ev, cmp_event);
         int units = 0;
         double bytes = 0;
         for (int a = 0; a < ne; a++) {

@@ -89,11 +89,6 @@ static long priority(const greedy_t *g, int d, const candidate_t *c)
     }
 }
 
-static double unit_cost(const greedy_t *g, int kind)
-{
-    (void)g;
-    return kind == BSIPIPE_OP_B ? 2.0 : 1.0;
-}
 
 /* Device d is free at time t: start its best ready op, if any. */
 static int try_start(greedy_t *g, int d, double t)
@@ -124,7 +119,7 @@ static int try_start(greedy_t *g, int d, double t)
     int rc = schedule_push_compute(s, (bsipipe_op_kind_t)best.kind, best.mb, best.sub, best.chunk);
     if (rc < 0)
         return rc;
-    double end = t + unit_cost(g, best.kind);
+    double end = t + (best.kind == BSIPIPE_OP_B ? 2.0 : 1.0); /* unit costs */
     g->end[compute_index(s, best.kind, best.mb, best.sub, best.chunk)] = end;
     ds->slot[best.slot].next[best.kind]++;
     ds->free_at = end;
