@@ -109,14 +109,17 @@ static void print_row(const options_t *o, const bsipipe_schedule_t *s, const bsi
     }
     qsort(act, (size_t)W, sizeof act[0], cmp_double);
     double closed = bsipipe_bubble_closed_form(pc);
-    char closed_s[16] = "    -";
-    if (closed >= 0)
-        snprintf(closed_s, sizeof closed_s, "%5.1f%%", 100 * closed);
+    char closed_s[16] = "-";
+    if (closed >= 0) /* Chimera's formula holds for F = B (footnote) */
+        snprintf(closed_s, sizeof closed_s, "%.1f%%%s", 100 * closed,
+                 pc->schedule == BSIPIPE_SCHED_CHIMERA ? "*" : "");
     double tokens = (double)pc->m * bsipipe_schedule_model(s)->seq_len;
-    printf("| %-9s | %d | %d | %4d | %6.2f%% | %6s | %6.2f%% | %9.4f | %10.0f | %5.2f / %5.2f / %5.2f | %5.2f | %8.1f | %8.1f |\n",
+    char tps[16] = "-";
+    if (!o->unit_cost)
+        snprintf(tps, sizeof tps, "%.0f", tokens / r->iteration_time);
+    printf("| %-9s | %d | %d | %4d | %11.2f%% | %-7s | %5.2f%% | %12.6g | %9s | %6.2f/%6.2f/%6.2f | %9.2f | %8.1f | %7.1f |\n",
            bsipipe_schedule_kind_name(pc->schedule), pc->p, pc->k, pc->m * pc->k, 100 * unit->bubble_ratio, closed_s,
-           100 * r->bubble_ratio, r->iteration_time,
-           o->unit_cost ? 0 : tokens / r->iteration_time, act[0], act[W / 2], act[W - 1], par / gib,
+           100 * r->bubble_ratio, r->iteration_time, tps, act[0], act[W / 2], act[W - 1], par / gib,
            r->act_bytes[1] / 1e6, (r->sync_bytes[0] + r->sync_bytes[1]) / 1e6);
 }
 
@@ -132,9 +135,9 @@ static int run(const options_t *o)
         printf("bsipipe-plan: %s model, L=%d, hidden=%d, heads=%d, S=%d tokens; w=%d, m=%d, D_t=%d; cost model: %s\n\n",
                d->family == BSIPIPE_MODEL_LLAMA ? "LLaMA" : "GPT", d->n_layers, d->hidden, d->n_heads, d->seq_len,
                o->w, o->m, o->tp, o->unit_cost ? "unit (F=1, B=2)" : "FLOPs");
-        printf("| schedule  | p | k |  N_s | bubble(unit) | closed | bubble | iter %s | tokens/s | act GiB min/med/max | param GiB | inter MB | sync MB |\n",
-               o->unit_cost ? "(units)" : "(s)    ");
-        printf("|-----------|---|---|------|--------------|--------|--------|-----------|------------|-----------------------|-----------|----------|---------|\n");
+        printf("| schedule  | p | k |  N_s | bubble(unit) | closed  | bubble | %-12s |  tokens/s | act GiB min/med/max  | param GiB | inter MB | sync MB |\n",
+               o->unit_cost ? "iter (units)" : "iter (s)");
+        printf("|-----------|---|---|------|--------------|---------|--------|--------------|-----------|----------------------|-----------|----------|---------|\n");
     }
     for (int kind = 0; kind < BSIPIPE_SCHED_COUNT; kind++) {
         if (!o->all && kind != (int)o->kind)
@@ -185,9 +188,10 @@ static int run(const options_t *o)
         bsipipe_schedule_destroy(s);
     }
     if (!o->json)
-        printf("\nbubble(unit): simulated under unit costs; closed: the paper's formula (an upper bound for bsipipe,\n"
-               "see docs/schedules.md); bubble, iter, tokens/s: under the %s cost model; act: peak activation memory\n"
-               "per device (stash + KV cache); inter: activation bytes crossing nodes; sync: gradient-sync bytes.\n",
+        printf("\nbubble(unit): simulated under unit costs (F=1, B=2); closed: the papers' formula (an upper bound for\n"
+               "bsipipe; *: holds for F=B; see docs/schedules.md); bubble, iter, tokens/s: under the %s cost model;\n"
+               "act: peak activation memory per device (stash + KV cache); inter: activation bytes crossing nodes;\n"
+               "sync: gradient-sync bytes.\n",
                o->unit_cost ? "unit" : "FLOPs");
     return status;
 }

@@ -200,10 +200,9 @@ int bsipipe_schedule_create(const bsipipe_parallel_config_t *pc, const bsipipe_m
              ? bsipipe_partition_even(s->dims.seq_len, pc->k, pc->tp, s->sub_starts)
              : bsipipe_partition_balanced(&s->dims, pc->k, pc->tp, s->sub_starts);
     if (rc == 0)
-        rc = (pc->schedule == BSIPIPE_SCHED_CHIMERA ||
-              pc->schedule == BSIPIPE_SCHED_BSIPIPE) ? generate_greedy(s) : generate_fixed(s);
+        rc = pc->schedule == BSIPIPE_SCHED_BSIPIPE ? generate_greedy(s) : generate_fixed(s);
     if (rc == 0)
-        rc = comm_insert(s);
+        rc = comm_insert(s, NULL);
     if (rc == 0)
         rc = append_sync_step(s);
     if (rc < 0) {
@@ -216,10 +215,16 @@ int bsipipe_schedule_create(const bsipipe_parallel_config_t *pc, const bsipipe_m
 
 int bsipipe_schedule_reorder_comm(bsipipe_schedule_t *s, bsipipe_comm_order_t order)
 {
+    return bsipipe_schedule_reorder_comm_for(s, order, NULL);
+}
+
+int bsipipe_schedule_reorder_comm_for(bsipipe_schedule_t *s, bsipipe_comm_order_t order,
+                                      const struct bsipipe_cost_model *cost)
+{
     if ((unsigned)order > BSIPIPE_COMM_NAIVE)
         return bsipipe_error_set(-EINVAL, "unknown comm order %d", (int)order);
     s->pc.comm = order;
-    int rc = comm_insert(s);
+    int rc = comm_insert(s, cost);
     return rc < 0 ? rc : append_sync_step(s);
 }
 

@@ -91,6 +91,13 @@ long bsipipe_schedule_n_ops(const bsipipe_schedule_t *s);
  * compute order stays). Used to compare orders on one plan. */
 int bsipipe_schedule_reorder_comm(bsipipe_schedule_t *s, bsipipe_comm_order_t order);
 
+/* The same, with receive positions computed from the compute timeline under
+ * `cost` (a bsipipe_cost_model_t, bsipipe_sim.h; NULL = unit costs), so that
+ * no send waits when the plan runs with those costs. */
+struct bsipipe_cost_model;
+int bsipipe_schedule_reorder_comm_for(bsipipe_schedule_t *s, bsipipe_comm_order_t order,
+                                      const struct bsipipe_cost_model *cost);
+
 #ifdef __cplusplus
 }
 #endif

@@ -78,7 +78,9 @@ double bsipipe_sim_op_cost(const bsipipe_schedule_t *s, const bsipipe_cost_model
 int bsipipe_schedule_validate(const bsipipe_schedule_t *s);
 
 /* Closed-form bubble ratio of the schedule's configuration under unit costs
- * (docs/schedules.md derives each); negative if none is known. */
+ * (docs/schedules.md derives each): F = 1, B = 2 (ZB-H1: B = W = 1), except
+ * Chimera's (w-2)/(2N+w-2), which holds for F = B. For BSIPipe it is the
+ * paper's formula, an upper bound. Negative if none is known. */
 double bsipipe_bubble_closed_form(const bsipipe_parallel_config_t *pc);
 
 #ifdef __cplusplus

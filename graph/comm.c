@@ -19,6 +19,7 @@
  * built from; under any other costs a send can wait only for ops that start
  * earlier in that timeline, so waits cannot form a cycle: no deadlock. */
 #include "graph/schedule_internal.h"
+#include "graph/bsipipe_sim.h"
 #include "graph/bsipipe_error.h"
 
 #include <stdlib.h>
@@ -32,12 +33,12 @@ typedef struct transfer {
     double send_time;        /* producer's end in the unit-cost timeline */
 } transfer_t;
 
-/* Unit-cost timeline of the compute ops (free transfers, sends never wait).
- * Fills end[] per compute index; checks that every dependency is satisfiable
- * in list order (BSIPIPE_EDEPEND naming a stuck op otherwise). */
-static int unit_timeline(const bsipipe_schedule_t *s, double *end)
+/* Timeline of the compute ops under `cost` (free transfers, sends never
+ * wait). Fills end[] per compute index; checks that every dependency is
+ * satisfiable in list order (BSIPIPE_EDEPEND naming a stuck op otherwise). */
+static int compute_timeline(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost, double *end)
 {
-    int W = s->n_devices, split = s->pc.schedule == BSIPIPE_SCHED_ZB_H1;
+    int W = s->n_devices;
     int *pos = calloc((size_t)W, sizeof(int));
     double *now = calloc((size_t)W, sizeof(double));
     if (!pos || !now) {
@@ -70,7 +71,7 @@ static int unit_timeline(const bsipipe_schedule_t *s, double *end)
                 }
                 if (!ok)
                     break;
-                now[d] = start + (op->kind == BSIPIPE_OP_B && !split ? 2.0 : 1.0);
+                now[d] = start + bsipipe_sim_op_cost(s, cost, op);
                 end[compute_index(s, op->kind, op->mb, op->sub, op->chunk)] = now[d];
                 pos[d]++;
                 progress = 1;
@@ -99,8 +100,11 @@ static int cmp_transfer_post(const void *a, const void *b)
     return x->dst_pos - y->dst_pos;
 }
 
-int comm_insert(bsipipe_schedule_t *s)
+int comm_insert(bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost)
 {
+    bsipipe_cost_model_t unit = bsipipe_cost_model_unit();
+    if (!cost)
+        cost = &unit;
     int W = s->n_devices, rc = 0;
     bsipipe_comm_order_t mode = s->pc.comm;
     /* Keep only the compute ops (SYNC/STEP are appended again afterwards). */
@@ -124,7 +128,7 @@ int comm_insert(bsipipe_schedule_t *s)
         rc = bsipipe_error_set(-ENOMEM, "out of memory inserting transfers");
         goto out;
     }
-    if ((rc = unit_timeline(s, end)) < 0)
+    if ((rc = compute_timeline(s, cost, end)) < 0)
         goto out;
     for (int d = 0; d < W; d++)
         for (int i = 0; i < s->n_ops[d]; i++) {

@@ -7,12 +7,18 @@
  *                      order (groups of w units per chunk);
  *   zb-h1            : 1f1b's order of F and B (B = input gradient only),
  *                      each W deferred d backwards on device d (ZeroBubble's
- *                      handcrafted ZB-H1).
+ *                      handcrafted ZB-H1);
+ *   chimera          : two opposing 1f1b pipelines over half the micro-batches
+ *                      each, merged on every device by their start times when
+ *                      each runs alone (ties: deeper stage first).
  * A "unit" is one (micro-batch, subsequence); there are N_s = m·k of them.
  * Forwards run units in order; backwards run micro-batches in order with
  * their subsequences reversed (a later piece's backward produces gradient
  * for the K/V of every earlier one). */
 #include "graph/schedule_internal.h"
+#include "graph/bsipipe_error.h"
+
+#include <stdlib.h>
 
 /* Virtual index i of a device's forward (or backward) sequence ->
  * (local chunk, unit), Megatron's interleaved numbering. */
@@ -87,9 +93,103 @@ static int generate_1f1b(bsipipe_schedule_t *s)
     return rc;
 }
 
+/* One op of a Chimera pipe while building: stage = chunk. */
+typedef struct pipe_op {
+    int kind, pipe, mb_index, stage;
+    double start;
+} pipe_op_t;
+
+static int cmp_pipe_op(const void *a, const void *b)
+{
+    const pipe_op_t *x = a, *y = b;
+    if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    if (x->stage != y->stage) return y->stage - x->stage; /* deeper stage first */
+    if (x->pipe != y->pipe) return x->pipe - y->pipe;
+    return x->kind - y->kind;
+}
+
+/* Start times of one pipe of n micro-batches running 1F1B alone over w
+ * stages, with F = B = 1 (the cost ratio under which Chimera's closed form
+ * holds, docs/schedules.md). Fills ops[] (2·n·w entries). */
+static void chimera_pipe_alone(int w, int n, int pipe, pipe_op_t *ops, double *f_end, double *b_end,
+                               int *pos, double *now)
+{
+    /* Per stage, the 1F1B order as a sequence of (kind, index). */
+    for (int st = 0; st < w; st++) {
+        pos[st] = 0;
+        now[st] = 0;
+    }
+    for (int i = 0; i < n * w; i++)
+        f_end[i] = b_end[i] = -1;
+    int done = 0, total = 2 * n * w;
+    while (done < total) {
+        for (int st = 0; st < w; st++) {
+            for (;;) {
+                int warm = w - st - 1 < n ? w - st - 1 : n, j = pos[st], kind, idx;
+                if (j >= 2 * n) break;
+                /* position j of stage st: warmup forwards, then F,B pairs, then B */
+                if (j < warm) { kind = BSIPIPE_OP_F; idx = j; }
+                else {
+                    int r = j - warm, f_left = n - warm;
+                    if (r < 2 * f_left) { kind = r % 2 ? BSIPIPE_OP_B : BSIPIPE_OP_F; idx = r % 2 ? r / 2 : warm + r / 2; }
+                    else { kind = BSIPIPE_OP_B; idx = f_left + (r - 2 * f_left); }
+                }
+                double ready = now[st];
+                if (kind == BSIPIPE_OP_F && st > 0) {
+                    if (f_end[idx * w + st - 1] < 0) break;
+                    if (f_end[idx * w + st - 1] > ready) ready = f_end[idx * w + st - 1];
+                }
+                if (kind == BSIPIPE_OP_B && st < w - 1) {
+                    if (b_end[idx * w + st + 1] < 0) break;
+                    if (b_end[idx * w + st + 1] > ready) ready = b_end[idx * w + st + 1];
+                }
+                now[st] = ready + 1;
+                (kind == BSIPIPE_OP_F ? f_end : b_end)[idx * w + st] = now[st];
+                ops[done++] = (pipe_op_t){kind, pipe, idx, st, ready};
+                pos[st]++;
+            }
+        }
+    }
+}
+
+static int generate_chimera(bsipipe_schedule_t *s)
+{
+    int w = s->pc.w, m = s->pc.m, n = m / 2, rc = 0;
+    int *mbs[2] = {malloc(sizeof(int) * (size_t)m), malloc(sizeof(int) * (size_t)m)}, cnt[2] = {0, 0};
+    pipe_op_t *ops = malloc(sizeof *ops * (size_t)(4 * n * w));
+    double *f_end = malloc(sizeof(double) * (size_t)(n * w)), *b_end = malloc(sizeof(double) * (size_t)(n * w));
+    double *now = malloc(sizeof(double) * (size_t)w);
+    int *pos = malloc(sizeof(int) * (size_t)w);
+    if (!mbs[0] || !mbs[1] || !ops || !f_end || !b_end || !now || !pos) {
+        rc = bsipipe_error_set(-ENOMEM, "out of memory building the chimera schedule");
+        goto out;
+    }
+    for (int mb = 0; mb < m; mb++) {
+        int pipe = schedule_mb_pipe(s, mb);
+        mbs[pipe][cnt[pipe]++] = mb;
+    }
+    chimera_pipe_alone(w, n, 0, ops, f_end, b_end, pos, now);
+    chimera_pipe_alone(w, n, 1, ops + 2 * n * w, f_end, b_end, pos, now);
+    qsort(ops, (size_t)(4 * n * w), sizeof *ops, cmp_pipe_op);
+    for (int i = 0; i < 4 * n * w && rc == 0; i++)
+        rc = schedule_push_compute(s, (bsipipe_op_kind_t)ops[i].kind, mbs[ops[i].pipe][ops[i].mb_index], 0,
+                                   ops[i].stage);
+out:
+    free(mbs[0]);
+    free(mbs[1]);
+    free(ops);
+    free(f_end);
+    free(b_end);
+    free(now);
+    free(pos);
+    return rc;
+}
+
 int generate_fixed(bsipipe_schedule_t *s)
 {
     switch (s->pc.schedule) {
+    case BSIPIPE_SCHED_CHIMERA:
+        return generate_chimera(s);
     case BSIPIPE_SCHED_GPIPE:
     case BSIPIPE_SCHED_TERAPIPE:
         return generate_gpipe(s);

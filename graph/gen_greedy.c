@@ -1,4 +1,4 @@
-/* gen_greedy.c: compute order of Chimera and BSIPipe, constructed by
+/* gen_greedy.c: compute order of BSIPipe, constructed by
  * list scheduling in time under unit costs (F = 1, B = 2): whenever a device is free, it picks among its ready
  * ops by the schedule's rule. The order found is the plan; the simulator then
  * replays it under any cost model.
@@ -72,7 +72,7 @@ static long priority(const greedy_t *g, int d, const candidate_t *c)
     const bsipipe_schedule_t *s = g->s;
     const device_state_t *ds = &g->dev[d];
     {
-        /* Bidirectional (Chimera, BSIPipe): at most one basic unit's
+        /* At most one basic unit's
          * activations per device (cap). Forwards of the oldest unfinished
          * unit first, deepest chunk first, to fill the far end of the V;
          * then backwards, highest chunk first (the longest chain left); then

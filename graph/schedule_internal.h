@@ -46,12 +46,14 @@ static inline int schedule_mb_pipe(const bsipipe_schedule_t *s, int mb)
 }
 
 /* Compute-order generators: fill the per-device lists with F/B/W ops. */
-int generate_fixed(bsipipe_schedule_t *s);  /* gpipe, terapipe, 1f1b, seq1f1b, *-i */
-int generate_greedy(bsipipe_schedule_t *s); /* zb-h1, chimera, bsipipe */
+int generate_fixed(bsipipe_schedule_t *s);  /* every schedule but bsipipe */
+int generate_greedy(bsipipe_schedule_t *s); /* bsipipe */
 
 /* Inserts SEND/RECV ops for every cross-device dependency, ordered per
- * s->pc.comm, removing any existing ones first. */
-int comm_insert(bsipipe_schedule_t *s);
+ * s->pc.comm from the timeline of the compute ops under `cost` (NULL: unit
+ * costs), removing any existing ones first. */
+struct bsipipe_cost_model;
+int comm_insert(bsipipe_schedule_t *s, const struct bsipipe_cost_model *cost);
 
 /* Dense index of a compute op (kind F/B/W, mb, sub, chunk). */
 static inline long compute_index(const bsipipe_schedule_t *s, int kind, int mb, int sub, int chunk)
