@@ -7,12 +7,14 @@
  *
  * FLOPs are model FLOPs: 3x the forward's matrix products (attention counts
  * only the causal half, and not the backward's recomputation of scores). */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime, popen */
+#define _GNU_SOURCE /* clock_gettime, popen, RTLD_DEFAULT */
+#include <dlfcn.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 #include <cblas.h>
@@ -184,6 +186,18 @@ static double torch_time(const char *py, const char *script, const bsipipe_model
     return best;
 }
 
+/* OpenBLAS's kernel family, when the BLAS is OpenBLAS (looked up at run time
+ * so that another CBLAS still links). */
+static const char *blas_core(void)
+{
+    void *sym = dlsym(RTLD_DEFAULT, "openblas_get_corename");
+    char *(*fn)(void);
+    if (!sym)
+        return "not OpenBLAS";
+    memcpy(&fn, &sym, sizeof fn);
+    return fn();
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bsipipe-kbench [--seq 2048,4096,8192] [-k 2] [--reps 2] "
@@ -244,6 +258,10 @@ int main(int argc, char **argv)
            fam == BSIPIPE_MODEL_GPT ? "GPT" : "LLaMA", hidden, heads, ffn, k, threads,
            getenv("OPENBLAS_NUM_THREADS") ? getenv("OPENBLAS_NUM_THREADS") : "(default)",
            no_torch ? "disabled" : py ? py : "not found");
+    printf("# OpenBLAS core: %s%s\n", blas_core(),
+           strcasecmp(blas_core(), "prescott") ? ""
+               : " (CPU unknown to OpenBLAS: SSE3 kernels; try OPENBLAS_CORETYPE=Haswell "
+                 "or SkylakeX, which applies to PyTorch's OpenBLAS as well)");
     printf("%6s %-18s %8s %8s %9s | %11s %10s | %8s %9s %7s\n", "seq", "pieces", "GFLOP",
            "time_s", "GFLOP/s", "sgemm GF/s", "attn GF/s", "torch_s", "torch GF/s",
            "ratio");

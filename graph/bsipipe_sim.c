@@ -93,6 +93,8 @@ void bsipipe_sim_result_destroy(bsipipe_sim_result_t *r)
     }
     free(r->op_start);
     free(r->op_end);
+    free(r->order_device);
+    free(r->order_index);
     free(r->device);
     free(r);
 }
@@ -204,6 +206,8 @@ static int advance(sim_t *m, int d)
         }
         r->op_start[d][i] = start;
         r->op_end[d][i] = end;
+        r->order_device[r->n_order] = d;
+        r->order_index[r->n_order++] = i;
         m->now[d] = end;
         m->pos[d]++;
         done++;
@@ -370,7 +374,10 @@ int bsipipe_simulate(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *co
     m.r->device = calloc((size_t)W, sizeof *m.r->device);
     m.r->op_start = calloc((size_t)W, sizeof(double *));
     m.r->op_end = calloc((size_t)W, sizeof(double *));
-    if (!m.r->device || !m.r->op_start || !m.r->op_end) {
+    long total_ops = bsipipe_schedule_n_ops(s);
+    m.r->order_device = malloc(sizeof(int) * (size_t)(total_ops + 1));
+    m.r->order_index = malloc(sizeof(int) * (size_t)(total_ops + 1));
+    if (!m.r->device || !m.r->op_start || !m.r->op_end || !m.r->order_device || !m.r->order_index) {
         rc = bsipipe_error_set(-ENOMEM, "out of memory");
         goto fail;
     }

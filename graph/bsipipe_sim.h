@@ -58,6 +58,10 @@ typedef struct bsipipe_sim_result {
     double act_bytes[2];     /* activations/gradients moved: [0] intra-node, [1] inter-node */
     double sync_bytes[2];    /* gradient sync traffic, same classes */
     double **op_start, **op_end; /* [device][op index], aligned with the op lists */
+    long n_order;            /* every op once, in an order that respects all dependencies */
+    int *order_device, *order_index; /* (the simulator's resolution order: a valid
+                                        submission order for a runtime with sequential
+                                        data consistency) */
 } bsipipe_sim_result_t;
 
 /* Simulates s. On success *out is a result the caller frees with

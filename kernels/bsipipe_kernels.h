@@ -51,7 +51,9 @@ typedef struct bsipipe_adamw {
 
 /* Tuning knobs (process-wide; set before running kernels, not thread-safe
  * against concurrent kernel calls).
- * Attention tile sizes (queries x keys), defaults 64 x 64; -EINVAL if < 1. */
+ * Attention tile sizes (queries x keys), defaults 128 x 256; -EINVAL if < 1.
+ * With more than one attention thread and a multi-threaded OpenBLAS, tiles are
+ * shrunk so that OpenBLAS keeps each tile product on one thread. */
 int bsipipe_kernels_set_tiles(int tile_q, int tile_k);
 /* Threads used inside one attention call (over heads), default 1 (a StarPU
  * CPU worker is one core). BLAS threading is OpenBLAS's own setting. */

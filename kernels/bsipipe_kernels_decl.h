@@ -49,7 +49,8 @@ int BSIPIPE_FN(bsipipe_head_forward)(const bsipipe_model_dims_t *d,
 /* Fused forward + backward (the head has no stash: the last chunk's forward
  * task can call it and keep dx for its backward). *loss = sum of CE over the
  * piece; gradients are those of grad_scale * loss (e.g. 1 / (m * S) for a
- * token mean over an iteration): head_grad +=, dx[len, d] = (overwritten). */
+ * token mean over an iteration): head_grad +=, dx[len, d] = (overwritten;
+ * must not alias x). */
 int BSIPIPE_FN(bsipipe_head_forward_backward)(const bsipipe_model_dims_t *d,
     const BSIPIPE_R *head, BSIPIPE_R *head_grad, int len, const BSIPIPE_R *x,
     const int *targets, double grad_scale, double *loss, BSIPIPE_R *dx,
@@ -64,8 +65,9 @@ int BSIPIPE_FN(bsipipe_head_forward_backward)(const bsipipe_model_dims_t *d,
 int BSIPIPE_FN(bsipipe_attention_forward)(int n_heads, int head_dim,
     int start, int len, const BSIPIPE_R *q, int ldq, const BSIPIPE_R *k,
     const BSIPIPE_R *v, int ldk, BSIPIPE_R *o, int ldo, BSIPIPE_R *lse);
-/* Backward. do_[len, ldo] = dLoss/do. dq[len, lddq] is overwritten; dk, dv
- * [start+len, ldk] are accumulated (+=) for every key row < start+len. */
+/* Backward. o and lse as left by the forward, do_[len, ldo] = dLoss/do.
+ * dq[len, lddq] is overwritten; dk, dv [start+len, ldk] are accumulated (+=)
+ * for every key row < start+len (rows of earlier pieces included). */
 int BSIPIPE_FN(bsipipe_attention_backward)(int n_heads, int head_dim,
     int start, int len, const BSIPIPE_R *q, int ldq, const BSIPIPE_R *k,
     const BSIPIPE_R *v, int ldk, const BSIPIPE_R *o, const BSIPIPE_R *do_,

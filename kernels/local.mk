@@ -10,6 +10,6 @@ nobase_pkginclude_HEADERS += \
 	kernels/bsipipe_model.h kernels/bsipipe_kernels.h kernels/bsipipe_kernels_decl.h \
 	kernels/reference_trainer.h
 noinst_HEADERS += kernels/cpu/internal.h kernels/cpu/kernels_tmpl.h
-# attention's parallel-for over heads (a no-op on glibc >= 2.34, needed before)
-libbsipipe_la_LIBADD += -lpthread
+# threads of attention, dlsym of OpenBLAS extensions (in libc on glibc >= 2.34)
+libbsipipe_la_LIBADD += -lpthread -ldl
 EXTRA_DIST += docs/kernels.md

@@ -113,6 +113,36 @@ static int run(const bsipipe_model_dims_t *d)
     return fails;
 }
 
+/* Attention's parallel-for over heads must not change a single bit: heads
+ * write disjoint columns and each is computed in the same order. */
+static int threads_bitwise(const bsipipe_model_dims_t *d)
+{
+    const int S = d->seq_len;
+    long n = bsipipe_model_params(d);
+    bsipipe_adamw_t hp = {1e-3, 0.9, 0.95, 1e-8, 0.1, 1.0};
+    int *tok = kt_alloc(sizeof(int) * S), *tgt = kt_alloc(sizeof(int) * S);
+    float *g1 = kt_alloc(sizeof(float) * n);
+    int starts[3] = {0, S / 2 + 1, S}, bad;
+    double l1, l3;
+    bsipipe_ref_trainer_t *t;
+    kt_tokens(S, d->vocab, 5, tok);
+    kt_tokens(S, d->vocab, 6, tgt);
+    KT_CHECK(bsipipe_ref_trainer_create(d, &hp, 9, &t));
+    KT_CHECK(bsipipe_ref_trainer_forward_backward(t, 1, tok, tgt, 2, starts, &l1));
+    memcpy(g1, bsipipe_ref_trainer_grads(t), sizeof(float) * n);
+    KT_CHECK(bsipipe_kernels_set_threads(3));
+    KT_CHECK(bsipipe_ref_trainer_forward_backward(t, 1, tok, tgt, 2, starts, &l3));
+    KT_CHECK(bsipipe_kernels_set_threads(1));
+    bad = l1 != l3 || memcmp(g1, bsipipe_ref_trainer_grads(t), sizeof(float) * n);
+    printf("%-5s 3 attention threads vs 1: %s\n", kt_family(d),
+           bad ? "FAIL (not bitwise equal)" : "bitwise equal");
+    bsipipe_ref_trainer_destroy(t);
+    free(tok);
+    free(tgt);
+    free(g1);
+    return bad;
+}
+
 int main(void)
 {
     bsipipe_model_dims_t gpt = {BSIPIPE_MODEL_GPT, 2, 32, 4, 128, 50, 48};
@@ -122,6 +152,8 @@ int main(void)
     KT_CHECK(bsipipe_kernels_set_tiles(8, 16));
     fails += run(&gpt);
     fails += run(&llama);
+    fails += threads_bitwise(&gpt);
+    fails += threads_bitwise(&llama);
     printf("%s\n", fails ? "FAILED" : "splitting leaves loss and gradients unchanged");
     return fails ? 1 : 0;
 }

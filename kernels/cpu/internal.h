@@ -20,9 +20,9 @@ struct bsipipe_stash_off {
     long x, n1, s1, q, att, lse, x2, n2, s2, a1, a2, total;
 };
 /* Chunk-backward scratch: dy dx dn datt [len,d], dqkv[len,3d], da1[len,A1],
- * da2[len,F], dvec[H,len]. */
+ * da2[len,F]. */
 struct bsipipe_work_off {
-    long dy, dx, dn, datt, dqkv, da1, da2, dvec, total;
+    long dy, dx, dn, datt, dqkv, da1, da2, total;
 };
 
 int bsipipe__a1_width(const bsipipe_model_dims_t *d);
@@ -33,6 +33,12 @@ void bsipipe__stash_off(const bsipipe_model_dims_t *d, int len, struct bsipipe_s
 void bsipipe__work_off(const bsipipe_model_dims_t *d, int len, struct bsipipe_work_off *o);
 
 extern int bsipipe__tile_q, bsipipe__tile_k, bsipipe__threads;
+
+/* Threads of the BLAS (OpenBLAS's count when it is OpenBLAS, else 1). */
+int bsipipe__blas_threads(void);
+/* The attention tile sizes to use for head_dim (the knobs, shrunk when both
+ * we and OpenBLAS run threads; see config.c). */
+void bsipipe__attention_tiles(int head_dim, int *bq, int *bk);
 
 /* Runs fn(ctx, i) for i in [0, n) on up to bsipipe__threads threads
  * (static round-robin, so results do not depend on timing). Returns the first

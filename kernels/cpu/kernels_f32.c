@@ -2,4 +2,5 @@
 #define R float
 #define FN(n) n
 #define GEMM cblas_sgemm
+#define BSIPIPE_REAL_IS_FLOAT 1
 #include "kernels/cpu/kernels_tmpl.h"

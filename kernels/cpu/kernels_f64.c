@@ -3,4 +3,5 @@
 #define R double
 #define FN(n) n##_f64
 #define GEMM cblas_dgemm
+#define BSIPIPE_REAL_IS_FLOAT 0
 #include "kernels/cpu/kernels_tmpl.h"

@@ -90,7 +90,6 @@ void bsipipe__work_off(const bsipipe_model_dims_t *d, int len, struct bsipipe_wo
     o->dqkv = at; at += 3 * n * h;
     o->da1 = at; at += n * bsipipe__a1_width(d);
     o->da2 = at; at += n * d->ffn_hidden;
-    o->dvec = at; at += (long)d->n_heads * n;
     o->total = at;
 }
 

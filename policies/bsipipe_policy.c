@@ -1,0 +1,414 @@
+/* bsipipe_policy.c: the in-order StarPU scheduling policy ("bsipipe") and the
+ * policy selection helpers. See bsipipe_policy.h and docs/policies.md.
+ *
+ * Data structures
+ *   - one queue per StarPU worker: a binary min-heap of (slot, task) plus
+ *     `next`, the slot the worker waits for. Only the heap top with
+ *     slot == next may be popped; then next becomes slot + 1.
+ *   - one shared FIFO for tasks without a plan position (sched_data NULL) or
+ *     with an unusable one (worker out of range, worker unable to run it,
+ *     slot already passed). Any worker able to run the task pops it.
+ *
+ * Locking
+ *   - each worker queue has its own mutex (q->lock); the FIFO has fifo_lock.
+ *     No path holds two of them at once, and none is held while waking a
+ *     worker (starpu_wake_worker_relax_light takes the worker's sched mutex).
+ *   - push_task may run on a worker thread (a task completing releases its
+ *     successors), so the policy mutexes are taken inside
+ *     starpu_worker_relax_on/off, as StarPU's own eager policy does.
+ *   - starpu_push_task_end() is called while the queue lock is held: once the
+ *     lock is released another worker may pop, run and free the task.
+ *
+ * Wake-ups: a push wakes the target worker only when the pushed slot is the
+ * one it waits for; a FIFO push wakes every worker that can run the task.
+ * pop_task never blocks: it returns NULL and StarPU puts the worker to sleep
+ * (or lets it poll with non-blocking drivers); starpu_wake_worker_relax_light
+ * sets the worker's keep-awake flag if it is between pop and sleep, so no
+ * wake-up is lost.
+ */
+#include "policies/bsipipe_policy.h"
+#include "graph/bsipipe_error.h"
+
+#include <starpu_scheduler.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define POLICY_NAME "bsipipe"
+
+struct slot_entry {
+    long slot;
+    struct starpu_task *task;
+};
+
+struct worker_queue {
+    pthread_mutex_t lock;
+    long next;               /* slot this worker waits for */
+    struct slot_entry *heap; /* min-heap on slot */
+    size_t n, cap;
+};
+
+struct policy_data {
+    unsigned nworkers; /* starpu_worker_get_count() at init */
+    struct worker_queue *queues;
+    pthread_mutex_t fifo_lock;
+    struct starpu_task_list fifo;
+    unsigned long nfifo; /* tasks in fifo, read unlocked as a hint */
+};
+
+/* The policy instance in use (one StarPU context); NULL when inactive. */
+static struct policy_data *active_data;
+static pthread_mutex_t active_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---- heap --------------------------------------------------------------------------- */
+
+static int heap_push(struct worker_queue *q, long slot, struct starpu_task *task)
+{
+    if (q->n == q->cap) {
+        size_t cap = q->cap ? 2 * q->cap : 64;
+        struct slot_entry *h = realloc(q->heap, cap * sizeof(*h));
+        if (!h)
+            return -ENOMEM;
+        q->heap = h;
+        q->cap = cap;
+    }
+    size_t i = q->n++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (q->heap[parent].slot <= slot)
+            break;
+        q->heap[i] = q->heap[parent];
+        i = parent;
+    }
+    q->heap[i].slot = slot;
+    q->heap[i].task = task;
+    return 0;
+}
+
+static struct starpu_task *heap_pop(struct worker_queue *q)
+{
+    struct starpu_task *top = q->heap[0].task;
+    struct slot_entry last = q->heap[--q->n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= q->n)
+            break;
+        if (c + 1 < q->n && q->heap[c + 1].slot < q->heap[c].slot)
+            c++;
+        if (last.slot <= q->heap[c].slot)
+            break;
+        q->heap[i] = q->heap[c];
+        i = c;
+    }
+    if (q->n > 0)
+        q->heap[i] = last;
+    return top;
+}
+
+/* ---- init / deinit ----------------------------------------------------------------- */
+
+static void init_bsipipe(unsigned sched_ctx_id)
+{
+    struct policy_data *d = calloc(1, sizeof(*d));
+    unsigned n = starpu_worker_get_count();
+    if (d)
+        d->queues = calloc(n ? n : 1, sizeof(*d->queues));
+    if (!d || !d->queues) {
+        fprintf(stderr, "bsipipe policy: out of memory at initialisation\n");
+        abort(); /* init_sched cannot report an error to StarPU */
+    }
+    d->nworkers = n;
+    for (unsigned w = 0; w < n; w++)
+        pthread_mutex_init(&d->queues[w].lock, NULL);
+    pthread_mutex_init(&d->fifo_lock, NULL);
+    starpu_task_list_init(&d->fifo);
+    starpu_sched_ctx_set_policy_data(sched_ctx_id, d);
+
+    pthread_mutex_lock(&active_lock);
+    if (!active_data)
+        active_data = d;
+    pthread_mutex_unlock(&active_lock);
+}
+
+static void deinit_bsipipe(unsigned sched_ctx_id)
+{
+    struct policy_data *d = starpu_sched_ctx_get_policy_data(sched_ctx_id);
+    if (!d)
+        return;
+    pthread_mutex_lock(&active_lock);
+    if (active_data == d)
+        active_data = NULL;
+    pthread_mutex_unlock(&active_lock);
+
+    for (unsigned w = 0; w < d->nworkers; w++) {
+        struct worker_queue *q = &d->queues[w];
+        if (q->n > 0)
+            fprintf(stderr,
+                    "bsipipe policy: at shutdown worker %u still holds %zu task(s) "
+                    "(lowest slot %ld) while waiting for slot %ld, which was never pushed\n",
+                    w, q->n, q->heap[0].slot, q->next);
+        free(q->heap);
+        pthread_mutex_destroy(&q->lock);
+    }
+    if (!starpu_task_list_empty(&d->fifo))
+        fprintf(stderr, "bsipipe policy: at shutdown %lu unplanned task(s) were never run\n",
+                d->nfifo);
+    pthread_mutex_destroy(&d->fifo_lock);
+    free(d->queues);
+    free(d);
+    starpu_sched_ctx_set_policy_data(sched_ctx_id, NULL);
+}
+
+/* ---- push / pop -------------------------------------------------------------------- */
+
+static const char *task_label(const struct starpu_task *task)
+{
+    const char *name = starpu_task_get_name((struct starpu_task *)task);
+    return name ? name : "(unnamed)";
+}
+
+static void wake_fifo_workers(struct starpu_task *task, unsigned nworkers, int can_run[])
+{
+    (void)task;
+    for (unsigned w = 0; w < nworkers; w++)
+        if (can_run[w])
+            starpu_wake_worker_relax_light((int)w);
+}
+
+static int push_fifo(struct policy_data *d, struct starpu_task *task)
+{
+    unsigned n = d->nworkers;
+    int can_run[STARPU_NMAXWORKERS];
+    /* decide whom to wake before the task is visible to other workers */
+    for (unsigned w = 0; w < n; w++)
+        can_run[w] = starpu_worker_can_execute_task_first_impl(w, task, NULL) != 0;
+
+    starpu_worker_relax_on();
+    pthread_mutex_lock(&d->fifo_lock);
+    starpu_worker_relax_off();
+    starpu_task_list_push_back(&d->fifo, task);
+    __atomic_add_fetch(&d->nfifo, 1, __ATOMIC_RELAXED);
+    starpu_push_task_end(task);
+    pthread_mutex_unlock(&d->fifo_lock);
+
+    /* `task` may already be running or freed: only the precomputed mask is used */
+    wake_fifo_workers(NULL, n, can_run);
+    return 0;
+}
+
+static int push_bsipipe(struct starpu_task *task)
+{
+    struct policy_data *d = starpu_sched_ctx_get_policy_data(task->sched_ctx);
+    const bsipipe_plan_pos_t *pos = task->sched_data;
+    if (!pos)
+        return push_fifo(d, task);
+
+    int worker = pos->worker;
+    long slot = pos->slot;
+    if (worker < 0 || (unsigned)worker >= d->nworkers) {
+        fprintf(stderr,
+                "bsipipe policy: task %s: planned worker %d is out of range (StarPU has %u "
+                "workers, 0..%u); running it on any worker, plan order not enforced\n",
+                task_label(task), worker, d->nworkers, d->nworkers ? d->nworkers - 1 : 0);
+        return push_fifo(d, task);
+    }
+    if (slot < 0) {
+        fprintf(stderr,
+                "bsipipe policy: task %s: negative slot %ld for worker %d; running it on any "
+                "worker, plan order not enforced\n",
+                task_label(task), slot, worker);
+        return push_fifo(d, task);
+    }
+    if (!starpu_worker_can_execute_task_first_impl((unsigned)worker, task, NULL)) {
+        fprintf(stderr,
+                "bsipipe policy: task %s: planned worker %d cannot execute it (no "
+                "implementation for its architecture); running it on any worker able to\n",
+                task_label(task), worker);
+        return push_fifo(d, task);
+    }
+
+    struct worker_queue *q = &d->queues[worker];
+    starpu_worker_relax_on();
+    pthread_mutex_lock(&q->lock);
+    starpu_worker_relax_off();
+    if (slot < q->next) {
+        long next = q->next;
+        pthread_mutex_unlock(&q->lock);
+        fprintf(stderr,
+                "bsipipe policy: task %s: slot %ld of worker %d was pushed after the worker "
+                "already passed it (now at slot %ld); running it on any worker\n",
+                task_label(task), slot, worker, next);
+        return push_fifo(d, task);
+    }
+    if (heap_push(q, slot, task) != 0) {
+        pthread_mutex_unlock(&q->lock);
+        fprintf(stderr, "bsipipe policy: task %s: out of memory queueing slot %ld of worker %d; "
+                        "running it on any worker\n", task_label(task), slot, worker);
+        return push_fifo(d, task);
+    }
+    int wake = (slot == q->next);
+    starpu_push_task_end(task);
+    pthread_mutex_unlock(&q->lock);
+
+    if (wake)
+        starpu_wake_worker_relax_light(worker);
+    return 0;
+}
+
+static struct starpu_task *pop_fifo(struct policy_data *d, unsigned workerid)
+{
+    if (__atomic_load_n(&d->nfifo, __ATOMIC_RELAXED) == 0)
+        return NULL;
+    struct starpu_task *chosen = NULL;
+    starpu_worker_relax_on();
+    pthread_mutex_lock(&d->fifo_lock);
+    starpu_worker_relax_off();
+    for (struct starpu_task *t = starpu_task_list_begin(&d->fifo); t != starpu_task_list_end(&d->fifo);
+         t = starpu_task_list_next(t)) {
+        unsigned impl;
+        if (starpu_worker_can_execute_task_first_impl(workerid, t, &impl)) {
+            starpu_task_list_erase(&d->fifo, t);
+            starpu_task_set_implementation(t, impl);
+            __atomic_sub_fetch(&d->nfifo, 1, __ATOMIC_RELAXED);
+            chosen = t;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&d->fifo_lock);
+    return chosen;
+}
+
+static struct starpu_task *pop_bsipipe(unsigned sched_ctx_id)
+{
+    struct policy_data *d = starpu_sched_ctx_get_policy_data(sched_ctx_id);
+    int id = starpu_worker_get_id();
+    if (!d || id < 0 || (unsigned)id >= d->nworkers)
+        return NULL;
+    unsigned workerid = (unsigned)id;
+    struct worker_queue *q = &d->queues[workerid];
+    struct starpu_task *task = NULL;
+    long dup_slot = -1, dup_next = -1;
+
+    starpu_worker_relax_on();
+    pthread_mutex_lock(&q->lock);
+    starpu_worker_relax_off();
+    if (q->n > 0) {
+        long top = q->heap[0].slot;
+        if (top == q->next) {
+            task = heap_pop(q);
+            q->next++;
+        } else if (top < q->next) {
+            /* a second task with a slot this worker already ran: run it rather than
+             * keep it forever; the plan is broken, say so */
+            task = heap_pop(q);
+            dup_slot = top;
+            dup_next = q->next;
+        }
+    }
+    pthread_mutex_unlock(&q->lock);
+
+    if (dup_slot >= 0)
+        fprintf(stderr,
+                "bsipipe policy: task %s: slot %ld of worker %u was given to two tasks "
+                "(worker is at slot %ld); running the duplicate now\n",
+                task_label(task), dup_slot, workerid, dup_next);
+    if (task) {
+        unsigned impl;
+        if (starpu_worker_can_execute_task_first_impl(workerid, task, &impl))
+            starpu_task_set_implementation(task, impl);
+        return task;
+    }
+    /* Waiting for our next slot: unplanned tasks may run meanwhile. */
+    return pop_fifo(d, workerid);
+}
+
+struct starpu_sched_policy bsipipe_sched_policy = {
+    .init_sched = init_bsipipe,
+    .deinit_sched = deinit_bsipipe,
+    .push_task = push_bsipipe,
+    .pop_task = pop_bsipipe,
+    .policy_name = POLICY_NAME,
+    .policy_description = "bsipipe: each worker runs its planned tasks strictly in plan slot order",
+    .worker_type = STARPU_WORKER_LIST,
+};
+
+/* ---- selection --------------------------------------------------------------------- */
+
+static const char *builtin_policy_name(const char *name)
+{
+    struct starpu_sched_policy **p = starpu_sched_get_predefined_policies();
+    for (; p && *p; p++)
+        if ((*p)->policy_name && strcmp((*p)->policy_name, name) == 0)
+            return (*p)->policy_name;
+    return NULL;
+}
+
+/* Writes "bsipipe, eager, lws, ..." into buf. */
+static void valid_names(char *buf, size_t size)
+{
+    size_t len = 0;
+    int r = snprintf(buf, size, "%s", POLICY_NAME);
+    if (r > 0)
+        len = (size_t)r;
+    struct starpu_sched_policy **p = starpu_sched_get_predefined_policies();
+    for (; p && *p && len < size; p++) {
+        if (!(*p)->policy_name)
+            continue;
+        r = snprintf(buf + len, size - len, ", %s", (*p)->policy_name);
+        if (r < 0)
+            break;
+        len += (size_t)r;
+    }
+}
+
+int bsipipe_policy_is_inorder(const char *name)
+{
+    return name != NULL && strcmp(name, POLICY_NAME) == 0;
+}
+
+int bsipipe_policy_configure(struct starpu_conf *conf, const char *name)
+{
+    if (!conf)
+        return bsipipe_error_set(-EINVAL, "bsipipe_policy_configure: conf is NULL");
+    const char *builtin = NULL;
+    if (!name || !name[0] || (!bsipipe_policy_is_inorder(name) && !(builtin = builtin_policy_name(name)))) {
+        char list[2048];
+        valid_names(list, sizeof(list));
+        return bsipipe_error_set(-EINVAL, "unknown scheduling policy '%s'; valid policies: %s",
+                                 name ? name : "(null)", list);
+    }
+    const char *env = getenv("STARPU_SCHED");
+    if (env && env[0] && strcmp(env, name) != 0)
+        return bsipipe_error_set(BSIPIPE_ECONFIG,
+                                 "STARPU_SCHED=%s overrides the requested scheduling policy '%s' "
+                                 "(StarPU cannot select the external 'bsipipe' policy by that "
+                                 "variable); unset STARPU_SCHED or pass the same name to --policy / "
+                                 "BSIPIPE_POLICY",
+                                 env, name);
+    if (builtin) {
+        conf->sched_policy = NULL;
+        conf->sched_policy_name = builtin;
+    } else {
+        conf->sched_policy = &bsipipe_sched_policy;
+        conf->sched_policy_name = NULL;
+    }
+    return 0;
+}
+
+long bsipipe_policy_next_slot(int worker)
+{
+    long next = -1;
+    pthread_mutex_lock(&active_lock);
+    struct policy_data *d = active_data;
+    if (d && worker >= 0 && (unsigned)worker < d->nworkers) {
+        pthread_mutex_lock(&d->queues[worker].lock);
+        next = d->queues[worker].next;
+        pthread_mutex_unlock(&d->queues[worker].lock);
+    }
+    pthread_mutex_unlock(&active_lock);
+    return next;
+}

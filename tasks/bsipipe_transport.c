@@ -1,0 +1,481 @@
+/* bsipipe_transport.c: the `local` transport (see bsipipe_transport.h and
+ * docs/transport.md).
+ *
+ * One mutex and one condition variable (CLOCK_MONOTONIC) guard every
+ * channel. A channel goes through these states within an iteration:
+ *
+ *   idle --post--> posted --send arrives--> copying --copied--> done
+ *   idle --send arrives--> (sender waits) --post--> copying --> done
+ *
+ * The copy (memcpy by the sending worker) runs outside the mutex, so
+ * transfers between different pairs of devices proceed in parallel. The RECV
+ * task's end dependency is released exactly once per posted channel: the one
+ * thread that sets `claimed` (under the mutex) releases it, after dropping
+ * the mutex (a release may run callbacks and push successor tasks).
+ * `releasing` counts claims whose release has not returned yet; reset waits
+ * for none.
+ *
+ * Watchdog: a send waits with pthread_cond_timedwait until its own deadline.
+ * The first waiter whose deadline passes fails the transport: it writes the
+ * report (every waiting send, every posted-but-unfilled receive), claims
+ * every posted RECV that nobody has claimed, wakes all waiters and releases
+ * the claimed tasks. After that, posts are released at once and sends return
+ * -ETIMEDOUT at once. A copy already in progress is finished by its sender.
+ * bsipipe_transport_abort() does the same by hand (fail_locked).
+ */
+#include "tasks/bsipipe_transport.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "graph/bsipipe_error.h"
+
+#define NAME_MAX_LEN 96
+
+struct channel {
+    /* RECV side */
+    int posted;  /* post() was called */
+    int claimed; /* someone took the duty of releasing the RECV task */
+    int filled;  /* the data has been copied */
+    void *dst;
+    size_t bytes;
+    struct starpu_task *task;
+    int recv_device;
+    double post_time;
+    char recv_what[NAME_MAX_LEN];
+    /* SEND side */
+    int send_state; /* 0 none, 1 waiting, 2 copying, 3 done (or gave up) */
+    int send_device;
+    double send_start;
+    char send_what[NAME_MAX_LEN];
+};
+
+struct bsipipe_transport {
+    pthread_mutex_t mutex;
+    pthread_cond_t cond;
+    long n;
+    double timeout_s;
+    struct channel *ch;
+    int failed;      /* read with __atomic_load_n by _failed() */
+    char *report;    /* set when failed; NULL otherwise */
+    long releasing;  /* claims whose release is still running */
+    long waiting;    /* sends in their wait loop */
+    long copying;    /* sends copying */
+    uint64_t bytes;  /* __atomic */
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void copy_name(char *dst, const char *src)
+{
+    snprintf(dst, NAME_MAX_LEN, "%s", src && *src ? src : "?");
+}
+
+int bsipipe_transport_create(long n_channels, double timeout_s, bsipipe_transport_t **out)
+{
+    if (!out)
+        return bsipipe_error_set(-EINVAL, "bsipipe_transport_create: out is NULL");
+    *out = NULL;
+    if (n_channels <= 0)
+        return bsipipe_error_set(-EINVAL, "bsipipe_transport_create: n_channels must be > 0 (got %ld)",
+                                 n_channels);
+    if (!(timeout_s > 0) || timeout_s > 1e7)
+        return bsipipe_error_set(-EINVAL, "bsipipe_transport_create: timeout must be > 0 s (got %g)", timeout_s);
+    bsipipe_transport_t *t = calloc(1, sizeof *t);
+    if (!t)
+        return bsipipe_error_set(-ENOMEM, "bsipipe_transport_create: out of memory");
+    t->ch = calloc((size_t)n_channels, sizeof *t->ch);
+    if (!t->ch) {
+        free(t);
+        return bsipipe_error_set(-ENOMEM, "bsipipe_transport_create: out of memory for %ld channels", n_channels);
+    }
+    t->n = n_channels;
+    t->timeout_s = timeout_s;
+    pthread_condattr_t ca;
+    int rc = pthread_condattr_init(&ca);
+    if (!rc)
+        rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (!rc)
+        rc = pthread_cond_init(&t->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    if (rc) {
+        free(t->ch);
+        free(t);
+        return bsipipe_error_set(-rc, "bsipipe_transport_create: pthread_cond_init failed (%s)", strerror(rc));
+    }
+    rc = pthread_mutex_init(&t->mutex, NULL);
+    if (rc) {
+        pthread_cond_destroy(&t->cond);
+        free(t->ch);
+        free(t);
+        return bsipipe_error_set(-rc, "bsipipe_transport_create: pthread_mutex_init failed (%s)", strerror(rc));
+    }
+    *out = t;
+    return 0;
+}
+
+void bsipipe_transport_destroy(bsipipe_transport_t *t)
+{
+    if (!t)
+        return;
+    pthread_cond_destroy(&t->cond);
+    pthread_mutex_destroy(&t->mutex);
+    free(t->report);
+    free(t->ch);
+    free(t);
+}
+
+/* ---- report --------------------------------------------------------------------------- */
+
+struct sbuf {
+    char *s;
+    size_t len, cap;
+};
+
+static void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(struct sbuf *b, const char *fmt, ...)
+{
+    if (!b->s && b->cap == (size_t)-1)
+        return; /* out of memory earlier */
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        size_t room = b->cap - b->len;
+        int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? room : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            return;
+        if (b->s && (size_t)n < room) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + (size_t)n + 1)
+            cap *= 2;
+        char *s = realloc(b->s, cap);
+        if (!s) {
+            free(b->s);
+            b->s = NULL;
+            b->cap = (size_t)-1;
+            return;
+        }
+        b->s = s;
+        b->cap = cap;
+    }
+}
+
+/* Called with the mutex held. `head` starts the sentence. Returns a malloc'd
+ * sentence (or NULL when out of memory). */
+static char *build_report(bsipipe_transport_t *t, const char *head, double now)
+{
+    struct sbuf b = {0};
+    sb_printf(&b, "%s: ", head);
+    int first = 1;
+    for (long i = 0; i < t->n; i++) {
+        const struct channel *c = &t->ch[i];
+        if (c->send_state != 1)
+            continue;
+        sb_printf(&b, "%sdevice %d waited %.1f s in SEND %s on channel %ld (%s)", first ? "" : "; ", c->send_device,
+                  now - c->send_start, c->send_what, i,
+                  c->posted ? "posted, not yet copied" : "receive not posted");
+        first = 0;
+    }
+    for (long i = 0; i < t->n; i++) {
+        const struct channel *c = &t->ch[i];
+        if (!c->posted || c->filled || c->send_state != 0)
+            continue;
+        sb_printf(&b, "%sdevice %d posted RECV %s on channel %ld %.1f s ago (no send arrived)", first ? "" : "; ",
+                  c->recv_device, c->recv_what, i, now - c->post_time);
+        first = 0;
+    }
+    if (first)
+        sb_printf(&b, "no other transfer was pending");
+    return b.s;
+}
+
+/* ---- post / send ---------------------------------------------------------------------- */
+
+static void release_task(struct starpu_task *task)
+{
+    if (task)
+        starpu_task_end_dep_release(task);
+}
+
+/* Fails the transport (mutex held, not yet failed): writes the report,
+ * claims every posted RECV nobody has claimed (a copy in progress is
+ * released by its sender), wakes every waiter. Returns the claimed tasks for
+ * the caller to release after unlocking (release_claimed); *n: their number. */
+static struct starpu_task **fail_locked(bsipipe_transport_t *t, const char *head, long *n)
+{
+    *n = 0;
+    t->report = build_report(t, head, now_s());
+    __atomic_store_n(&t->failed, 1, __ATOMIC_RELEASE);
+    struct starpu_task **claimed = malloc((size_t)t->n * sizeof *claimed);
+    for (long i = 0; i < t->n; i++) {
+        struct channel *o = &t->ch[i];
+        if (o->posted && !o->claimed && o->send_state != 2) {
+            o->claimed = 1;
+            if (claimed)
+                claimed[(*n)++] = o->task;
+            else
+                release_task(o->task); /* out of memory: release under the mutex */
+        }
+    }
+    t->releasing += *n;
+    pthread_cond_broadcast(&t->cond);
+    return claimed;
+}
+
+int bsipipe_transport_post(bsipipe_transport_t *t, long ch, void *dst, size_t bytes, struct starpu_task *recv_task,
+                           int device, const char *what)
+{
+    if (!t)
+        return bsipipe_error_set(-EINVAL, "bsipipe_transport_post: transport is NULL");
+    pthread_mutex_lock(&t->mutex);
+    int rc = 0;
+    struct starpu_task *release_now = NULL;
+    if (ch < 0 || ch >= t->n) {
+        rc = bsipipe_error_set(-EINVAL, "RECV %s on device %d: channel %ld out of range [0, %ld)", what ? what : "?",
+                               device, ch, t->n);
+        release_now = recv_task; /* the end dependency would never be released */
+    } else if (!dst && bytes > 0) {
+        rc = bsipipe_error_set(-EINVAL, "RECV %s on device %d: NULL buffer for %zu bytes (channel %ld)",
+                               what ? what : "?", device, bytes, ch);
+        release_now = recv_task;
+    } else if (t->ch[ch].posted) {
+        struct channel *c = &t->ch[ch];
+        rc = bsipipe_error_set(-EINVAL, "RECV %s on device %d: channel %ld already posted by RECV %s on device %d",
+                               what ? what : "?", device, ch, c->recv_what, c->recv_device);
+        /* Release the second task's dependency, unless it is the very task
+         * already posted (it will be released once, by its transfer). */
+        if (recv_task != c->task)
+            release_now = recv_task;
+    } else {
+        struct channel *c = &t->ch[ch];
+        c->posted = 1;
+        c->dst = dst;
+        c->bytes = bytes;
+        c->task = recv_task;
+        c->recv_device = device;
+        c->post_time = now_s();
+        copy_name(c->recv_what, what);
+        if (t->failed) {
+            c->claimed = 1;
+            release_now = recv_task;
+        } else {
+            pthread_cond_broadcast(&t->cond);
+        }
+    }
+    if (release_now)
+        t->releasing++;
+    pthread_mutex_unlock(&t->mutex);
+    if (release_now) {
+        release_task(release_now);
+        pthread_mutex_lock(&t->mutex);
+        if (--t->releasing == 0)
+            pthread_cond_broadcast(&t->cond);
+        pthread_mutex_unlock(&t->mutex);
+    }
+    return rc;
+}
+
+/* Releases the tasks in `tasks` (claimed under the mutex), then drops the
+ * `releasing` count. Called without the mutex. */
+static void release_claimed(bsipipe_transport_t *t, struct starpu_task **tasks, long n)
+{
+    for (long i = 0; i < n; i++)
+        release_task(tasks[i]);
+    if (n > 0) {
+        pthread_mutex_lock(&t->mutex);
+        t->releasing -= n;
+        pthread_cond_broadcast(&t->cond);
+        pthread_mutex_unlock(&t->mutex);
+    }
+}
+
+static int failed_error(const bsipipe_transport_t *t, long ch, int device, const char *what)
+{
+    return bsipipe_error_set(-ETIMEDOUT, "SEND %s on device %d (channel %ld) abandoned: %s", what ? what : "?",
+                             device, ch, t->report ? t->report : "transport watchdog fired");
+}
+
+int bsipipe_transport_send(bsipipe_transport_t *t, long ch, const void *src, size_t bytes, int device,
+                           const char *what)
+{
+    if (!t)
+        return bsipipe_error_set(-EINVAL, "bsipipe_transport_send: transport is NULL");
+    if (!src && bytes > 0)
+        return bsipipe_error_set(-EINVAL, "SEND %s on device %d: NULL source for %zu bytes (channel %ld)",
+                                 what ? what : "?", device, bytes, ch);
+    pthread_mutex_lock(&t->mutex);
+    if (ch < 0 || ch >= t->n) {
+        int rc = bsipipe_error_set(-EINVAL, "SEND %s on device %d: channel %ld out of range [0, %ld)",
+                                   what ? what : "?", device, ch, t->n);
+        pthread_mutex_unlock(&t->mutex);
+        return rc;
+    }
+    struct channel *c = &t->ch[ch];
+    if (c->send_state != 0) {
+        int rc = bsipipe_error_set(-EINVAL, "SEND %s on device %d: channel %ld already used by SEND %s on device %d",
+                                   what ? what : "?", device, ch, c->send_what, c->send_device);
+        pthread_mutex_unlock(&t->mutex);
+        return rc;
+    }
+    if (t->failed) {
+        int rc = failed_error(t, ch, device, what);
+        pthread_mutex_unlock(&t->mutex);
+        return rc;
+    }
+    c->send_state = 1;
+    c->send_device = device;
+    c->send_start = now_s();
+    copy_name(c->send_what, what);
+    t->waiting++;
+
+    double deadline = c->send_start + t->timeout_s;
+    struct timespec ts;
+    ts.tv_sec = (time_t)deadline;
+    ts.tv_nsec = (long)((deadline - (double)ts.tv_sec) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    struct starpu_task **claimed = NULL;
+    long n_claimed = 0;
+    while (!c->posted && !t->failed) {
+        int w = pthread_cond_timedwait(&t->cond, &t->mutex, &ts);
+        if (w == ETIMEDOUT && !c->posted && !t->failed && now_s() >= deadline) {
+            char head[128];
+            snprintf(head, sizeof head, "transport watchdog fired (timeout %.1f s, first expired: channel %ld)",
+                     t->timeout_s, ch);
+            claimed = fail_locked(t, head, &n_claimed);
+        }
+    }
+    t->waiting--;
+    int rc = 0;
+    struct starpu_task *release_now = NULL;
+    if (c->claimed || (t->failed && !c->posted)) {
+        /* Failed before the data could go: nothing copied. */
+        c->send_state = 3;
+        rc = failed_error(t, ch, device, what);
+        pthread_mutex_unlock(&t->mutex);
+    } else if (c->bytes != bytes) {
+        /* Programming error; release the RECV (no data) so the graph drains. */
+        c->send_state = 3;
+        c->claimed = 1;
+        release_now = c->task;
+        t->releasing++;
+        rc = bsipipe_error_set(-EINVAL,
+                               "SEND %s on device %d: %zu bytes, but RECV %s on device %d posted %zu bytes (channel %ld)",
+                               c->send_what, device, bytes, c->recv_what, c->recv_device, c->bytes, ch);
+        pthread_mutex_unlock(&t->mutex);
+    } else {
+        c->send_state = 2;
+        t->copying++;
+        void *dst = c->dst;
+        pthread_mutex_unlock(&t->mutex);
+        if (bytes > 0 && dst != src)
+            memcpy(dst, src, bytes);
+        __atomic_add_fetch(&t->bytes, (uint64_t)bytes, __ATOMIC_RELAXED);
+        pthread_mutex_lock(&t->mutex);
+        t->copying--;
+        c->filled = 1;
+        c->send_state = 3;
+        /* Nobody else claims a channel whose copy is in progress. */
+        c->claimed = 1;
+        release_now = c->task;
+        t->releasing++;
+        pthread_mutex_unlock(&t->mutex);
+    }
+    if (release_now) {
+        release_task(release_now);
+        pthread_mutex_lock(&t->mutex);
+        t->releasing--;
+        pthread_cond_broadcast(&t->cond);
+        pthread_mutex_unlock(&t->mutex);
+    }
+    release_claimed(t, claimed, n_claimed);
+    free(claimed);
+    return rc;
+}
+
+int bsipipe_transport_abort(bsipipe_transport_t *t, const char *why)
+{
+    if (!t)
+        return bsipipe_error_set(-EINVAL, "bsipipe_transport_abort: transport is NULL");
+    pthread_mutex_lock(&t->mutex);
+    if (t->failed) {
+        pthread_mutex_unlock(&t->mutex);
+        return 0;
+    }
+    char head[160];
+    snprintf(head, sizeof head, "transport aborted (%s)", why && *why ? why : "no reason given");
+    long n_claimed = 0;
+    struct starpu_task **claimed = fail_locked(t, head, &n_claimed);
+    pthread_mutex_unlock(&t->mutex);
+    release_claimed(t, claimed, n_claimed);
+    free(claimed);
+    return 0;
+}
+
+/* ---- reset / queries ------------------------------------------------------------------ */
+
+int bsipipe_transport_reset(bsipipe_transport_t *t)
+{
+    if (!t)
+        return bsipipe_error_set(-EINVAL, "bsipipe_transport_reset: transport is NULL");
+    pthread_mutex_lock(&t->mutex);
+    int rc = 0;
+    if (t->waiting || t->copying || t->releasing) {
+        rc = bsipipe_error_set(-EBUSY, "bsipipe_transport_reset: %ld send(s) waiting, %ld copying, %ld release(s) running",
+                               t->waiting, t->copying, t->releasing);
+    } else {
+        for (long i = 0; i < t->n; i++) {
+            const struct channel *c = &t->ch[i];
+            if (c->posted && !c->claimed) {
+                rc = bsipipe_error_set(-EBUSY,
+                                       "bsipipe_transport_reset: RECV %s on device %d (channel %ld) is posted and "
+                                       "waits for its send",
+                                       c->recv_what, c->recv_device, i);
+                break;
+            }
+        }
+    }
+    if (rc == 0) {
+        memset(t->ch, 0, (size_t)t->n * sizeof *t->ch);
+        free(t->report);
+        t->report = NULL;
+        __atomic_store_n(&t->failed, 0, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&t->mutex);
+    return rc;
+}
+
+int bsipipe_transport_failed(const bsipipe_transport_t *t)
+{
+    return t ? __atomic_load_n(&t->failed, __ATOMIC_ACQUIRE) : 0;
+}
+
+const char *bsipipe_transport_report(const bsipipe_transport_t *t)
+{
+    if (!t || !__atomic_load_n(&t->failed, __ATOMIC_ACQUIRE))
+        return "";
+    /* Written once, before `failed` is set; stays until reset/destroy. */
+    return t->report ? t->report : "transport watchdog fired (report could not be allocated)";
+}
+
+double bsipipe_transport_bytes(const bsipipe_transport_t *t)
+{
+    return t ? (double)__atomic_load_n(&t->bytes, __ATOMIC_RELAXED) : 0.0;
+}

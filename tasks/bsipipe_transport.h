@@ -1,0 +1,87 @@
+/* bsipipe_transport.h: the `local` transport — point-to-point transfers
+ * between devices of one process with rendezvous semantics (as NCCL
+ * point-to-point does), and a watchdog.
+ *
+ * A transfer is a channel: one RECV task on the receiving device and one
+ * SEND task on the sending device. The engine submits the RECV task with one
+ * end dependency (starpu_task_end_dep_add(recv, 1)); its codelet calls
+ * bsipipe_transport_post(), which registers the destination buffer and
+ * returns at once, so the receiving worker goes on; the RECV task completes
+ * only when the data has landed (the transport calls
+ * starpu_task_end_dep_release on it). The SEND codelet calls
+ * bsipipe_transport_send(), which blocks its worker until the matching
+ * receive is posted, copies, and releases the RECV task.
+ *
+ * Watchdog: a send that waits longer than the timeout fails the whole
+ * transport: every waiting and later send returns at once, every posted
+ * receive is released (so the task graph drains instead of hanging), and
+ * bsipipe_transport_failed() / _report() say which devices waited for which
+ * ops. The engine then skips compute and returns an error.
+ *
+ * Channels are numbered 0..n_channels-1 per iteration; call
+ * bsipipe_transport_reset() between iterations (no transfer in flight). Thread
+ * safe: the codelets of different workers call it concurrently.
+ */
+#ifndef BSIPIPE_TRANSPORT_H
+#define BSIPIPE_TRANSPORT_H
+
+#include <stddef.h>
+
+#include <starpu.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bsipipe_transport bsipipe_transport_t;
+
+/* n_channels transfers per iteration; timeout_s > 0 seconds a send may wait
+ * for its receive. *out: free with _destroy. -EINVAL, -ENOMEM. */
+int bsipipe_transport_create(long n_channels, double timeout_s, bsipipe_transport_t **out);
+void bsipipe_transport_destroy(bsipipe_transport_t *t); /* NULL is fine */
+
+/* RECV side, from the RECV task's codelet: posts `dst` (bytes) on channel
+ * ch. recv_task must hold one end dependency for this channel; it is
+ * released when the data has been copied (or at once if the transport has
+ * failed). `what` names the op for reports (copied). 0, -EINVAL (bad channel,
+ * posted twice). */
+int bsipipe_transport_post(bsipipe_transport_t *t, long ch, void *dst, size_t bytes, struct starpu_task *recv_task,
+                           int device, const char *what);
+
+/* SEND side, from the SEND task's codelet, on device `device`: waits until
+ * channel ch is posted, copies `bytes` from src, releases the RECV task.
+ * 0; -ETIMEDOUT when the watchdog fired (this or another send), nothing
+ * copied; -EINVAL on a size mismatch or bad channel. `what` names the op. */
+int bsipipe_transport_send(bsipipe_transport_t *t, long ch, const void *src, size_t bytes, int device,
+                           const char *what);
+
+/* Fails the transport by hand, as the watchdog would (same effects: every
+ * posted receive is released without data, waiting and later sends return
+ * -ETIMEDOUT, later posts are released at once, _failed() is 1), with a
+ * report that starts "transport aborted (why): " and names every pending
+ * transfer. For what the send-side watchdog cannot see: a submission that
+ * stopped half way (RECVs posted whose SENDs will never run), or an engine
+ * timer that finds no progress while no send waits (a cycle through RECV
+ * completions only). 0 (also when already failed: the first report stays),
+ * -EINVAL. */
+int bsipipe_transport_abort(bsipipe_transport_t *t, const char *why);
+
+/* Prepares the channels for the next iteration. 0, or -EBUSY if a transfer is
+ * still in flight. */
+int bsipipe_transport_reset(bsipipe_transport_t *t);
+
+/* 1 once the watchdog has fired. */
+int bsipipe_transport_failed(const bsipipe_transport_t *t);
+
+/* After a failure: a sentence naming every device that waited, the op it
+ * waited in and the peer it waited for, e.g. "device 1 waited 2.0 s in SEND
+ * act(down mb0 s0 c1) to device 2 (not posted); ...". Owned by t. */
+const char *bsipipe_transport_report(const bsipipe_transport_t *t);
+
+/* Bytes copied so far (all channels, all iterations). */
+double bsipipe_transport_bytes(const bsipipe_transport_t *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,59 @@
+/* cl_forward.c: F — forward of one subsequence through one chunk (with the
+ * embedding on the first chunk, and the head's loss and output gradient on
+ * the last). CPU function here; the CUDA one comes beside it.
+ *
+ * Buffers: 0 params R, 1 input R (tokens of the micro-batch on chunk 0, else
+ * the piece's activation), 2 x_out W, 3 stash W, 4 kv RW, 5 work SCRATCH;
+ * last chunk also 6 targets R, 7 grads RW, 8 dy W, 9 loss RW. */
+#include "tasks/engine_internal.h"
+
+#include <stdio.h>
+
+static void forward_cpu(void *buffers[], void *cl_arg)
+{
+    op_args_t *a = cl_arg;
+    struct bsipipe_engine *e = a->e;
+    if (engine_failed(e))
+        return;
+    const bsipipe_model_dims_t *D = &e->dims;
+    const replica_t *r = &e->rep[a->op.pipe * e->C + a->op.chunk];
+    const float *params = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    float *x_out = (float *)STARPU_VECTOR_GET_PTR(buffers[2]);
+    float *stash = (float *)STARPU_VECTOR_GET_PTR(buffers[3]);
+    float *kv = (float *)STARPU_VECTOR_GET_PTR(buffers[4]);
+    float *work = (float *)STARPU_VECTOR_GET_PTR(buffers[5]);
+    const float *x_in = x_out;
+    int rc = 0;
+    if (a->op.chunk == 0) {
+        const int *tokens = (const int *)STARPU_VECTOR_GET_PTR(buffers[1]);
+        rc = bsipipe_embed_forward(D, params, tokens + a->start, a->start, a->len, x_out);
+    } else {
+        x_in = (const float *)STARPU_VECTOR_GET_PTR(buffers[1]);
+    }
+    if (rc == 0)
+        rc = bsipipe_chunk_forward(D, a->l0, a->l1, a->start, a->len,
+                                   params + (engine_layer_offset(e, a->l0) - r->base), x_in, x_out, stash, kv);
+    if (rc == 0 && a->op.chunk == e->C - 1) {
+        const int *targets = (const int *)STARPU_VECTOR_GET_PTR(buffers[6]);
+        float *grads = (float *)STARPU_VECTOR_GET_PTR(buffers[7]);
+        float *dy = (float *)STARPU_VECTOR_GET_PTR(buffers[8]);
+        double *loss = (double *)STARPU_VECTOR_GET_PTR(buffers[9]);
+        long head = engine_layer_offset(e, D->n_layers) - r->base;
+        double piece_loss = 0;
+        /* The loss is the mean over the iteration's m*S tokens. */
+        rc = bsipipe_head_forward_backward(D, params + head, grads + head, a->len, x_out, targets + a->start,
+                                           1.0 / ((double)e->m * e->S), &piece_loss, dy, work);
+        *loss += piece_loss;
+    }
+    if (rc != 0) {
+        fprintf(stderr, "bsipipe engine: %s failed: error %d\n", a->name, rc);
+        engine_fail(e, rc);
+    }
+}
+
+struct starpu_codelet bsipipe_cl_forward = {
+    .cpu_funcs = {forward_cpu},
+    .cpu_funcs_name = {"forward_cpu"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .name = "F",
+};

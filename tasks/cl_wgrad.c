@@ -1,0 +1,24 @@
+/* cl_wgrad.c: W — the weight-gradient half of a split backward (ZeroBubble).
+ *
+ * The CPU kernels compute a chunk's input and weight gradients in one call,
+ * so the B task of a split-backward schedule does both and this task only
+ * keeps W's place in the plan (and its access to the replica's gradients,
+ * which orders it after its B). Loss and gradients are exact; the time a W
+ * would take is folded into its B. A kernel-level split is open work.
+ *
+ * Buffers: 0 grads RW. */
+#include "tasks/engine_internal.h"
+
+static void wgrad_cpu(void *buffers[], void *cl_arg)
+{
+    (void)buffers;
+    (void)cl_arg;
+}
+
+struct starpu_codelet bsipipe_cl_wgrad = {
+    .cpu_funcs = {wgrad_cpu},
+    .cpu_funcs_name = {"wgrad_cpu"},
+    .nbuffers = 1,
+    .modes = {STARPU_RW},
+    .name = "W",
+};

@@ -1,0 +1,618 @@
+/* engine.c: engine lifecycle, data handles, and submission of one iteration
+ * (every op of the plan a task). Codelets are in cl_*.c. */
+#include "tasks/engine_internal.h"
+#include "graph/bsipipe_error.h"
+#include "graph/bsipipe_sim.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { MAX_DESCR = 512 };
+
+bsipipe_engine_options_t bsipipe_engine_options_default(const bsipipe_model_dims_t *dims,
+                                                        const bsipipe_parallel_config_t *pc)
+{
+    bsipipe_engine_options_t o = {
+        .dims = *dims, .pc = *pc,
+        .opt = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 1.0},
+        .seed = 1, .policy = "bsipipe", .watchdog_s = 30,
+    };
+    return o;
+}
+
+long engine_layer_offset(const struct bsipipe_engine *e, int l)
+{
+    return bsipipe_model_layer_offset(&e->dims, l);
+}
+
+long bsipipe_engine_n_params(const bsipipe_engine_t *e)
+{
+    return bsipipe_model_params(&e->dims);
+}
+
+const bsipipe_schedule_t *bsipipe_engine_schedule(const bsipipe_engine_t *e)
+{
+    return e->sched;
+}
+
+/* Registers a float vector owned by the engine in main memory. */
+static float *alloc_vector(long n, starpu_data_handle_t *h)
+{
+    float *p = calloc((size_t)(n > 0 ? n : 1), sizeof(float));
+    if (p)
+        starpu_vector_data_register(h, STARPU_MAIN_RAM, (uintptr_t)p, (uint32_t)(n > 0 ? n : 1), sizeof(float));
+    return p;
+}
+
+static void free_vector(float *p, starpu_data_handle_t h)
+{
+    if (p) {
+        starpu_data_unregister(h);
+        free(p);
+    }
+}
+
+/* Each StarPU CPU worker is one device: keep OpenBLAS on one thread. */
+static void blas_single_thread(void)
+{
+    void (*set)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "openblas_set_num_threads");
+    if (set)
+        set(1);
+}
+
+static int piece_len(const bsipipe_engine_t *e, int sub)
+{
+    const int *st = bsipipe_schedule_sub_starts(e->sched);
+    return st[sub + 1] - st[sub];
+}
+
+void bsipipe_engine_destroy(bsipipe_engine_t *e)
+{
+    if (!e)
+        return;
+    starpu_task_wait_for_all();
+    int n_rep = bsipipe_schedule_n_pipes(e->sched ? e->sched : NULL) * e->C;
+    for (int i = 0; e->rep && i < n_rep; i++) {
+        replica_t *r = &e->rep[i];
+        free_vector(r->params, r->h_params);
+        free_vector(r->grads, r->h_grads);
+        free_vector(r->m, r->h_m);
+        free_vector(r->v, r->h_v);
+    }
+    free(e->rep);
+    long n_act = (long)e->m * e->k * e->C;
+    for (long i = 0; e->x_out && i < n_act; i++) {
+        free_vector(e->x_out[i], e->h_x_out[i]);
+        free_vector(e->stash[i], e->h_stash[i]);
+        free_vector(e->dx[i], e->h_dx[i]);
+        free_vector(e->dy[i], e->h_dy[i]);
+    }
+    for (long i = 0; e->kv && i < (long)e->m * e->C; i++) {
+        free_vector(e->kv[i], e->h_kv[i]);
+        free_vector(e->dkv[i], e->h_dkv[i]);
+    }
+    for (int i = 0; e->recv && i < bsipipe_schedule_n_channels(e->sched); i++)
+        free_vector(e->recv[i], e->h_recv[i]);
+    for (int mb = 0; e->h_tokens && mb < e->m; mb++) {
+        if (e->h_tokens[mb]) starpu_data_unregister(e->h_tokens[mb]);
+        if (e->h_targets[mb]) starpu_data_unregister(e->h_targets[mb]);
+    }
+    for (int d = 0; e->h_loss && d < e->W; d++)
+        if (e->h_loss[d]) starpu_data_unregister(e->h_loss[d]);
+    if (e->h_work)
+        starpu_data_unregister(e->h_work);
+    free(e->x_out); free(e->stash); free(e->dx); free(e->dy);
+    free(e->h_x_out); free(e->h_stash); free(e->h_dx); free(e->h_dy);
+    free(e->kv); free(e->dkv); free(e->h_kv); free(e->h_dkv);
+    free(e->recv); free(e->h_recv);
+    free(e->tokens); free(e->targets); free(e->h_tokens); free(e->h_targets);
+    free(e->loss); free(e->h_loss);
+    for (int d = 0; e->args && d < e->W; d++) {
+        int n;
+        bsipipe_schedule_device_ops(e->sched, d, &n);
+        for (int i = 0; e->args[d] && i < n; i++)
+            free(e->args[d][i].own_rep);
+        free(e->args[d]);
+        free(e->pos[d]);
+    }
+    free(e->args); free(e->pos); free(e->slot_base);
+    for (int d = 0; e->wmask && d < e->W; d++)
+        free(e->wmask[d]);
+    free(e->wmask);
+    free(e->workerid);
+    free(e->order_device); free(e->order_index);
+    bsipipe_transport_destroy(e->transport);
+    if (e->started)
+        starpu_shutdown();
+    bsipipe_schedule_destroy(e->sched);
+    free(e);
+}
+
+/* Allocation helper: all-or-nothing arrays. */
+#define ALLOC(p, n) ((p) = calloc((size_t)(n) > 0 ? (size_t)(n) : 1, sizeof *(p)))
+
+static int create_buffers(bsipipe_engine_t *e)
+{
+    const bsipipe_model_dims_t *D = &e->dims;
+    int pipes = bsipipe_schedule_n_pipes(e->sched);
+    long total = bsipipe_model_params(D);
+    float *init = malloc(sizeof(float) * (size_t)total);
+    if (!init || !ALLOC(e->rep, pipes * e->C)) {
+        free(init);
+        return -ENOMEM;
+    }
+    int rc = bsipipe_model_init(D, e->o.seed, init);
+    for (int pipe = 0; pipe < pipes && rc == 0; pipe++)
+        for (int c = 0; c < e->C && rc == 0; c++) {
+            replica_t *r = &e->rep[pipe * e->C + c];
+            int l0, l1;
+            bsipipe_schedule_chunk_layers(e->sched, c, &l0, &l1);
+            r->device = bsipipe_schedule_chunk_device(e->sched, (bsipipe_pipe_t)pipe, c);
+            r->base = c == 0 ? 0 : engine_layer_offset(e, l0);
+            r->n = (c == e->C - 1 ? total : engine_layer_offset(e, l1)) - r->base;
+            r->params = alloc_vector(r->n, &r->h_params);
+            r->grads = alloc_vector(r->n, &r->h_grads);
+            r->m = alloc_vector(r->n, &r->h_m);
+            r->v = alloc_vector(r->n, &r->h_v);
+            if (!r->params || !r->grads || !r->m || !r->v)
+                rc = -ENOMEM;
+            else
+                memcpy(r->params, init + r->base, sizeof(float) * (size_t)r->n);
+        }
+    free(init);
+    if (rc)
+        return rc;
+
+    long n_act = (long)e->m * e->k * e->C;
+    if (!ALLOC(e->x_out, n_act) || !ALLOC(e->stash, n_act) || !ALLOC(e->dx, n_act) || !ALLOC(e->dy, n_act) ||
+        !ALLOC(e->h_x_out, n_act) || !ALLOC(e->h_stash, n_act) || !ALLOC(e->h_dx, n_act) || !ALLOC(e->h_dy, n_act) ||
+        !ALLOC(e->kv, e->m * e->C) || !ALLOC(e->dkv, e->m * e->C) || !ALLOC(e->h_kv, e->m * e->C) ||
+        !ALLOC(e->h_dkv, e->m * e->C))
+        return -ENOMEM;
+    for (int mb = 0; mb < e->m; mb++)
+        for (int c = 0; c < e->C; c++) {
+            int l0, l1;
+            bsipipe_schedule_chunk_layers(e->sched, c, &l0, &l1);
+            long kv = (long)(l1 - l0) * bsipipe_model_kv_size(D);
+            if (!(e->kv[mb * e->C + c] = alloc_vector(kv, &e->h_kv[mb * e->C + c])) ||
+                !(e->dkv[mb * e->C + c] = alloc_vector(kv, &e->h_dkv[mb * e->C + c])))
+                return -ENOMEM;
+            for (int s = 0; s < e->k; s++) {
+                long i = act_index(e, mb, s, c), len = piece_len(e, s);
+                if (!(e->x_out[i] = alloc_vector(len * e->d, &e->h_x_out[i])) ||
+                    !(e->stash[i] = alloc_vector((l1 - l0) * bsipipe_model_stash_size(D, (int)len), &e->h_stash[i])))
+                    return -ENOMEM;
+                if (c > 0 && !(e->dx[i] = alloc_vector(len * e->d, &e->h_dx[i])))
+                    return -ENOMEM;
+                if (c == e->C - 1 && !(e->dy[i] = alloc_vector(len * e->d, &e->h_dy[i])))
+                    return -ENOMEM;
+            }
+        }
+    int nch = bsipipe_schedule_n_channels(e->sched);
+    if (!ALLOC(e->recv, nch) || !ALLOC(e->h_recv, nch))
+        return -ENOMEM;
+    for (int d = 0; d < e->W; d++) {
+        int n;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
+        for (int i = 0; i < n; i++)
+            if (ops[i].kind == BSIPIPE_OP_RECV &&
+                !(e->recv[ops[i].channel] = alloc_vector((long)piece_len(e, ops[i].sub) * e->d,
+                                                         &e->h_recv[ops[i].channel])))
+                return -ENOMEM;
+    }
+    if (!ALLOC(e->tokens, (long)e->m * e->S) || !ALLOC(e->targets, (long)e->m * e->S) || !ALLOC(e->h_tokens, e->m) ||
+        !ALLOC(e->h_targets, e->m) || !ALLOC(e->loss, e->W) || !ALLOC(e->h_loss, e->W))
+        return -ENOMEM;
+    for (int mb = 0; mb < e->m; mb++) {
+        starpu_vector_data_register(&e->h_tokens[mb], STARPU_MAIN_RAM, (uintptr_t)(e->tokens + (long)mb * e->S),
+                                    (uint32_t)e->S, sizeof(int));
+        starpu_vector_data_register(&e->h_targets[mb], STARPU_MAIN_RAM, (uintptr_t)(e->targets + (long)mb * e->S),
+                                    (uint32_t)e->S, sizeof(int));
+    }
+    for (int d = 0; d < e->W; d++)
+        starpu_vector_data_register(&e->h_loss[d], STARPU_MAIN_RAM, (uintptr_t)&e->loss[d], 1, sizeof(double));
+    /* Scratch per worker: the chunk backward's work plus chunk 0's input
+     * gradient, or the head's work, whichever is larger. */
+    for (int s = 0; s < e->k; s++) {
+        int len = piece_len(e, s);
+        long need = bsipipe_model_work_size(D, len) + (long)len * e->d;
+        if (bsipipe_model_head_work_size(D, len) > need)
+            need = bsipipe_model_head_work_size(D, len);
+        if (need > e->work_elems)
+            e->work_elems = need;
+    }
+    starpu_vector_data_register(&e->h_work, -1, 0, (uint32_t)e->work_elems, sizeof(float));
+    return 0;
+}
+
+static int create_args(bsipipe_engine_t *e)
+{
+    const int *st = bsipipe_schedule_sub_starts(e->sched);
+    if (!ALLOC(e->args, e->W) || !ALLOC(e->pos, e->W) || !ALLOC(e->slot_base, e->W))
+        return -ENOMEM;
+    for (int d = 0; d < e->W; d++) {
+        int n;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
+        if (!ALLOC(e->args[d], n) || !ALLOC(e->pos[d], n))
+            return -ENOMEM;
+        for (int i = 0; i < n; i++) {
+            op_args_t *a = &e->args[d][i];
+            a->e = e;
+            a->op = ops[i];
+            if (ops[i].sub >= 0) {
+                a->start = st[ops[i].sub];
+                a->len = st[ops[i].sub + 1] - st[ops[i].sub];
+            }
+            if (ops[i].chunk >= 0)
+                bsipipe_schedule_chunk_layers(e->sched, ops[i].chunk, &a->l0, &a->l1);
+            char buf[96];
+            snprintf(a->name, sizeof a->name, "%s", bsipipe_op_format(&ops[i], buf, sizeof buf));
+            if (ops[i].kind == BSIPIPE_OP_STEP) {
+                int pipes = bsipipe_schedule_n_pipes(e->sched);
+                if (!ALLOC(a->own_rep, pipes * e->C))
+                    return -ENOMEM;
+                for (int r = 0; r < pipes * e->C; r++)
+                    if (e->rep[r].device == d)
+                        a->own_rep[a->n_own++] = r;
+            }
+        }
+    }
+    return 0;
+}
+
+int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **out)
+{
+    *out = NULL;
+    if (!o)
+        return bsipipe_error_set(-EINVAL, "engine: no options");
+    int rc = bsipipe_model_dims_validate(&o->dims);
+    if (rc == 0 && bsipipe_model_dims_check(&o->dims) != 0)
+        rc = bsipipe_error_set(-EINVAL, "engine: model dimensions rejected by the kernels (LLaMA needs an even "
+                                        "head dimension)");
+    if (rc < 0)
+        return rc;
+    bsipipe_engine_t *e = calloc(1, sizeof *e);
+    if (!e)
+        return bsipipe_error_set(-ENOMEM, "out of memory");
+    e->o = *o;
+    if (!e->o.policy)
+        e->o.policy = "bsipipe";
+    if (e->o.watchdog_s <= 0)
+        e->o.watchdog_s = 30;
+    e->dims = o->dims;
+    rc = bsipipe_schedule_create(&o->pc, &o->dims, &e->sched);
+    if (rc == 0)
+        rc = bsipipe_schedule_validate(e->sched);
+    if (rc < 0) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", bsipipe_error_detail());
+        bsipipe_engine_destroy(e);
+        return bsipipe_error_set(rc, "%s", why);
+    }
+    e->W = bsipipe_schedule_n_devices(e->sched);
+    e->C = bsipipe_schedule_n_chunks(e->sched);
+    e->k = o->pc.k;
+    e->m = o->pc.m;
+    e->S = o->dims.seq_len;
+    e->d = o->dims.hidden;
+
+    /* Submission order: the simulator's resolution order respects every
+     * dependency, so StarPU's sequential consistency sees each producer
+     * before its consumers. */
+    bsipipe_cost_model_t unit = bsipipe_cost_model_unit();
+    bsipipe_sim_result_t *sim;
+    if ((rc = bsipipe_simulate(e->sched, &unit, &sim)) < 0) {
+        bsipipe_engine_destroy(e);
+        return rc;
+    }
+    e->n_order = sim->n_order;
+    e->order_device = sim->order_device;
+    e->order_index = sim->order_index;
+    sim->order_device = sim->order_index = NULL;
+    bsipipe_sim_result_destroy(sim);
+
+    struct starpu_conf conf;
+    starpu_conf_init(&conf);
+    conf.ncpus = e->W;
+    conf.ncuda = 0;
+    conf.nopencl = 0;
+    setenv("STARPU_WORKERS_NOBIND", "1", 0); /* more devices than cores is the normal case here */
+    if ((rc = bsipipe_policy_configure(&conf, e->o.policy)) < 0) {
+        bsipipe_engine_destroy(e);
+        return rc;
+    }
+    e->inorder = bsipipe_policy_is_inorder(e->o.policy);
+    if (starpu_init(&conf) != 0) {
+        bsipipe_engine_destroy(e);
+        return bsipipe_error_set(-EIO, "engine: starpu_init failed");
+    }
+    e->started = 1;
+    if ((int)starpu_cpu_worker_get_count() != e->W) {
+        int got = (int)starpu_cpu_worker_get_count();
+        bsipipe_engine_destroy(e);
+        return bsipipe_error_set(-EINVAL, "engine: the plan has %d devices but StarPU started %d CPU workers "
+                                 "(unset STARPU_NCPU, or build StarPU with --enable-maxcpus >= %d)",
+                                 e->W, got, e->W);
+    }
+    if (!ALLOC(e->workerid, e->W) ||
+        starpu_worker_get_ids_by_type(STARPU_CPU_WORKER, e->workerid, (unsigned)e->W) != (unsigned)e->W) {
+        bsipipe_engine_destroy(e);
+        return bsipipe_error_set(-EIO, "engine: cannot list StarPU's CPU workers");
+    }
+    e->wmask_len = starpu_worker_get_count() / 32 + 1;
+    if (!ALLOC(e->wmask, e->W)) {
+        bsipipe_engine_destroy(e);
+        return bsipipe_error_set(-ENOMEM, "out of memory");
+    }
+    for (int d = 0; d < e->W; d++) {
+        if (!ALLOC(e->wmask[d], e->wmask_len)) {
+            bsipipe_engine_destroy(e);
+            return bsipipe_error_set(-ENOMEM, "out of memory");
+        }
+        e->wmask[d][e->workerid[d] / 32] |= 1u << (e->workerid[d] % 32);
+    }
+    blas_single_thread();
+    if ((rc = create_buffers(e)) < 0 || (rc = create_args(e)) < 0 ||
+        (rc = bsipipe_transport_create(bsipipe_schedule_n_channels(e->sched) > 0
+                                           ? bsipipe_schedule_n_channels(e->sched) : 1,
+                                       e->o.watchdog_s, &e->transport)) < 0) {
+        bsipipe_engine_destroy(e);
+        return rc == -ENOMEM ? bsipipe_error_set(-ENOMEM, "engine: out of memory for the plan's buffers") : rc;
+    }
+    *out = e;
+    return 0;
+}
+
+/* Handles of the piece's activation entering chunk c (F) or its gradient
+ * entering chunk c (B): the local producer's buffer or the receive buffer. */
+static starpu_data_handle_t input_handle(bsipipe_engine_t *e, const bsipipe_op_t *op, int d)
+{
+    int from = op->kind == BSIPIPE_OP_F ? op->chunk - 1 : op->chunk + 1;
+    int src_dev = bsipipe_schedule_chunk_device(e->sched, (bsipipe_pipe_t)op->pipe, from);
+    if (src_dev == d)
+        return op->kind == BSIPIPE_OP_F ? e->h_x_out[act_index(e, op->mb, op->sub, from)]
+                                        : e->h_dx[act_index(e, op->mb, op->sub, from)];
+    /* The RECV on d whose producer is (kind, mb, sub, from). */
+    int n;
+    const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
+    int tensor = op->kind == BSIPIPE_OP_F ? BSIPIPE_TENSOR_ACT : BSIPIPE_TENSOR_GRAD;
+    for (int i = 0; i < n; i++)
+        if (ops[i].kind == BSIPIPE_OP_RECV && ops[i].tensor == tensor && ops[i].mb == op->mb &&
+            ops[i].sub == op->sub && ops[i].chunk == from)
+            return e->h_recv[ops[i].channel];
+    return NULL;
+}
+
+/* Builds and submits the task of op i of device d; with dry_run only checks
+ * that every buffer it needs exists. */
+static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
+{
+    op_args_t *a = &e->args[d][i];
+    const bsipipe_op_t *op = &a->op;
+    struct starpu_data_descr descr[MAX_DESCR];
+    int n = 0;
+    struct starpu_codelet *cl;
+    replica_t *r = op->chunk >= 0 ? &e->rep[op->pipe * e->C + op->chunk] : NULL;
+    long ai = op->sub >= 0 ? act_index(e, op->mb, op->sub, op->chunk) : 0;
+#define ADD(h, md) (descr[n].handle = (h), descr[n].mode = (md), n++)
+    switch (op->kind) {
+    case BSIPIPE_OP_F:
+        cl = &bsipipe_cl_forward;
+        ADD(r->h_params, STARPU_R);
+        ADD(op->chunk == 0 ? e->h_tokens[op->mb] : input_handle(e, op, d), STARPU_R);
+        ADD(e->h_x_out[ai], STARPU_W);
+        ADD(e->h_stash[ai], STARPU_W);
+        ADD(e->h_kv[op->mb * e->C + op->chunk], STARPU_RW);
+        ADD(e->h_work, STARPU_SCRATCH);
+        if (op->chunk == e->C - 1) {
+            ADD(e->h_targets[op->mb], STARPU_R);
+            ADD(r->h_grads, STARPU_RW);
+            ADD(e->h_dy[ai], STARPU_W);
+            ADD(e->h_loss[d], STARPU_RW);
+        }
+        break;
+    case BSIPIPE_OP_B:
+        cl = &bsipipe_cl_backward;
+        ADD(r->h_params, STARPU_R);
+        ADD(r->h_grads, STARPU_RW);
+        ADD(op->chunk == e->C - 1 ? e->h_dy[ai] : input_handle(e, op, d), STARPU_R);
+        if (op->chunk == 0)
+            ADD(e->h_tokens[op->mb], STARPU_R);
+        else
+            ADD(e->h_dx[ai], STARPU_W);
+        ADD(e->h_stash[ai], STARPU_R);
+        ADD(e->h_kv[op->mb * e->C + op->chunk], STARPU_R);
+        ADD(e->h_dkv[op->mb * e->C + op->chunk], STARPU_RW);
+        ADD(e->h_work, STARPU_SCRATCH);
+        break;
+    case BSIPIPE_OP_W:
+        cl = &bsipipe_cl_wgrad;
+        ADD(r->h_grads, STARPU_RW);
+        break;
+    case BSIPIPE_OP_SEND:
+        cl = &bsipipe_cl_send;
+        ADD(op->tensor == BSIPIPE_TENSOR_ACT ? e->h_x_out[ai] : e->h_dx[ai], STARPU_R);
+        break;
+    case BSIPIPE_OP_RECV:
+        cl = &bsipipe_cl_recv;
+        ADD(e->h_recv[op->channel], STARPU_W);
+        break;
+    case BSIPIPE_OP_SYNC: {
+        replica_t *mine = &e->rep[op->pipe * e->C + op->chunk];
+        if (op->pipe == 0) {
+            cl = &bsipipe_cl_sync;
+            ADD(mine->h_grads, STARPU_RW);
+            ADD(e->rep[e->C + op->chunk].h_grads, STARPU_RW);
+        } else {
+            cl = &bsipipe_cl_sync_peer;
+            ADD(mine->h_grads, STARPU_R);
+        }
+        break;
+    }
+    case BSIPIPE_OP_STEP:
+        cl = &bsipipe_cl_step;
+        a->do_step = step;
+        for (int c = 0; c < e->C; c++)
+            ADD(e->rep[c].h_grads, STARPU_R);
+        for (int j = 0; j < a->n_own && n + 4 <= MAX_DESCR; j++) {
+            replica_t *o = &e->rep[a->own_rep[j]];
+            ADD(o->h_params, STARPU_RW);
+            ADD(o->h_m, STARPU_RW);
+            ADD(o->h_v, STARPU_RW);
+            if (a->own_rep[j] >= e->C)
+                ADD(o->h_grads, STARPU_R);
+        }
+        break;
+    default:
+        return bsipipe_error_set(-EINVAL, "engine: unknown op kind %d", op->kind);
+    }
+#undef ADD
+    for (int j = 0; j < n; j++)
+        if (!descr[j].handle)
+            return bsipipe_error_set(-EINVAL, "engine: %s has no input buffer (plan and transfers disagree)",
+                                     a->name);
+    if (dry_run)
+        return 0;
+    struct starpu_task *t = starpu_task_build(cl, STARPU_DATA_MODE_ARRAY, descr, n, STARPU_NAME, a->name, 0);
+    if (!t)
+        return bsipipe_error_set(-ENOMEM, "engine: cannot build the task of %s", a->name);
+    t->cl_arg = a;
+    t->cl_arg_size = 0;
+    t->cl_arg_free = 0;
+    if (e->inorder) {
+        e->pos[d][i].worker = e->workerid[d];
+        e->pos[d][i].slot = e->slot_base[d] + i;
+        t->sched_data = &e->pos[d][i];
+    } else { /* built-in policies order the tasks; placement kept to the device */
+        t->workerids = e->wmask[d];
+        t->workerids_len = e->wmask_len;
+    }
+    if (op->kind == BSIPIPE_OP_RECV)
+        starpu_task_end_dep_add(t, 1);
+    int rc = starpu_task_submit(t);
+    if (rc != 0)
+        return bsipipe_error_set(-EIO, "engine: StarPU refused the task of %s (%d)", a->name, rc);
+    return 0;
+}
+
+static int set_vector(starpu_data_handle_t h, const void *src, size_t bytes)
+{
+    starpu_data_acquire(h, STARPU_W);
+    void *p = (void *)starpu_data_get_local_ptr(h);
+    if (src)
+        memcpy(p, src, bytes);
+    else
+        memset(p, 0, bytes);
+    starpu_data_release(h);
+    return 0;
+}
+
+static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targets, double *loss, int step)
+{
+    if (!tokens || !targets)
+        return bsipipe_error_set(-EINVAL, "engine: tokens and targets are required");
+    long ntok = (long)e->m * e->S;
+    for (long i = 0; i < ntok; i++)
+        if (tokens[i] < 0 || tokens[i] >= e->dims.vocab || targets[i] < 0 || targets[i] >= e->dims.vocab)
+            return bsipipe_error_set(-EINVAL, "engine: token %ld (%d -> %d) is outside the vocabulary 0..%d", i,
+                                     tokens[i], targets[i], e->dims.vocab - 1);
+    if (bsipipe_transport_reset(e->transport) < 0)
+        return bsipipe_error_set(-EBUSY, "engine: transfers of the previous iteration are still in flight");
+    e->failed = 0;
+    int pipes = bsipipe_schedule_n_pipes(e->sched);
+    for (int r = 0; r < pipes * e->C; r++)
+        set_vector(e->rep[r].h_grads, NULL, sizeof(float) * (size_t)e->rep[r].n);
+    for (int d = 0; d < e->W; d++)
+        set_vector(e->h_loss[d], NULL, sizeof(double));
+    for (int mb = 0; mb < e->m; mb++) {
+        set_vector(e->h_tokens[mb], tokens + (long)mb * e->S, sizeof(int) * (size_t)e->S);
+        set_vector(e->h_targets[mb], targets + (long)mb * e->S, sizeof(int) * (size_t)e->S);
+    }
+    int rc = 0;
+    /* A half-submitted plan could leave an in-order worker waiting for a slot
+     * that never comes: check every op before submitting any. */
+    for (long j = 0; j < e->n_order && rc == 0; j++)
+        rc = submit_op(e, e->order_device[j], e->order_index[j], step, 1);
+    if (rc < 0)
+        return rc;
+    /* Every op but STEP in dependency order, then the STEPs (each reads every
+     * chunk's gradient, so it must follow every SYNC). */
+    for (long j = 0; j < e->n_order && rc == 0; j++) {
+        int d = e->order_device[j], i = e->order_index[j];
+        if (e->args[d][i].op.kind != BSIPIPE_OP_STEP)
+            rc = submit_op(e, d, i, step, 0);
+    }
+    for (int d = 0; d < e->W && rc == 0; d++) {
+        int n;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
+        for (int i = 0; i < n && rc == 0; i++)
+            if (ops[i].kind == BSIPIPE_OP_STEP)
+                rc = submit_op(e, d, i, step, 0);
+    }
+    if (rc < 0) { /* receives already posted would wait for ever: release them */
+        char why[512];
+        snprintf(why, sizeof why, "%s", bsipipe_error_detail());
+        engine_fail(e, rc);
+        bsipipe_transport_abort(e->transport, why);
+        bsipipe_error_set(rc, "%s", why);
+    }
+    starpu_task_wait_for_all();
+    for (int d = 0; d < e->W; d++) {
+        int n;
+        bsipipe_schedule_device_ops(e->sched, d, &n);
+        e->slot_base[d] += n;
+    }
+    if (rc < 0)
+        return rc; /* submission stopped half way (transport aborted): the engine cannot be reused */
+    if (e->failed == BSIPIPE_EDEADLOCK)
+        return bsipipe_error_set(BSIPIPE_EDEADLOCK, "engine: transfers deadlocked (watchdog after %g s): %s",
+                                 e->o.watchdog_s, bsipipe_transport_report(e->transport));
+    if (e->failed)
+        return bsipipe_error_set(e->failed, "engine: a task failed (%s); see the messages above",
+                                 bsipipe_strerror(e->failed));
+    double sum = 0;
+    for (int d = 0; d < e->W; d++) {
+        starpu_data_acquire(e->h_loss[d], STARPU_R);
+        sum += e->loss[d];
+        starpu_data_release(e->h_loss[d]);
+    }
+    if (loss)
+        *loss = sum / (double)ntok;
+    if (step)
+        e->steps++;
+    return 0;
+}
+
+int bsipipe_engine_forward_backward(bsipipe_engine_t *e, const int *tokens, const int *targets, double *loss)
+{
+    return run_iteration(e, tokens, targets, loss, 0);
+}
+
+int bsipipe_engine_iteration(bsipipe_engine_t *e, const int *tokens, const int *targets, double *loss,
+                             double *gnorm)
+{
+    int rc = run_iteration(e, tokens, targets, loss, 1);
+    if (rc == 0 && gnorm)
+        *gnorm = e->gnorm;
+    return rc;
+}
+
+/* Copies the down replicas' `which` vectors into a whole-model vector. */
+static int gather(bsipipe_engine_t *e, float *out, int grads)
+{
+    if (!out)
+        return bsipipe_error_set(-EINVAL, "engine: no output buffer");
+    for (int c = 0; c < e->C; c++) {
+        replica_t *r = &e->rep[c];
+        starpu_data_handle_t h = grads ? r->h_grads : r->h_params;
+        starpu_data_acquire(h, STARPU_R);
+        memcpy(out + r->base, grads ? r->grads : r->params, sizeof(float) * (size_t)r->n);
+        starpu_data_release(h);
+    }
+    return 0;
+}
+
+int bsipipe_engine_params(bsipipe_engine_t *e, float *out) { return gather(e, out, 0); }
+int bsipipe_engine_grads(bsipipe_engine_t *e, float *out) { return gather(e, out, 1); }

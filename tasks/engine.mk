@@ -1,0 +1,10 @@
+# tasks/engine.mk: the engine — every op of a plan a StarPU task (codelets
+# one file per op kind), and its tests.
+libbsipipe_la_SOURCES += tasks/engine.c tasks/cl_forward.c tasks/cl_backward.c tasks/cl_transfer.c \
+	tasks/cl_sync.c tasks/cl_step.c tasks/cl_wgrad.c
+nobase_pkginclude_HEADERS += tasks/bsipipe_engine.h
+noinst_HEADERS += tasks/engine_internal.h
+libbsipipe_la_LIBADD += -ldl
+check_PROGRAMS += tests/test_engine_equiv
+TESTS += tests/test_engine_equiv
+tests_test_engine_equiv_LDADD = libbsipipe.la $(STARPU_LIBS)

@@ -1,0 +1,92 @@
+/* engine_internal.h: the engine's insides, shared by tasks/ files. */
+#ifndef BSIPIPE_ENGINE_INTERNAL_H
+#define BSIPIPE_ENGINE_INTERNAL_H
+
+#include <starpu.h>
+
+#include "tasks/bsipipe_engine.h"
+#include "tasks/bsipipe_transport.h"
+#include "policies/bsipipe_policy.h"
+
+/* Per-op arguments of a task (engine-owned, alive for the iteration). */
+typedef struct op_args {
+    struct bsipipe_engine *e;
+    bsipipe_op_t op;
+    int start, len;      /* piece tokens */
+    int l0, l1;          /* layers of the chunk */
+    int do_step;         /* STEP: 0 = keep its slot but change nothing */
+    int n_own, *own_rep; /* STEP: replicas (pipe * C + chunk) held by the device */
+    char name[64];       /* for reports */
+} op_args_t;
+
+/* One (pipe, chunk) replica: a slice of the whole-model vector. */
+typedef struct replica {
+    int device;
+    long base, n;        /* offset and length in the whole-model vector */
+    float *params, *grads, *m, *v;
+    starpu_data_handle_t h_params, h_grads, h_m, h_v;
+} replica_t;
+
+struct bsipipe_engine {
+    bsipipe_engine_options_t o;
+    bsipipe_model_dims_t dims;
+    bsipipe_schedule_t *sched;
+    int W, C, k, m, S, d;
+    int inorder;                       /* bsipipe policy */
+    int started;                       /* starpu_init succeeded */
+    int *workerid;                     /* StarPU worker of each device */
+    uint32_t **wmask;                  /* per device: worker bitmap (built-in policies) */
+    unsigned wmask_len;
+    replica_t *rep;                    /* [pipe * C + chunk] (pipe 1 only if bidirectional) */
+    /* Activations, per (mb, sub, chunk): buffers and handles. */
+    float **x_out, **stash, **dx, **dy;
+    starpu_data_handle_t *h_x_out, *h_stash, *h_dx, *h_dy;
+    /* KV cache and its gradient per (mb, chunk). */
+    float **kv, **dkv;
+    starpu_data_handle_t *h_kv, *h_dkv;
+    /* Receive buffers per channel. */
+    float **recv;
+    starpu_data_handle_t *h_recv;
+    /* Tokens and targets per micro-batch. */
+    int *tokens, *targets;
+    starpu_data_handle_t *h_tokens, *h_targets;
+    /* Per-device loss sums (double). */
+    double *loss;
+    starpu_data_handle_t *h_loss;
+    starpu_data_handle_t h_work;       /* per-worker scratch */
+    long work_elems;
+    op_args_t **args;                  /* [device][op index] */
+    bsipipe_plan_pos_t **pos;          /* [device][op index] */
+    long *slot_base;                   /* per device, slots used by earlier iterations */
+    bsipipe_transport_t *transport;
+    int *order_device, *order_index;   /* submission order (from the simulator) */
+    long n_order;
+    long steps;
+    double gnorm;
+    int failed;                        /* first error of the iteration; compute is skipped once set */
+};
+
+/* Records the first failure of the iteration (codelets run concurrently). */
+static inline void engine_fail(struct bsipipe_engine *e, int rc)
+{
+    int none = 0;
+    __atomic_compare_exchange_n(&e->failed, &none, rc, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
+
+static inline int engine_failed(struct bsipipe_engine *e)
+{
+    return __atomic_load_n(&e->failed, __ATOMIC_SEQ_CST);
+}
+
+static inline long act_index(const struct bsipipe_engine *e, int mb, int sub, int chunk)
+{
+    return ((long)mb * e->k + sub) * e->C + chunk;
+}
+
+extern struct starpu_codelet bsipipe_cl_forward, bsipipe_cl_backward, bsipipe_cl_send, bsipipe_cl_recv,
+    bsipipe_cl_sync, bsipipe_cl_sync_peer, bsipipe_cl_step, bsipipe_cl_wgrad;
+
+/* Whole-model offset of the head part and of layer l. */
+long engine_layer_offset(const struct bsipipe_engine *e, int l);
+
+#endif

@@ -1,0 +1,6 @@
+# tasks/local.mk: StarPU-side runtime pieces. The `local` transport
+# (rendezvous point-to-point copies between devices of one process, watchdog).
+# See docs/transport.md.
+libbsipipe_la_SOURCES += tasks/bsipipe_transport.c
+nobase_pkginclude_HEADERS += tasks/bsipipe_transport.h
+EXTRA_DIST += docs/transport.md
