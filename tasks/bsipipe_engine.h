@@ -29,6 +29,8 @@ typedef struct bsipipe_engine_options {
     unsigned long long seed;  /* parameter initialisation (bsipipe_model_init) */
     const char *policy;       /* "bsipipe" (default when NULL) or a StarPU policy name */
     double watchdog_s;        /* a send waiting longer fails the run (default 30 s when 0) */
+    int unchecked_plan;       /* 1: run the plan even if the validator finds a deadlock
+                                 (to watch the watchdog catch it at run time) */
 } bsipipe_engine_options_t;
 
 /* Defaults: the given model and config, AdamW lr 1e-3 (0.9, 0.95), eps 1e-8,
@@ -59,6 +61,28 @@ int bsipipe_engine_iteration(bsipipe_engine_t *e, const int *tokens, const int *
 long bsipipe_engine_n_params(const bsipipe_engine_t *e);
 int bsipipe_engine_params(bsipipe_engine_t *e, float *out);
 int bsipipe_engine_grads(bsipipe_engine_t *e, float *out);
+
+/* What StarPU's profiling recorded for one op of the last iteration. */
+typedef struct bsipipe_engine_op_record {
+    double start_us, end_us; /* StarPU clock (starpu_timing_now), microseconds */
+    int worker;              /* StarPU worker that ran it */
+    long seq;                /* completion order over the iteration (0 = first) */
+} bsipipe_engine_op_record_t;
+
+/* Records of device d's ops in plan order (n = that device's op count), owned
+ * by the engine, valid until the next iteration. -EINVAL for a bad device. */
+int bsipipe_engine_records(const bsipipe_engine_t *e, int device, const bsipipe_engine_op_record_t **rec, int *n);
+
+/* Measured statistics of the last iteration. */
+typedef struct bsipipe_engine_stats {
+    double wall_s;          /* submission to completion */
+    double makespan_s;      /* first task start to last compute end */
+    double bubble_ratio;    /* 1 - sum(F/B/W busy) / (devices * makespan) */
+    double tokens_per_s;    /* m * S / wall_s */
+    double loss;            /* mean cross-entropy */
+    double gnorm;           /* gradient norm before clipping (after a step) */
+} bsipipe_engine_stats_t;
+int bsipipe_engine_last_stats(const bsipipe_engine_t *e, bsipipe_engine_stats_t *out);
 
 /* The schedule the engine runs (owned by the engine). */
 const bsipipe_schedule_t *bsipipe_engine_schedule(const bsipipe_engine_t *e);

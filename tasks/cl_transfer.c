@@ -16,7 +16,7 @@ static void send_cpu(void *buffers[], void *cl_arg)
     struct bsipipe_engine *e = a->e;
     size_t bytes = STARPU_VECTOR_GET_NX(buffers[0]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[0]);
     int rc = bsipipe_transport_send(e->transport, a->op.channel, (const void *)STARPU_VECTOR_GET_PTR(buffers[0]),
-                                    bytes, a->op.device, a->name);
+                                    bytes, a->op.device, a->name + 5 /* past "SEND " */);
     if (rc == -ETIMEDOUT)
         e->failed = BSIPIPE_EDEADLOCK;
     else if (rc != 0 && !e->failed) {
@@ -31,7 +31,7 @@ static void recv_cpu(void *buffers[], void *cl_arg)
     struct bsipipe_engine *e = a->e;
     size_t bytes = STARPU_VECTOR_GET_NX(buffers[0]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[0]);
     int rc = bsipipe_transport_post(e->transport, a->op.channel, (void *)STARPU_VECTOR_GET_PTR(buffers[0]), bytes,
-                                    starpu_task_get_current(), a->op.device, a->name);
+                                    starpu_task_get_current(), a->op.device, a->name + 5 /* past "RECV " */);
     if (rc != 0 && !e->failed) {
         fprintf(stderr, "bsipipe engine: %s failed: %s\n", a->name, bsipipe_strerror(rc));
         engine_fail(e, rc);

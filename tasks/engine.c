@@ -62,6 +62,19 @@ static void blas_single_thread(void)
         set(1);
 }
 
+/* Task callback: copy StarPU's profiling of the op into its record. */
+static void record_profile(void *arg)
+{
+    op_args_t *a = arg;
+    struct starpu_profiling_task_info *pi = a->task ? a->task->profiling_info : NULL;
+    if (pi) {
+        a->rec->start_us = starpu_timing_timespec_to_us(&pi->start_time);
+        a->rec->end_us = starpu_timing_timespec_to_us(&pi->end_time);
+        a->rec->worker = pi->workerid;
+    }
+    a->rec->seq = __atomic_fetch_add(&a->e->rec_seq, 1, __ATOMIC_SEQ_CST);
+}
+
 static int piece_len(const bsipipe_engine_t *e, int sub)
 {
     const int *st = bsipipe_schedule_sub_starts(e->sched);
@@ -73,7 +86,7 @@ void bsipipe_engine_destroy(bsipipe_engine_t *e)
     if (!e)
         return;
     starpu_task_wait_for_all();
-    int n_rep = bsipipe_schedule_n_pipes(e->sched ? e->sched : NULL) * e->C;
+    int n_rep = e->sched ? bsipipe_schedule_n_pipes(e->sched) * e->C : 0;
     for (int i = 0; e->rep && i < n_rep; i++) {
         replica_t *r = &e->rep[i];
         free_vector(r->params, r->h_params);
@@ -116,7 +129,10 @@ void bsipipe_engine_destroy(bsipipe_engine_t *e)
             free(e->args[d][i].own_rep);
         free(e->args[d]);
         free(e->pos[d]);
+        if (e->rec)
+            free(e->rec[d]);
     }
+    free(e->rec);
     free(e->args); free(e->pos); free(e->slot_base);
     for (int d = 0; e->wmask && d < e->W; d++)
         free(e->wmask[d]);
@@ -230,17 +246,18 @@ static int create_buffers(bsipipe_engine_t *e)
 static int create_args(bsipipe_engine_t *e)
 {
     const int *st = bsipipe_schedule_sub_starts(e->sched);
-    if (!ALLOC(e->args, e->W) || !ALLOC(e->pos, e->W) || !ALLOC(e->slot_base, e->W))
+    if (!ALLOC(e->args, e->W) || !ALLOC(e->pos, e->W) || !ALLOC(e->slot_base, e->W) || !ALLOC(e->rec, e->W))
         return -ENOMEM;
     for (int d = 0; d < e->W; d++) {
         int n;
         const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
-        if (!ALLOC(e->args[d], n) || !ALLOC(e->pos[d], n))
+        if (!ALLOC(e->args[d], n) || !ALLOC(e->pos[d], n) || !ALLOC(e->rec[d], n))
             return -ENOMEM;
         for (int i = 0; i < n; i++) {
             op_args_t *a = &e->args[d][i];
             a->e = e;
             a->op = ops[i];
+            a->rec = &e->rec[d][i];
             if (ops[i].sub >= 0) {
                 a->start = st[ops[i].sub];
                 a->len = st[ops[i].sub + 1] - st[ops[i].sub];
@@ -259,6 +276,46 @@ static int create_args(bsipipe_engine_t *e)
             }
         }
     }
+    return 0;
+}
+
+/* A submission order for a plan whose transfers deadlock: the same plan's
+ * compute order with transfers reordered the paper's way, which cannot
+ * deadlock, gives an order where every producer precedes its consumers;
+ * map it back onto the original op positions. */
+static int topo_order(const bsipipe_schedule_t *plan, bsipipe_sim_result_t **out)
+{
+    bsipipe_schedule_t *ok;
+    int rc = bsipipe_schedule_create(bsipipe_schedule_config(plan), bsipipe_schedule_model(plan), &ok);
+    if (rc < 0)
+        return rc;
+    if ((rc = bsipipe_schedule_reorder_comm(ok, BSIPIPE_COMM_BSIPIPE)) < 0) {
+        bsipipe_schedule_destroy(ok);
+        return rc;
+    }
+    bsipipe_cost_model_t unit = bsipipe_cost_model_unit();
+    bsipipe_sim_result_t *r;
+    if ((rc = bsipipe_simulate(ok, &unit, &r)) < 0) {
+        bsipipe_schedule_destroy(ok);
+        return rc;
+    }
+    /* Same ops on the same devices, only SEND/RECV positions differ: match by
+     * identity (kind, channel or work). */
+    for (long j = 0; j < r->n_order; j++) {
+        int d = r->order_device[j], n_ok, n_plan;
+        const bsipipe_op_t *a = &bsipipe_schedule_device_ops(ok, d, &n_ok)[r->order_index[j]];
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(plan, d, &n_plan);
+        for (int i = 0; i < n_plan; i++) {
+            const bsipipe_op_t *b = &ops[i];
+            if (a->kind == b->kind && a->mb == b->mb && a->sub == b->sub && a->chunk == b->chunk &&
+                a->tensor == b->tensor && a->pipe == b->pipe) {
+                r->order_index[j] = i;
+                break;
+            }
+        }
+    }
+    bsipipe_schedule_destroy(ok);
+    *out = r;
     return 0;
 }
 
@@ -283,7 +340,7 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
         e->o.watchdog_s = 30;
     e->dims = o->dims;
     rc = bsipipe_schedule_create(&o->pc, &o->dims, &e->sched);
-    if (rc == 0)
+    if (rc == 0 && !o->unchecked_plan)
         rc = bsipipe_schedule_validate(e->sched);
     if (rc < 0) {
         char why[1024];
@@ -303,9 +360,16 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
      * before its consumers. */
     bsipipe_cost_model_t unit = bsipipe_cost_model_unit();
     bsipipe_sim_result_t *sim;
-    if ((rc = bsipipe_simulate(e->sched, &unit, &sim)) < 0) {
+    if ((rc = bsipipe_simulate(e->sched, &unit, &sim)) < 0 && !(o->unchecked_plan && rc == BSIPIPE_EDEADLOCK)) {
         bsipipe_engine_destroy(e);
         return rc;
+    }
+    if (rc == BSIPIPE_EDEADLOCK) { /* unchecked plan: submit every op, producers first */
+        rc = topo_order(e->sched, &sim);
+        if (rc < 0) {
+            bsipipe_engine_destroy(e);
+            return rc;
+        }
     }
     e->n_order = sim->n_order;
     e->order_device = sim->order_device;
@@ -354,6 +418,7 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
         e->wmask[d][e->workerid[d] / 32] |= 1u << (e->workerid[d] % 32);
     }
     blas_single_thread();
+    starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
     if ((rc = create_buffers(e)) < 0 || (rc = create_args(e)) < 0 ||
         (rc = bsipipe_transport_create(bsipipe_schedule_n_channels(e->sched) > 0
                                            ? bsipipe_schedule_n_channels(e->sched) : 1,
@@ -481,6 +546,9 @@ static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
     t->cl_arg = a;
     t->cl_arg_size = 0;
     t->cl_arg_free = 0;
+    t->callback_func = record_profile;
+    t->callback_arg = a;
+    a->task = t;
     if (e->inorder) {
         e->pos[d][i].worker = e->workerid[d];
         e->pos[d][i].slot = e->slot_base[d] + i;
@@ -531,6 +599,8 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
         set_vector(e->h_targets[mb], targets + (long)mb * e->S, sizeof(int) * (size_t)e->S);
     }
     int rc = 0;
+    e->rec_seq = 0;
+    double t0 = starpu_timing_now();
     /* A half-submitted plan could leave an in-order worker waiting for a slot
      * that never comes: check every op before submitting any. */
     for (long j = 0; j < e->n_order && rc == 0; j++)
@@ -582,6 +652,45 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
         *loss = sum / (double)ntok;
     if (step)
         e->steps++;
+    /* Measured statistics from the records. */
+    double first = -1, last = 0, busy = 0;
+    for (int d = 0; d < e->W; d++) {
+        int n;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
+        for (int i = 0; i < n; i++) {
+            const bsipipe_engine_op_record_t *r = &e->rec[d][i];
+            if (first < 0 || r->start_us < first)
+                first = r->start_us;
+            if (ops[i].kind <= BSIPIPE_OP_W) {
+                busy += r->end_us - r->start_us;
+                if (r->end_us > last)
+                    last = r->end_us;
+            }
+        }
+    }
+    e->stats.wall_s = (starpu_timing_now() - t0) * 1e-6;
+    e->stats.makespan_s = (last - first) * 1e-6;
+    e->stats.bubble_ratio = last > first ? 1.0 - busy / (e->W * (last - first)) : 0;
+    e->stats.tokens_per_s = e->stats.wall_s > 0 ? ntok / e->stats.wall_s : 0;
+    e->stats.loss = sum / (double)ntok;
+    e->stats.gnorm = step ? e->gnorm : 0;
+    return 0;
+}
+
+int bsipipe_engine_records(const bsipipe_engine_t *e, int device, const bsipipe_engine_op_record_t **rec, int *n)
+{
+    if (!e || device < 0 || device >= e->W)
+        return bsipipe_error_set(-EINVAL, "engine: no device %d", device);
+    bsipipe_schedule_device_ops(e->sched, device, n);
+    *rec = e->rec[device];
+    return 0;
+}
+
+int bsipipe_engine_last_stats(const bsipipe_engine_t *e, bsipipe_engine_stats_t *out)
+{
+    if (!e || !out)
+        return bsipipe_error_set(-EINVAL, "engine: no stats buffer");
+    *out = e->stats;
     return 0;
 }
 

@@ -8,3 +8,6 @@ libbsipipe_la_LIBADD += -ldl
 check_PROGRAMS += tests/test_engine_equiv
 TESTS += tests/test_engine_equiv
 tests_test_engine_equiv_LDADD = libbsipipe.la $(STARPU_LIBS)
+check_PROGRAMS += tests/test_engine_run
+TESTS += tests/test_engine_run
+tests_test_engine_run_LDADD = libbsipipe.la $(STARPU_LIBS)

@@ -17,6 +17,8 @@ typedef struct op_args {
     int do_step;         /* STEP: 0 = keep its slot but change nothing */
     int n_own, *own_rep; /* STEP: replicas (pipe * C + chunk) held by the device */
     char name[64];       /* for reports */
+    struct starpu_task *task; /* while submitted: its profiling info feeds the record */
+    bsipipe_engine_op_record_t *rec;
 } op_args_t;
 
 /* One (pipe, chunk) replica: a slice of the whole-model vector. */
@@ -56,6 +58,9 @@ struct bsipipe_engine {
     starpu_data_handle_t h_work;       /* per-worker scratch */
     long work_elems;
     op_args_t **args;                  /* [device][op index] */
+    bsipipe_engine_op_record_t **rec;  /* [device][op index], last iteration */
+    long rec_seq;                      /* completion counter */
+    bsipipe_engine_stats_t stats;
     bsipipe_plan_pos_t **pos;          /* [device][op index] */
     long *slot_base;                   /* per device, slots used by earlier iterations */
     bsipipe_transport_t *transport;

@@ -1,0 +1,275 @@
+/* bsipipe-train: trains a GPT or LLaMA-style model with any schedule and any
+#include <errno.h>
+ * scheduling policy, every op of the plan a StarPU task on CPU workers (one
+ * worker per device). Byte-level tokens from a text file (default: the GPL
+ * text every Debian system ships, or a generated corpus). */
+#include "tasks/bsipipe_engine.h"
+#include "graph/bsipipe_error.h"
+#include "graph/bsipipe_sim.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const default_corpus = "/usr/share/common-licenses/GPL-3";
+
+static void usage(FILE *out)
+{
+    fputs(
+"Usage: bsipipe-train [options]\n"
+"Trains a transformer with a pipeline schedule; every forward, backward,\n"
+"transfer, sync and step is a StarPU task.\n\n"
+"  --schedule NAME   gpipe 1f1b 1f1b-i zb-h1 chimera terapipe seq1f1b seq1f1b-i\n"
+"                    bsipipe (default bsipipe)\n"
+"  --policy NAME     bsipipe (in-order, default; env BSIPIPE_POLICY) or a StarPU\n"
+"                    policy: eager lws dmda prio ws random ...\n"
+"  --w N --p N --k N --m N   devices, chunks per device, subsequences, micro-batches\n"
+"                    (defaults 4, 2 where the schedule interleaves, 2 where it\n"
+"                    splits sequences, 8)\n"
+"  --model gpt|llama --layers N --hidden N --heads N --ffn N --seq N\n"
+"                    (defaults gpt, 8, 128, 4, 4*hidden, 256; vocabulary 256 bytes)\n"
+"  --iters N         iterations (default 30)     --seed N   (default 1)\n"
+"  --lr X            AdamW learning rate (default 3e-3)\n"
+"  --data FILE       text file to train on (bytes are tokens); default: the GPL\n"
+"                    text of Debian's base-files, else a generated corpus\n"
+"  --comm ORDER      bsipipe (default), ordered or naive transfer order\n"
+"  --watchdog S      seconds a send may wait for its receive (default 30)\n"
+"  --unchecked       run a plan even if the validator finds a deadlock\n"
+"  -h, --help\n", out);
+}
+
+static int parse_int(const char *opt, const char *arg, int lo, int hi, int *out)
+{
+    char *end;
+    long v = strtol(arg, &end, 10);
+    if (*arg == '\0' || *end != '\0' || v < lo || v > hi) {
+        fprintf(stderr, "bsipipe-train: %s expects an integer in %d..%d, got '%s'\n", opt, lo, hi, arg);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_double(const char *opt, const char *arg, double lo, double hi, double *out)
+{
+    char *end;
+    double v = strtod(arg, &end);
+    if (*arg == '\0' || *end != '\0' || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "bsipipe-train: %s expects a number in %g..%g, got '%s'\n", opt, lo, hi, arg);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Reads a text file as bytes. Refuses missing, empty, binary and too short
+ * files with a sentence saying what is wrong. */
+static unsigned char *load_corpus(const char *path, long need, long *len, int explicit_path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (explicit_path)
+            fprintf(stderr, "bsipipe-train: cannot open data file '%s': %s\n", path, strerror(errno));
+        return NULL;
+    }
+    long cap = 1 << 16, n = 0;
+    unsigned char *buf = malloc((size_t)cap);
+    size_t got;
+    while (buf && (got = fread(buf + n, 1, (size_t)(cap - n), f)) > 0) {
+        n += (long)got;
+        if (n == cap) {
+            unsigned char *nb = cap < (1L << 30) ? realloc(buf, (size_t)(cap *= 2)) : NULL;
+            if (!nb) { free(buf); buf = NULL; }
+            else buf = nb;
+        }
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (!buf || err) {
+        fprintf(stderr, "bsipipe-train: cannot read data file '%s'%s\n", path, buf ? "" : " (too large)");
+        free(buf);
+        return NULL;
+    }
+    long nul = 0, ctl = 0;
+    for (long i = 0; i < n; i++) {
+        nul += buf[i] == 0;
+        ctl += buf[i] < 9 || (buf[i] > 13 && buf[i] < 32);
+    }
+    const char *why = n == 0 ? "is empty" : nul ? "contains NUL bytes: it looks binary, give a text file"
+                    : ctl * 20 > n ? "has many control bytes: it looks binary, give a text file" : NULL;
+    if (!why && n < need)
+        why = "is too short for one sequence";
+    if (why) {
+        fprintf(stderr, "bsipipe-train: data file '%s' %s (%ld bytes; one sequence needs %ld)\n", path, why, n, need);
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+/* A deterministic text-like corpus when no file is available. */
+static unsigned char *generated_corpus(long n)
+{
+    static const char *const words[] = {"pipeline ", "schedule ", "forward ", "backward ", "device ", "chunk ",
+                                        "subsequence ", "bubble ", "memory ", "the ", "of ", "and ", "runs ", "\n"};
+    unsigned char *buf = malloc((size_t)n);
+    unsigned x = 12345;
+    for (long i = 0; buf && i < n;) {
+        x = x * 1664525u + 1013904223u;
+        const char *w = words[(x >> 16) % (sizeof words / sizeof *words)];
+        for (; *w && i < n; w++)
+            buf[i++] = (unsigned char)*w;
+    }
+    return buf;
+}
+
+int main(int argc, char **argv)
+{
+    bsipipe_model_dims_t dims = {BSIPIPE_MODEL_GPT, 8, 128, 4, 0, 256, 256};
+    bsipipe_schedule_kind_t kind = BSIPIPE_SCHED_BSIPIPE;
+    int w = 4, p = -1, k = -1, m = 8, iters = 30, seed = 1, unchecked = 0;
+    double lr = 3e-3, watchdog = 30;
+    const char *policy = getenv("BSIPIPE_POLICY") ? getenv("BSIPIPE_POLICY") : "bsipipe";
+    const char *data = NULL;
+    bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
+    enum { O_SCHED = 256, O_POLICY, O_W, O_P, O_K, O_M, O_MODEL, O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_ITERS,
+           O_SEED, O_LR, O_DATA, O_COMM, O_WATCHDOG, O_UNCHECKED };
+    static const struct option longopts[] = {
+        {"schedule", 1, 0, O_SCHED}, {"policy", 1, 0, O_POLICY}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P},
+        {"k", 1, 0, O_K}, {"m", 1, 0, O_M}, {"model", 1, 0, O_MODEL}, {"layers", 1, 0, O_LAYERS},
+        {"hidden", 1, 0, O_HIDDEN}, {"heads", 1, 0, O_HEADS}, {"ffn", 1, 0, O_FFN}, {"seq", 1, 0, O_SEQ},
+        {"iters", 1, 0, O_ITERS}, {"seed", 1, 0, O_SEED}, {"lr", 1, 0, O_LR}, {"data", 1, 0, O_DATA},
+        {"comm", 1, 0, O_COMM}, {"watchdog", 1, 0, O_WATCHDOG}, {"unchecked", 0, 0, O_UNCHECKED},
+        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    int c, bad = 0;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1 && !bad) {
+        switch (c) {
+        case 'h': usage(stdout); return 0;
+        case O_SCHED:
+            if (bsipipe_schedule_kind_parse(optarg, &kind) < 0) {
+                fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());
+                return 2;
+            }
+            break;
+        case O_POLICY: policy = optarg; break;
+        case O_W: bad = parse_int("--w", optarg, 1, 64, &w); break;
+        case O_P: bad = parse_int("--p", optarg, 1, 64, &p); break;
+        case O_K: bad = parse_int("--k", optarg, 1, 4096, &k); break;
+        case O_M: bad = parse_int("--m", optarg, 1, 4096, &m); break;
+        case O_MODEL:
+            if (strcmp(optarg, "gpt") == 0) dims.family = BSIPIPE_MODEL_GPT;
+            else if (strcmp(optarg, "llama") == 0) dims.family = BSIPIPE_MODEL_LLAMA;
+            else { fprintf(stderr, "bsipipe-train: --model expects 'gpt' or 'llama'\n"); return 2; }
+            break;
+        case O_LAYERS: bad = parse_int("--layers", optarg, 1, 4096, &dims.n_layers); break;
+        case O_HIDDEN: bad = parse_int("--hidden", optarg, 1, 65536, &dims.hidden); break;
+        case O_HEADS: bad = parse_int("--heads", optarg, 1, 4096, &dims.n_heads); break;
+        case O_FFN: bad = parse_int("--ffn", optarg, 1, 1 << 20, &dims.ffn_hidden); break;
+        case O_SEQ: bad = parse_int("--seq", optarg, 1, 1 << 20, &dims.seq_len); break;
+        case O_ITERS: bad = parse_int("--iters", optarg, 1, 1000000, &iters); break;
+        case O_SEED: bad = parse_int("--seed", optarg, 0, 1 << 30, &seed); break;
+        case O_LR: bad = parse_double("--lr", optarg, 0, 10, &lr); break;
+        case O_DATA: data = optarg; break;
+        case O_COMM:
+            if (bsipipe_comm_order_parse(optarg, &comm) < 0) {
+                fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());
+                return 2;
+            }
+            break;
+        case O_WATCHDOG: bad = parse_double("--watchdog", optarg, 0.01, 86400, &watchdog); break;
+        case O_UNCHECKED: unchecked = 1; break;
+        default:
+            fprintf(stderr, "bsipipe-train: unknown or incomplete option '%s'; see --help\n", argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (bad)
+        return 2;
+    if (optind < argc) {
+        fprintf(stderr, "bsipipe-train: unexpected argument '%s'; see --help\n", argv[optind]);
+        return 2;
+    }
+    if (dims.ffn_hidden == 0)
+        dims.ffn_hidden = 4 * dims.hidden;
+    bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(kind);
+    pc.w = w;
+    pc.m = m;
+    pc.comm = comm;
+    if (p > 0) pc.p = p;
+    if (k > 0) pc.k = k;
+
+    /* Data: byte tokens; sequence j of iteration i starts at a fixed stride. */
+    long need = dims.seq_len + 1, len = 0;
+    unsigned char *corpus = load_corpus(data ? data : default_corpus, need, &len, data != NULL);
+    const char *source = data ? data : default_corpus;
+    if (!corpus && data)
+        return 1;
+    if (!corpus) {
+        len = 1 << 20;
+        corpus = generated_corpus(len);
+        source = "generated corpus";
+        if (!corpus) { fprintf(stderr, "bsipipe-train: out of memory\n"); return 1; }
+    }
+
+    bsipipe_engine_options_t o = bsipipe_engine_options_default(&dims, &pc);
+    o.opt.lr = lr;
+    o.seed = (unsigned long long)seed;
+    o.policy = policy;
+    o.watchdog_s = watchdog;
+    o.unchecked_plan = unchecked;
+    bsipipe_engine_t *e;
+    int rc = bsipipe_engine_create(&o, &e);
+    if (rc < 0) {
+        fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());
+        free(corpus);
+        return 1;
+    }
+    const bsipipe_schedule_t *s = bsipipe_engine_schedule(e);
+    bsipipe_cost_model_t unit = bsipipe_cost_model_unit();
+    bsipipe_sim_result_t *plan = NULL;
+    double planned = bsipipe_simulate(s, &unit, &plan) == 0 ? plan->bubble_ratio : -1;
+    bsipipe_sim_result_destroy(plan);
+    printf("bsipipe-train: %s model L=%d hidden=%d heads=%d S=%d (%.2fM params); %s w=%d p=%d k=%d m=%d; policy %s; "
+           "data: %s (%ld bytes)\n", dims.family == BSIPIPE_MODEL_LLAMA ? "LLaMA" : "GPT", dims.n_layers, dims.hidden,
+           dims.n_heads, dims.seq_len, bsipipe_engine_n_params(e) / 1e6, bsipipe_schedule_kind_name(kind), pc.w, pc.p,
+           pc.k, pc.m, policy, source, len);
+    int S = dims.seq_len;
+    int *tokens = malloc(sizeof(int) * (size_t)m * (size_t)S), *targets = malloc(sizeof(int) * (size_t)m * (size_t)S);
+    double first = 0, last = 0, tok_s = 0, bubble = 0;
+    for (int it = 0; it < iters && rc == 0 && tokens && targets; it++) {
+        for (int mb = 0; mb < m; mb++) {
+            long off = ((long)it * m + mb) * (S / 2 + 1) % (len - S);
+            for (int i = 0; i < S; i++) {
+                tokens[(long)mb * S + i] = corpus[off + i];
+                targets[(long)mb * S + i] = corpus[off + i + 1];
+            }
+        }
+        double loss, gnorm;
+        rc = bsipipe_engine_iteration(e, tokens, targets, &loss, &gnorm);
+        if (rc < 0) {
+            fprintf(stderr, "bsipipe-train: iteration %d: %s\n", it + 1, bsipipe_error_detail());
+            break;
+        }
+        bsipipe_engine_stats_t st;
+        bsipipe_engine_last_stats(e, &st);
+        printf("iter %4d/%d  loss %.4f  gnorm %.3f  %8.0f tokens/s  bubble %5.1f%% (plan %.1f%%)  %.3f s\n", it + 1,
+               iters, loss, gnorm, st.tokens_per_s, 100 * st.bubble_ratio, 100 * planned, st.wall_s);
+        fflush(stdout);
+        if (it == 0) first = loss;
+        last = loss;
+        tok_s += st.tokens_per_s;
+        bubble += st.bubble_ratio;
+    }
+    if (rc == 0)
+        printf("summary: %d iterations, loss %.4f -> %.4f, mean %.0f tokens/s, mean measured bubble %.1f%% "
+               "(planned under unit costs %.1f%%)\n", iters, first, last, tok_s / iters, 100 * bubble / iters,
+               100 * planned);
+    bsipipe_engine_destroy(e);
+    free(tokens);
+    free(targets);
+    free(corpus);
+    return rc < 0 ? 1 : 0;
+}
