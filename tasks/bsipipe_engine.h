@@ -84,8 +84,62 @@ typedef struct bsipipe_engine_stats {
 } bsipipe_engine_stats_t;
 int bsipipe_engine_last_stats(const bsipipe_engine_t *e, bsipipe_engine_stats_t *out);
 
+/* Peak live activation bytes of each device in the last iteration (stash of a
+ * piece from its forward's start to its backward's end — W's when split —,
+ * KV cache and its gradient per micro-batch and chunk), the quantities the
+ * planner's simulator predicts. bytes has one entry per device. */
+int bsipipe_engine_peak_memory(const bsipipe_engine_t *e, double *bytes);
+
 /* The schedule the engine runs (owned by the engine). */
 const bsipipe_schedule_t *bsipipe_engine_schedule(const bsipipe_engine_t *e);
+
+/* ---- Checkpoint and resume (tasks/engine_checkpoint.c, docs/checkpoint.md) ----
+ *
+ * A checkpoint is one file, DIR/checkpoint.bin: the model dimensions, the
+ * parallel config (schedule, w, p, k, m, tp, partition), the AdamW
+ * hyper-parameters, the seed, the engine's optimizer step count, the caller's
+ * iteration counter, then every (pipe, chunk) replica's parameters and AdamW
+ * moments m and v, and a CRC-32 of all that. Resuming from it continues the
+ * run bit for bit: the iterations after a load give the same losses and
+ * parameters as an uninterrupted run (same data, same config, same policy and
+ * transfer order).
+ *
+ * Ownership: the engine is borrowed; `dir` is the caller's and is only read
+ * during the call. Both functions call starpu_data_acquire on the replicas,
+ * so call them between iterations from the thread that runs the engine,
+ * never from a StarPU task or callback. */
+
+/* Writes the engine's state and `iteration` (>= 0, a counter of the caller's,
+ * returned as is by bsipipe_engine_load) to DIR/checkpoint.bin, atomically:
+ * the data goes to a temporary file in DIR (".checkpoint.bin.<pid>.tmp"),
+ * which is fsync'ed and renamed over the previous checkpoint, then DIR is
+ * fsync'ed. A failure or a crash at any point leaves the previous checkpoint
+ * (if any) intact; on failure the temporary file is removed. DIR must exist
+ * (it is not created).
+ * Errors: -EINVAL (NULL engine or dir, negative iteration, or the engine's
+ * last iteration failed, so its state is not worth saving), -ENOENT /
+ * -ENOTDIR / -EACCES ... (DIR unusable; detail names it), -ENOSPC, -EIO ...
+ * (write, fsync, rename failed: the negated errno; detail names the file),
+ * -ENOMEM. The detail sentence is in bsipipe_error_detail(). */
+int bsipipe_engine_save(bsipipe_engine_t *e, const char *dir, long iteration);
+
+/* Reads DIR/checkpoint.bin into an engine created with the same model, the
+ * same parallel config (schedule, w, p, k, m, tp, partition), the same
+ * optimizer hyper-parameters and the same seed: replaces every replica's
+ * parameters and AdamW moments and the step count, and stores the saved
+ * iteration counter in *iteration (may be NULL). The policy, transfer order,
+ * watchdog and device placement may differ (results are then a valid
+ * continuation, bitwise equal only when the op order is the same).
+ * The whole file is read and checked before anything is written: on any
+ * error the engine is unchanged and *iteration is not written.
+ * Errors: -EINVAL (NULL engine or dir); -ENOENT (no DIR or no checkpoint in
+ * it; the detail names the path); another negated errno when the file cannot
+ * be read; -ENOMEM; BSIPIPE_EFORMAT when the content is wrong, the detail
+ * saying which: "truncated: expected N bytes, found M", "bad magic", format
+ * version, "corrupted: CRC-32 mismatch", or a checkpoint of another model or
+ * config naming the first field that differs ("checkpoint has w=4, this run
+ * has w=8"). */
+int bsipipe_engine_load(bsipipe_engine_t *e, const char *dir, long *iteration);
 
 #ifdef __cplusplus
 }

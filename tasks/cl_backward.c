@@ -32,14 +32,23 @@ static void backward_cpu(void *buffers[], void *cl_arg)
         dx = work + bsipipe_model_work_size(D, a->len);
     else
         dx = (float *)STARPU_VECTOR_GET_PTR(buffers[3]);
-    if (a->op.sub == e->k - 1)
+    double kv_bytes = 4.0 * STARPU_VECTOR_GET_NX(buffers[6]);
+    if (a->op.sub == e->k - 1) {
+        engine_mem(e, a->op.device, kv_bytes); /* the K/V gradient of the micro-batch */
         memset(dkv, 0, sizeof(float) * (size_t)STARPU_VECTOR_GET_NX(buffers[6]));
+    }
     int rc = bsipipe_chunk_backward(D, a->l0, a->l1, a->start, a->len, params + lay, grads + lay, dy, dx, stash, kv,
                                     dkv, work);
     if (rc == 0 && a->op.chunk == 0) {
         const int *tokens = (const int *)STARPU_VECTOR_GET_PTR(buffers[3]);
         rc = bsipipe_embed_backward(D, grads, tokens + a->start, a->start, a->len, dx);
     }
+    /* Released: the stash (unless a W still needs it), and after the first
+     * piece's backward the KV cache and its gradient. */
+    if (!bsipipe_schedule_kind_traits(e->o.pc.schedule).split_backward)
+        engine_mem(e, a->op.device, -4.0 * STARPU_VECTOR_GET_NX(buffers[4]));
+    if (a->op.sub == 0)
+        engine_mem(e, a->op.device, -2 * kv_bytes);
     if (rc != 0) {
         fprintf(stderr, "bsipipe engine: %s failed: error %d\n", a->name, rc);
         engine_fail(e, rc);

@@ -24,6 +24,9 @@ static void forward_cpu(void *buffers[], void *cl_arg)
     float *work = (float *)STARPU_VECTOR_GET_PTR(buffers[5]);
     const float *x_in = x_out;
     int rc = 0;
+    /* The stash lives until the backward; the KV cache from the first piece. */
+    engine_mem(e, a->op.device, 4.0 * STARPU_VECTOR_GET_NX(buffers[3]) +
+                                    (a->op.sub == 0 ? 4.0 * STARPU_VECTOR_GET_NX(buffers[4]) : 0));
     if (a->op.chunk == 0) {
         const int *tokens = (const int *)STARPU_VECTOR_GET_PTR(buffers[1]);
         rc = bsipipe_embed_forward(D, params, tokens + a->start, a->start, a->len, x_out);

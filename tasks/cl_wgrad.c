@@ -6,19 +6,22 @@
  * which orders it after its B). Loss and gradients are exact; the time a W
  * would take is folded into its B. A kernel-level split is open work.
  *
- * Buffers: 0 grads RW. */
+ * Buffers: 0 grads RW, 1 the piece's stash R (released here, as the planner
+ * counts it: a W reads its forward's activations). */
 #include "tasks/engine_internal.h"
 
 static void wgrad_cpu(void *buffers[], void *cl_arg)
 {
-    (void)buffers;
-    (void)cl_arg;
+    op_args_t *a = cl_arg;
+    if (engine_failed(a->e))
+        return;
+    engine_mem(a->e, a->op.device, -4.0 * STARPU_VECTOR_GET_NX(buffers[1]));
 }
 
 struct starpu_codelet bsipipe_cl_wgrad = {
     .cpu_funcs = {wgrad_cpu},
     .cpu_funcs_name = {"wgrad_cpu"},
-    .nbuffers = 1,
-    .modes = {STARPU_RW},
+    .nbuffers = 2,
+    .modes = {STARPU_RW, STARPU_R},
     .name = "W",
 };

@@ -95,19 +95,6 @@ void bsipipe_engine_destroy(bsipipe_engine_t *e)
         free_vector(r->v, r->h_v);
     }
     free(e->rep);
-    long n_act = (long)e->m * e->k * e->C;
-    for (long i = 0; e->x_out && i < n_act; i++) {
-        free_vector(e->x_out[i], e->h_x_out[i]);
-        free_vector(e->stash[i], e->h_stash[i]);
-        free_vector(e->dx[i], e->h_dx[i]);
-        free_vector(e->dy[i], e->h_dy[i]);
-    }
-    for (long i = 0; e->kv && i < (long)e->m * e->C; i++) {
-        free_vector(e->kv[i], e->h_kv[i]);
-        free_vector(e->dkv[i], e->h_dkv[i]);
-    }
-    for (int i = 0; e->recv && i < bsipipe_schedule_n_channels(e->sched); i++)
-        free_vector(e->recv[i], e->h_recv[i]);
     for (int mb = 0; e->h_tokens && mb < e->m; mb++) {
         if (e->h_tokens[mb]) starpu_data_unregister(e->h_tokens[mb]);
         if (e->h_targets[mb]) starpu_data_unregister(e->h_targets[mb]);
@@ -116,10 +103,9 @@ void bsipipe_engine_destroy(bsipipe_engine_t *e)
         if (e->h_loss[d]) starpu_data_unregister(e->h_loss[d]);
     if (e->h_work)
         starpu_data_unregister(e->h_work);
-    free(e->x_out); free(e->stash); free(e->dx); free(e->dy);
-    free(e->h_x_out); free(e->h_stash); free(e->h_dx); free(e->h_dy);
-    free(e->kv); free(e->dkv); free(e->h_kv); free(e->h_dkv);
-    free(e->recv); free(e->h_recv);
+    free(e->n_x_out); free(e->n_stash); free(e->n_dx); free(e->n_dy); free(e->n_kv); free(e->n_recv);
+    free(e->h_x_out); free(e->h_stash); free(e->h_dx); free(e->h_dy); free(e->h_kv); free(e->h_dkv);
+    free(e->h_recv); free(e->uses); free(e->live_bytes); free(e->peak_bytes);
     free(e->tokens); free(e->targets); free(e->h_tokens); free(e->h_targets);
     free(e->loss); free(e->h_loss);
     for (int d = 0; e->args && d < e->W; d++) {
@@ -181,42 +167,33 @@ static int create_buffers(bsipipe_engine_t *e)
     if (rc)
         return rc;
 
-    long n_act = (long)e->m * e->k * e->C;
-    if (!ALLOC(e->x_out, n_act) || !ALLOC(e->stash, n_act) || !ALLOC(e->dx, n_act) || !ALLOC(e->dy, n_act) ||
+    long n_act = (long)e->m * e->k * e->C, n_kv = (long)e->m * e->C;
+    int nch = bsipipe_schedule_n_channels(e->sched);
+    if (!ALLOC(e->n_x_out, n_act) || !ALLOC(e->n_stash, n_act) || !ALLOC(e->n_dx, n_act) || !ALLOC(e->n_dy, n_act) ||
         !ALLOC(e->h_x_out, n_act) || !ALLOC(e->h_stash, n_act) || !ALLOC(e->h_dx, n_act) || !ALLOC(e->h_dy, n_act) ||
-        !ALLOC(e->kv, e->m * e->C) || !ALLOC(e->dkv, e->m * e->C) || !ALLOC(e->h_kv, e->m * e->C) ||
-        !ALLOC(e->h_dkv, e->m * e->C))
+        !ALLOC(e->n_kv, n_kv) || !ALLOC(e->h_kv, n_kv) || !ALLOC(e->h_dkv, n_kv) || !ALLOC(e->n_recv, nch) ||
+        !ALLOC(e->h_recv, nch) || !ALLOC(e->uses, 4 * n_act + 2 * n_kv + nch) || !ALLOC(e->live_bytes, e->W) ||
+        !ALLOC(e->peak_bytes, e->W))
         return -ENOMEM;
     for (int mb = 0; mb < e->m; mb++)
         for (int c = 0; c < e->C; c++) {
             int l0, l1;
             bsipipe_schedule_chunk_layers(e->sched, c, &l0, &l1);
-            long kv = (long)(l1 - l0) * bsipipe_model_kv_size(D);
-            if (!(e->kv[mb * e->C + c] = alloc_vector(kv, &e->h_kv[mb * e->C + c])) ||
-                !(e->dkv[mb * e->C + c] = alloc_vector(kv, &e->h_dkv[mb * e->C + c])))
-                return -ENOMEM;
+            e->n_kv[mb * e->C + c] = (uint32_t)((long)(l1 - l0) * bsipipe_model_kv_size(D));
             for (int s = 0; s < e->k; s++) {
                 long i = act_index(e, mb, s, c), len = piece_len(e, s);
-                if (!(e->x_out[i] = alloc_vector(len * e->d, &e->h_x_out[i])) ||
-                    !(e->stash[i] = alloc_vector((l1 - l0) * bsipipe_model_stash_size(D, (int)len), &e->h_stash[i])))
-                    return -ENOMEM;
-                if (c > 0 && !(e->dx[i] = alloc_vector(len * e->d, &e->h_dx[i])))
-                    return -ENOMEM;
-                if (c == e->C - 1 && !(e->dy[i] = alloc_vector(len * e->d, &e->h_dy[i])))
-                    return -ENOMEM;
+                e->n_x_out[i] = (uint32_t)(len * e->d);
+                e->n_stash[i] = (uint32_t)((l1 - l0) * bsipipe_model_stash_size(D, (int)len));
+                e->n_dx[i] = c > 0 ? (uint32_t)(len * e->d) : 0;
+                e->n_dy[i] = c == e->C - 1 ? (uint32_t)(len * e->d) : 0;
             }
         }
-    int nch = bsipipe_schedule_n_channels(e->sched);
-    if (!ALLOC(e->recv, nch) || !ALLOC(e->h_recv, nch))
-        return -ENOMEM;
     for (int d = 0; d < e->W; d++) {
         int n;
         const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
         for (int i = 0; i < n; i++)
-            if (ops[i].kind == BSIPIPE_OP_RECV &&
-                !(e->recv[ops[i].channel] = alloc_vector((long)piece_len(e, ops[i].sub) * e->d,
-                                                         &e->h_recv[ops[i].channel])))
-                return -ENOMEM;
+            if (ops[i].kind == BSIPIPE_OP_RECV)
+                e->n_recv[ops[i].channel] = (uint32_t)((long)piece_len(e, ops[i].sub) * e->d);
     }
     if (!ALLOC(e->tokens, (long)e->m * e->S) || !ALLOC(e->targets, (long)e->m * e->S) || !ALLOC(e->h_tokens, e->m) ||
         !ALLOC(e->h_targets, e->m) || !ALLOC(e->loss, e->W) || !ALLOC(e->h_loss, e->W))
@@ -450,6 +427,58 @@ static starpu_data_handle_t input_handle(bsipipe_engine_t *e, const bsipipe_op_t
     return NULL;
 }
 
+/* Registers the iteration's buffers (StarPU allocates each at its first
+ * write); each handle's user data is its count of remaining uses. */
+static void register_iteration(bsipipe_engine_t *e)
+{
+    long u = 0, n_act = (long)e->m * e->k * e->C, n_kv = (long)e->m * e->C;
+    int nch = bsipipe_schedule_n_channels(e->sched);
+#define REG(h, n)                                                                 \
+    do {                                                                          \
+        (h) = NULL;                                                               \
+        if (n) {                                                                  \
+            starpu_vector_data_register(&(h), -1, 0, (n), sizeof(float));         \
+            e->uses[u].left = 0;                                                  \
+            e->uses[u].slot = &(h);                                               \
+            starpu_data_set_user_data((h), &e->uses[u]);                          \
+            u++;                                                                  \
+        }                                                                         \
+    } while (0)
+    for (long i = 0; i < n_act; i++) {
+        REG(e->h_x_out[i], e->n_x_out[i]);
+        REG(e->h_stash[i], e->n_stash[i]);
+        REG(e->h_dx[i], e->n_dx[i]);
+        REG(e->h_dy[i], e->n_dy[i]);
+    }
+    for (long i = 0; i < n_kv; i++) {
+        REG(e->h_kv[i], e->n_kv[i]);
+        REG(e->h_dkv[i], e->n_kv[i]);
+    }
+    for (int i = 0; i < nch; i++)
+        REG(e->h_recv[i], e->n_recv[i]);
+#undef REG
+    e->n_uses = u;
+}
+
+/* Unregisters the iteration's buffers: with `all`, every one still
+ * registered; else those no submitted task will use (no uses counted). */
+static void release_iteration(bsipipe_engine_t *e, int all)
+{
+    long n_act = (long)e->m * e->k * e->C, n_kv = (long)e->m * e->C;
+    int nch = bsipipe_schedule_n_channels(e->sched);
+    starpu_data_handle_t *lists[] = {e->h_x_out, e->h_stash, e->h_dx, e->h_dy, e->h_kv, e->h_dkv, e->h_recv};
+    long lens[] = {n_act, n_act, n_act, n_act, n_kv, n_kv, nch};
+    for (int l = 0; l < 7; l++)
+        for (long i = 0; i < lens[l]; i++) {
+            starpu_data_handle_t h = lists[l][i]; /* NULL once unregistered */
+            struct buffer_use *use = h ? starpu_data_get_user_data(h) : NULL;
+            if (use && (all || use->left == 0)) {
+                lists[l][i] = NULL;
+                starpu_data_unregister_submit(h);
+            }
+        }
+}
+
 /* Builds and submits the task of op i of device d; with dry_run only checks
  * that every buffer it needs exists. */
 static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
@@ -469,7 +498,8 @@ static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
         ADD(op->chunk == 0 ? e->h_tokens[op->mb] : input_handle(e, op, d), STARPU_R);
         ADD(e->h_x_out[ai], STARPU_W);
         ADD(e->h_stash[ai], STARPU_W);
-        ADD(e->h_kv[op->mb * e->C + op->chunk], STARPU_RW);
+        /* The first piece only writes the K/V cache (its buffer is fresh). */
+        ADD(e->h_kv[op->mb * e->C + op->chunk], op->sub == 0 ? STARPU_W : STARPU_RW);
         ADD(e->h_work, STARPU_SCRATCH);
         if (op->chunk == e->C - 1) {
             ADD(e->h_targets[op->mb], STARPU_R);
@@ -489,12 +519,14 @@ static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
             ADD(e->h_dx[ai], STARPU_W);
         ADD(e->h_stash[ai], STARPU_R);
         ADD(e->h_kv[op->mb * e->C + op->chunk], STARPU_R);
-        ADD(e->h_dkv[op->mb * e->C + op->chunk], STARPU_RW);
+        /* The first backward (last piece) clears the K/V gradient: write only. */
+        ADD(e->h_dkv[op->mb * e->C + op->chunk], op->sub == e->k - 1 ? STARPU_W : STARPU_RW);
         ADD(e->h_work, STARPU_SCRATCH);
         break;
     case BSIPIPE_OP_W:
         cl = &bsipipe_cl_wgrad;
         ADD(r->h_grads, STARPU_RW);
+        ADD(e->h_stash[ai], STARPU_R);
         break;
     case BSIPIPE_OP_SEND:
         cl = &bsipipe_cl_send;
@@ -538,8 +570,14 @@ static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
         if (!descr[j].handle)
             return bsipipe_error_set(-EINVAL, "engine: %s has no input buffer (plan and transfers disagree)",
                                      a->name);
-    if (dry_run)
+    if (dry_run) { /* count the uses of the iteration's buffers */
+        for (int j = 0; j < n; j++) {
+            struct buffer_use *use = starpu_data_get_user_data(descr[j].handle);
+            if (use)
+                use->left++;
+        }
         return 0;
+    }
     struct starpu_task *t = starpu_task_build(cl, STARPU_DATA_MODE_ARRAY, descr, n, STARPU_NAME, a->name, 0);
     if (!t)
         return bsipipe_error_set(-ENOMEM, "engine: cannot build the task of %s", a->name);
@@ -562,6 +600,14 @@ static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
     int rc = starpu_task_submit(t);
     if (rc != 0)
         return bsipipe_error_set(-EIO, "engine: StarPU refused the task of %s (%d)", a->name, rc);
+    /* A buffer whose last use is now submitted is freed once that task ends. */
+    for (int j = 0; j < n; j++) {
+        struct buffer_use *use = starpu_data_get_user_data(descr[j].handle);
+        if (use && --use->left == 0) {
+            *use->slot = NULL;
+            starpu_data_unregister_submit(descr[j].handle);
+        }
+    }
     return 0;
 }
 
@@ -600,13 +646,20 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
     }
     int rc = 0;
     e->rec_seq = 0;
+    for (int d = 0; d < e->W; d++)
+        e->live_bytes[d] = e->peak_bytes[d] = 0;
+    register_iteration(e);
     double t0 = starpu_timing_now();
     /* A half-submitted plan could leave an in-order worker waiting for a slot
      * that never comes: check every op before submitting any. */
     for (long j = 0; j < e->n_order && rc == 0; j++)
         rc = submit_op(e, e->order_device[j], e->order_index[j], step, 1);
-    if (rc < 0)
+    if (rc < 0) {
+        release_iteration(e, 1);
+        starpu_task_wait_for_all();
         return rc;
+    }
+    release_iteration(e, 0); /* buffers no op uses */
     /* Every op but STEP in dependency order, then the STEPs (each reads every
      * chunk's gradient, so it must follow every SYNC). */
     for (long j = 0; j < e->n_order && rc == 0; j++) {
@@ -628,6 +681,7 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
         bsipipe_transport_abort(e->transport, why);
         bsipipe_error_set(rc, "%s", why);
     }
+    release_iteration(e, 1);
     starpu_task_wait_for_all();
     for (int d = 0; d < e->W; d++) {
         int n;
@@ -683,6 +737,15 @@ int bsipipe_engine_records(const bsipipe_engine_t *e, int device, const bsipipe_
         return bsipipe_error_set(-EINVAL, "engine: no device %d", device);
     bsipipe_schedule_device_ops(e->sched, device, n);
     *rec = e->rec[device];
+    return 0;
+}
+
+int bsipipe_engine_peak_memory(const bsipipe_engine_t *e, double *bytes)
+{
+    if (!e || !bytes)
+        return bsipipe_error_set(-EINVAL, "engine: no output buffer");
+    for (int d = 0; d < e->W; d++)
+        bytes[d] = e->peak_bytes[d];
     return 0;
 }
 

@@ -40,15 +40,21 @@ struct bsipipe_engine {
     uint32_t **wmask;                  /* per device: worker bitmap (built-in policies) */
     unsigned wmask_len;
     replica_t *rep;                    /* [pipe * C + chunk] (pipe 1 only if bidirectional) */
-    /* Activations, per (mb, sub, chunk): buffers and handles. */
-    float **x_out, **stash, **dx, **dy;
-    starpu_data_handle_t *h_x_out, *h_stash, *h_dx, *h_dy;
-    /* KV cache and its gradient per (mb, chunk). */
-    float **kv, **dkv;
-    starpu_data_handle_t *h_kv, *h_dkv;
-    /* Receive buffers per channel. */
-    float **recv;
-    starpu_data_handle_t *h_recv;
+    /* Per-iteration buffers, allocated by StarPU at their first write and
+     * freed after their last use (starpu_data_unregister_submit): sizes in
+     * floats (0 = no such buffer) and handles. Activations per (mb, sub,
+     * chunk); KV cache and its gradient per (mb, chunk); receives per channel. */
+    uint32_t *n_x_out, *n_stash, *n_dx, *n_dy, *n_kv, *n_recv;
+    starpu_data_handle_t *h_x_out, *h_stash, *h_dx, *h_dy, *h_kv, *h_dkv, *h_recv;
+    struct buffer_use {                /* user data of each per-iteration handle */
+        long left;                     /* uses not yet submitted */
+        starpu_data_handle_t *slot;    /* where the handle is kept; NULL once unregistered */
+    } *uses;
+    long n_uses;
+    /* Live activation bytes per device, as the planner counts them (stash from
+     * forward start to backward end, KV cache and its gradient per micro-batch
+     * and chunk), and their peak over the iteration. */
+    double *live_bytes, *peak_bytes;
     /* Tokens and targets per micro-batch. */
     int *tokens, *targets;
     starpu_data_handle_t *h_tokens, *h_targets;
@@ -81,6 +87,16 @@ static inline void engine_fail(struct bsipipe_engine *e, int rc)
 static inline int engine_failed(struct bsipipe_engine *e)
 {
     return __atomic_load_n(&e->failed, __ATOMIC_SEQ_CST);
+}
+
+/* Live activation bytes of a device: only the device's own worker runs its
+ * ops (placement is kept under every policy), so no two threads update one
+ * device's counter at once. */
+static inline void engine_mem(struct bsipipe_engine *e, int device, double bytes)
+{
+    e->live_bytes[device] += bytes;
+    if (e->live_bytes[device] > e->peak_bytes[device])
+        e->peak_bytes[device] = e->live_bytes[device];
 }
 
 static inline long act_index(const struct bsipipe_engine *e, int mb, int sub, int chunk)

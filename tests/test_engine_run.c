@@ -5,6 +5,7 @@
 #include "tasks/bsipipe_engine.h"
 #include "kernels/reference_trainer.h"
 #include "graph/bsipipe_error.h"
+#include "graph/bsipipe_sim.h"
 #include "tests/check.h"
 
 #include <stdlib.h>
@@ -21,12 +22,12 @@ static void make_data(int m, int S, int V, unsigned seed, int *tokens, int *targ
     }
 }
 
-static bsipipe_engine_t *make(bsipipe_comm_order_t comm, double watchdog)
+static bsipipe_engine_t *make_m(bsipipe_comm_order_t comm, double watchdog, int m)
 {
     int unchecked = comm == BSIPIPE_COMM_NAIVE;
     bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(BSIPIPE_SCHED_BSIPIPE);
     pc.w = 4;
-    pc.m = 4;
+    pc.m = m;
     pc.comm = comm;
     bsipipe_engine_options_t o = bsipipe_engine_options_default(&gpt, &pc);
     o.watchdog_s = watchdog;
@@ -35,6 +36,45 @@ static bsipipe_engine_t *make(bsipipe_comm_order_t comm, double watchdog)
     int rc = bsipipe_engine_create(&o, &e);
     CHECK(rc == 0, "create: %s", bsipipe_error_detail());
     return e;
+}
+
+static bsipipe_engine_t *make(bsipipe_comm_order_t comm, double watchdog)
+{
+    return make_m(comm, watchdog, 4);
+}
+
+/* Measured peak live activation memory per device equals the planner's
+ * prediction for the same plan, and stays flat as N_s grows (basic units). */
+static void check_memory(void)
+{
+    double flat[4] = {0};
+    for (int m = 4; m <= 16; m *= 2) {
+        int S = gpt.seq_len;
+        int *tokens = malloc(sizeof(int) * (size_t)(m * S)), *targets = malloc(sizeof(int) * (size_t)(m * S));
+        make_data(m, S, gpt.vocab, 5, tokens, targets);
+        bsipipe_engine_t *e = make_m(BSIPIPE_COMM_BSIPIPE, 20, m);
+        if (e && bsipipe_engine_forward_backward(e, tokens, targets, NULL) == 0) {
+            double peak[4];
+            bsipipe_engine_peak_memory(e, peak);
+            bsipipe_cost_model_t unit = bsipipe_cost_model_unit();
+            bsipipe_sim_result_t *r;
+            CHECK(bsipipe_simulate(bsipipe_engine_schedule(e), &unit, &r) == 0, "simulate");
+            printf("N_s=%2d peak bytes per device, measured / planned:", m * 2);
+            for (int d = 0; d < 4; d++) {
+                printf(" %.0f/%.0f", peak[d], r->device[d].peak_act_bytes);
+                CHECK(peak[d] == r->device[d].peak_act_bytes, "m=%d device %d: measured %.0f, planned %.0f", m, d,
+                      peak[d], r->device[d].peak_act_bytes);
+                if (m == 8) flat[d] = peak[d];
+                if (m == 16) CHECK(peak[d] == flat[d], "device %d: peak grows with N_s (%.0f -> %.0f)", d, flat[d],
+                                   peak[d]);
+            }
+            printf("\n");
+            bsipipe_sim_result_destroy(r);
+        }
+        bsipipe_engine_destroy(e);
+        free(tokens);
+        free(targets);
+    }
 }
 
 int main(void)
@@ -74,6 +114,8 @@ int main(void)
         CHECK(st.bubble_ratio > 0 && st.bubble_ratio < 1 && st.tokens_per_s > 0, "stats are measured");
         bsipipe_engine_destroy(e);
     }
+
+    check_memory();
 
     /* 2. The naive order deadlocks; the watchdog names it and the run ends. */
     e = make(BSIPIPE_COMM_NAIVE, 1.0);

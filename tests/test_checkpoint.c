@@ -1,0 +1,311 @@
+/* test_checkpoint: checkpoint and resume of the engine.
+ *
+ * 1. Bit-identical resume: 6 iterations straight vs 3 iterations, save,
+ *    destroy, a fresh engine loads and runs the last 3: losses and final
+ *    parameters bitwise equal; the saved iteration counter comes back.
+ * 2. Saving over an existing checkpoint leaves only checkpoint.bin in DIR.
+ * 3. Refusals with a clear detail, engine unchanged (its state saved before
+ *    and after is the same file): missing dir, missing file, truncated file,
+ *    a flipped byte (corrupted), bad magic, and a checkpoint of another
+ *    config (w=4 loaded into a w=2 engine).
+ * One engine per process at a time: each is destroyed before the next. */
+#include "tasks/bsipipe_engine.h"
+#include "graph/bsipipe_error.h"
+#include "tests/check.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const bsipipe_model_dims_t gpt = {BSIPIPE_MODEL_GPT, 8, 32, 2, 64, 64, 32};
+enum { M = 4, ITERS = 6, HALF = 3 };
+
+/* The tiny data generator of tests/test_engine_run.c. */
+static void make_data(int m, int S, int V, unsigned seed, int *tokens, int *targets)
+{
+    unsigned x = seed * 2654435761u + 12345u;
+    for (long i = 0; i < (long)m * S; i++) {
+        x = x * 1664525u + 1013904223u;
+        tokens[i] = (int)((x >> 8) % (unsigned)V);
+        targets[i] = (tokens[i] * 7 + 3) % V;
+    }
+}
+
+static bsipipe_engine_t *make(int w)
+{
+    bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(BSIPIPE_SCHED_BSIPIPE);
+    pc.w = w;
+    pc.m = M;
+    bsipipe_engine_options_t o = bsipipe_engine_options_default(&gpt, &pc);
+    o.watchdog_s = 20;
+    bsipipe_engine_t *e = NULL;
+    int rc = bsipipe_engine_create(&o, &e);
+    CHECK(rc == 0, "create (w=%d): %s", w, bsipipe_error_detail());
+    return e;
+}
+
+/* Runs iterations [from, to), losses into loss[it]. */
+static int run(bsipipe_engine_t *e, int from, int to, double *loss)
+{
+    int S = gpt.seq_len, tokens[M * 32], targets[M * 32];
+    for (int it = from; it < to; it++) {
+        make_data(M, S, gpt.vocab, 100 + (unsigned)it, tokens, targets);
+        int rc = bsipipe_engine_iteration(e, tokens, targets, &loss[it], NULL);
+        CHECK(rc == 0, "iteration %d: %s", it, bsipipe_error_detail());
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static char *path_in(const char *dir, const char *name)
+{
+    static char buf[4][4096];
+    static int next;
+    char *p = buf[next++ % 4];
+    snprintf(p, sizeof buf[0], "%s/%s", dir, name);
+    return p;
+}
+
+static unsigned char *slurp(const char *path, long *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    *n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc((size_t)*n + 1);
+    if (b && fread(b, 1, (size_t)*n, f) != (size_t)*n) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    return b;
+}
+
+static int spit(const char *path, const unsigned char *b, long n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    int ok = fwrite(b, 1, (size_t)n, f) == (size_t)n;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* Entries of dir other than . and .. (names joined by spaces into out). */
+static int list_dir(const char *dir, char *out, size_t n)
+{
+    DIR *d = opendir(dir);
+    int count = 0;
+    out[0] = 0;
+    if (!d)
+        return -1;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        count++;
+        size_t l = strlen(out);
+        snprintf(out + l, n - l, "%s%s", l ? " " : "", de->d_name);
+    }
+    closedir(d);
+    return count;
+}
+
+static void remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+            unlink(path_in(dir, de->d_name));
+    closedir(d);
+    rmdir(dir);
+}
+
+static char *make_dir(const char *base, const char *name)
+{
+    char *p = malloc(strlen(base) + strlen(name) + 2);
+    sprintf(p, "%s/%s", base, name);
+    CHECK(mkdir(p, 0777) == 0, "mkdir %s", p);
+    return p;
+}
+
+/* The engine's whole state, as a checkpoint image (iteration 0). */
+static unsigned char *state_of(bsipipe_engine_t *e, const char *dir, long *n)
+{
+    int rc = bsipipe_engine_save(e, dir, 0);
+    CHECK(rc == 0, "save state: %s", bsipipe_error_detail());
+    return rc ? NULL : slurp(path_in(dir, "checkpoint.bin"), n);
+}
+
+/* A load that must fail with `code`, a detail containing `want` (and
+ * `want2` if not NULL), and leave the engine and *iteration unchanged. */
+static void expect_refused(bsipipe_engine_t *e, const char *dir, int code, const char *want, const char *want2,
+                           const unsigned char *state, long state_n, const char *scratch)
+{
+    long iter = -12345;
+    int rc = bsipipe_engine_load(e, dir, &iter);
+    const char *why = bsipipe_error_detail();
+    printf("refused (%d): %s\n", rc, why);
+    CHECK(rc == code, "load %s: rc %d, expected %d (%s)", dir, rc, code, why);
+    CHECK_CONTAINS(why, want);
+    if (want2)
+        CHECK_CONTAINS(why, want2);
+    CHECK(iter == -12345, "iteration written by a failed load");
+    long n = 0;
+    unsigned char *now = state_of(e, scratch, &n);
+    CHECK(now && n == state_n && !memcmp(now, state, (size_t)n), "a failed load changed the engine");
+    free(now);
+}
+
+int main(void)
+{
+    setenv("STARPU_SILENT", "1", 1);
+    const char *tmp = getenv("TMPDIR");
+    char base[4096];
+    snprintf(base, sizeof base, "%s/bsipipe-ckpt-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(base)) {
+        perror("mkdtemp");
+        return 99;
+    }
+    char *ck = make_dir(base, "ck"), *scratch = make_dir(base, "scratch"), *bad = make_dir(base, "bad"),
+         *empty = make_dir(base, "empty");
+    double straight[ITERS], resumed[ITERS];
+    long np = 0;
+    float *p_straight = NULL, *p_resumed = NULL;
+
+    /* 1a. Six iterations straight. */
+    bsipipe_engine_t *e = make(4);
+    if (e) {
+        np = bsipipe_engine_n_params(e);
+        p_straight = malloc(sizeof(float) * (size_t)np);
+        p_resumed = malloc(sizeof(float) * (size_t)np);
+        run(e, 0, ITERS, straight);
+        CHECK(bsipipe_engine_params(e, p_straight) == 0, "params");
+    }
+    bsipipe_engine_destroy(e);
+
+    /* 1b. Three iterations, save, destroy. */
+    e = make(4);
+    if (e) {
+        run(e, 0, HALF, resumed);
+        int rc = bsipipe_engine_save(e, ck, HALF);
+        CHECK(rc == 0, "save: %s", bsipipe_error_detail());
+    }
+    bsipipe_engine_destroy(e);
+
+    /* 1c. A fresh engine loads and runs the last three. */
+    e = make(4);
+    if (e && p_resumed) {
+        long iter = -1;
+        int rc = bsipipe_engine_load(e, ck, &iter);
+        CHECK(rc == 0, "load: %s", bsipipe_error_detail());
+        CHECK(iter == HALF, "saved iteration %ld, expected %d", iter, HALF);
+        run(e, (int)iter, ITERS, resumed);
+        CHECK(bsipipe_engine_params(e, p_resumed) == 0, "params");
+        for (int it = 0; it < ITERS; it++)
+            printf("iteration %d: loss straight %.9g, %s %.9g\n", it, straight[it], it < HALF ? "before save" : "resumed",
+                   resumed[it]);
+        CHECK(!memcmp(straight, resumed, sizeof straight), "losses differ after resume");
+        long diff = 0;
+        for (long i = 0; i < np; i++)
+            diff += memcmp(&p_straight[i], &p_resumed[i], sizeof(float)) != 0;
+        printf("final parameters: %ld of %ld differ bitwise\n", diff, np);
+        CHECK(diff == 0, "resumed parameters differ from the straight run's");
+    }
+
+    /* 2. Save over an existing checkpoint: nothing left behind, and it loads. */
+    if (e) {
+        char names[1024];
+        CHECK(bsipipe_engine_save(e, ck, ITERS) == 0, "save over: %s", bsipipe_error_detail());
+        CHECK(bsipipe_engine_save(e, ck, ITERS) == 0, "save over again: %s", bsipipe_error_detail());
+        int n = list_dir(ck, names, sizeof names);
+        CHECK(n == 1 && !strcmp(names, "checkpoint.bin"), "after saving over a checkpoint, %s holds: %s", ck, names);
+        long iter = -1;
+        CHECK(bsipipe_engine_load(e, ck, &iter) == 0 && iter == ITERS, "reload: %s", bsipipe_error_detail());
+        CHECK(bsipipe_engine_params(e, p_resumed) == 0 && !memcmp(p_resumed, p_straight, sizeof(float) * (size_t)np),
+              "reload changed the parameters");
+        /* Saving into a missing directory fails and names it. */
+        char missing[4200];
+        snprintf(missing, sizeof missing, "%s/no-such-dir", base);
+        CHECK(bsipipe_engine_save(e, missing, 1) == -ENOENT, "save into a missing dir");
+        CHECK_CONTAINS(bsipipe_error_detail(), "no-such-dir");
+    }
+
+    /* 3. Refusals leave the engine unchanged. */
+    long good_n = 0, state_n = 0;
+    unsigned char *good = slurp(path_in(ck, "checkpoint.bin"), &good_n);
+    unsigned char *state = e ? state_of(e, scratch, &state_n) : NULL;
+    CHECK(good && good_n > 1000, "checkpoint read back");
+    if (e && good && state) {
+        char missing[4200], expect[128];
+        snprintf(missing, sizeof missing, "%s/no-such-dir", base);
+        expect_refused(e, missing, -ENOENT, "no-such-dir/checkpoint.bin", NULL, state, state_n, scratch);
+        expect_refused(e, empty, -ENOENT, "empty/checkpoint.bin", NULL, state, state_n, scratch);
+
+        /* Truncated to half. */
+        char bp[4200]; /* path_in's buffers are reused */
+        snprintf(bp, sizeof bp, "%s", path_in(bad, "checkpoint.bin"));
+        CHECK(spit(bp, good, good_n / 2) == 0, "write %s", bp);
+        snprintf(expect, sizeof expect, "expected %ld bytes, found %ld", good_n, good_n / 2);
+        expect_refused(e, bad, BSIPIPE_EFORMAT, "truncated", expect, state, state_n, scratch);
+        /* Empty file. */
+        CHECK(spit(bp, good, 0) == 0, "write %s", bp);
+        expect_refused(e, bad, BSIPIPE_EFORMAT, "truncated", NULL, state, state_n, scratch);
+
+        /* One flipped byte in the middle (the parameters). */
+        unsigned char *b = malloc((size_t)good_n);
+        memcpy(b, good, (size_t)good_n);
+        b[good_n / 2] ^= 0x10;
+        CHECK(spit(bp, b, good_n) == 0, "write %s", bp);
+        expect_refused(e, bad, BSIPIPE_EFORMAT, "corrupted", NULL, state, state_n, scratch);
+        /* A flipped byte in the header's configuration is corruption too, not "another config". */
+        memcpy(b, good, (size_t)good_n);
+        b[56] ^= 0x01; /* pc.w */
+        CHECK(spit(bp, b, good_n) == 0, "write %s", bp);
+        expect_refused(e, bad, BSIPIPE_EFORMAT, "corrupted", NULL, state, state_n, scratch);
+        /* Bad magic. */
+        memcpy(b, good, (size_t)good_n);
+        b[0] = 'X';
+        CHECK(spit(bp, b, good_n) == 0, "write %s", bp);
+        expect_refused(e, bad, BSIPIPE_EFORMAT, "magic", NULL, state, state_n, scratch);
+        /* Unknown format version. */
+        memcpy(b, good, (size_t)good_n);
+        b[8] = 9;
+        CHECK(spit(bp, b, good_n) == 0, "write %s", bp);
+        expect_refused(e, bad, BSIPIPE_EFORMAT, "version 9", NULL, state, state_n, scratch);
+        free(b);
+    }
+    free(state);
+    bsipipe_engine_destroy(e);
+
+    /* 3b. A checkpoint of another config: w=4 into a w=2 engine. */
+    e = make(2);
+    if (e && good) {
+        unsigned char *st2 = state_of(e, scratch, &state_n);
+        if (st2)
+            expect_refused(e, ck, BSIPIPE_EFORMAT, "checkpoint has w=4, this run has w=2", NULL, st2, state_n, scratch);
+        free(st2);
+    }
+    bsipipe_engine_destroy(e);
+
+    free(good);
+    free(p_straight);
+    free(p_resumed);
+    remove_dir(ck);
+    remove_dir(scratch);
+    remove_dir(bad);
+    remove_dir(empty);
+    rmdir(base);
+    free(ck);
+    free(scratch);
+    free(bad);
+    free(empty);
+    return check_finish("test_checkpoint");
+}
