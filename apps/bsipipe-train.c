@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char *const default_corpus = "/usr/share/common-licenses/GPL-3";
 
@@ -36,6 +37,12 @@ static void usage(FILE *out)
 "  --comm ORDER      bsipipe (default), ordered or naive transfer order\n"
 "  --watchdog S      seconds a send may wait for its receive (default 30)\n"
 "  --unchecked       run a plan even if the validator finds a deadlock\n"
+"  --emulate         emulated device time: F/B/W tasks sleep for their FLOPs at\n"
+"                    --device-tflops (default 0.05) instead of computing, so\n"
+"                    many devices fit on few cores; every line says EMULATED\n"
+"  --checkpoint DIR  save DIR/checkpoint.bin after every iteration (atomic)\n"
+"  --resume          continue from DIR/checkpoint.bin (bit-identical to an\n"
+"                    uninterrupted run); --iters is the total\n"
 "  -h, --help\n", out);
 }
 
@@ -130,18 +137,22 @@ int main(int argc, char **argv)
     bsipipe_model_dims_t dims = {BSIPIPE_MODEL_GPT, 8, 128, 4, 0, 256, 256};
     bsipipe_schedule_kind_t kind = BSIPIPE_SCHED_BSIPIPE;
     int w = 4, p = -1, k = -1, m = 8, iters = 30, seed = 1, unchecked = 0;
-    double lr = 3e-3, watchdog = 30;
+    double lr = 3e-3, watchdog = 30, tflops = 0.05;
+    int emulate = 0, resume = 0;
+    const char *ckpt = NULL;
     const char *policy = getenv("BSIPIPE_POLICY") ? getenv("BSIPIPE_POLICY") : "bsipipe";
     const char *data = NULL;
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
     enum { O_SCHED = 256, O_POLICY, O_W, O_P, O_K, O_M, O_MODEL, O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_ITERS,
-           O_SEED, O_LR, O_DATA, O_COMM, O_WATCHDOG, O_UNCHECKED };
+           O_SEED, O_LR, O_DATA, O_COMM, O_WATCHDOG, O_UNCHECKED, O_EMULATE, O_TFLOPS, O_CKPT, O_RESUME };
     static const struct option longopts[] = {
         {"schedule", 1, 0, O_SCHED}, {"policy", 1, 0, O_POLICY}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P},
         {"k", 1, 0, O_K}, {"m", 1, 0, O_M}, {"model", 1, 0, O_MODEL}, {"layers", 1, 0, O_LAYERS},
         {"hidden", 1, 0, O_HIDDEN}, {"heads", 1, 0, O_HEADS}, {"ffn", 1, 0, O_FFN}, {"seq", 1, 0, O_SEQ},
         {"iters", 1, 0, O_ITERS}, {"seed", 1, 0, O_SEED}, {"lr", 1, 0, O_LR}, {"data", 1, 0, O_DATA},
         {"comm", 1, 0, O_COMM}, {"watchdog", 1, 0, O_WATCHDOG}, {"unchecked", 0, 0, O_UNCHECKED},
+        {"emulate", 0, 0, O_EMULATE}, {"device-tflops", 1, 0, O_TFLOPS}, {"checkpoint", 1, 0, O_CKPT},
+        {"resume", 0, 0, O_RESUME},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
@@ -181,6 +192,10 @@ int main(int argc, char **argv)
             break;
         case O_WATCHDOG: bad = parse_double("--watchdog", optarg, 0.01, 86400, &watchdog); break;
         case O_UNCHECKED: unchecked = 1; break;
+        case O_EMULATE: emulate = 1; break;
+        case O_TFLOPS: bad = parse_double("--device-tflops", optarg, 1e-6, 1e6, &tflops); break;
+        case O_CKPT: ckpt = optarg; break;
+        case O_RESUME: resume = 1; break;
         default:
             fprintf(stderr, "bsipipe-train: unknown or incomplete option '%s'; see --help\n", argv[optind - 1]);
             return 2;
@@ -191,6 +206,14 @@ int main(int argc, char **argv)
     if (optind < argc) {
         fprintf(stderr, "bsipipe-train: unexpected argument '%s'; see --help\n", argv[optind]);
         return 2;
+    }
+    if (resume && !ckpt) {
+        fprintf(stderr, "bsipipe-train: --resume needs --checkpoint DIR (where the checkpoint is)\n");
+        return 2;
+    }
+    if (ckpt && !resume && mkdir(ckpt, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "bsipipe-train: cannot create checkpoint directory '%s': %s\n", ckpt, strerror(errno));
+        return 1;
     }
     if (dims.ffn_hidden == 0)
         dims.ffn_hidden = 4 * dims.hidden;
@@ -220,6 +243,7 @@ int main(int argc, char **argv)
     o.policy = policy;
     o.watchdog_s = watchdog;
     o.unchecked_plan = unchecked;
+    o.emulate_flops = emulate ? tflops * 1e12 : 0;
     bsipipe_engine_t *e;
     int rc = bsipipe_engine_create(&o, &e);
     if (rc < 0) {
@@ -228,18 +252,41 @@ int main(int argc, char **argv)
         return 1;
     }
     const bsipipe_schedule_t *s = bsipipe_engine_schedule(e);
-    bsipipe_cost_model_t unit = bsipipe_cost_model_unit();
+    /* The plan's bubble: under unit costs, or under the emulated device's FLOPs
+     * costs (free transfers) when emulating. */
+    bsipipe_cost_model_t cost = bsipipe_cost_model_unit();
+    if (emulate) {
+        cost = bsipipe_cost_model_flops(tflops * 1e12);
+        cost.intra_bandwidth = cost.inter_bandwidth = 0;
+        cost.intra_latency = cost.inter_latency = 0;
+    }
     bsipipe_sim_result_t *plan = NULL;
-    double planned = bsipipe_simulate(s, &unit, &plan) == 0 ? plan->bubble_ratio : -1;
+    double planned = bsipipe_simulate(s, &cost, &plan) == 0 ? plan->bubble_ratio : -1;
     bsipipe_sim_result_destroy(plan);
     printf("bsipipe-train: %s model L=%d hidden=%d heads=%d S=%d (%.2fM params); %s w=%d p=%d k=%d m=%d; policy %s; "
            "data: %s (%ld bytes)\n", dims.family == BSIPIPE_MODEL_LLAMA ? "LLaMA" : "GPT", dims.n_layers, dims.hidden,
            dims.n_heads, dims.seq_len, bsipipe_engine_n_params(e) / 1e6, bsipipe_schedule_kind_name(kind), pc.w, pc.p,
            pc.k, pc.m, policy, source, len);
+    const char *emu = emulate ? " [EMULATED]" : "";
+    if (emulate)
+        printf("EMULATED: compute tasks sleep for their FLOPs at %g TFLOP/s per device; no loss is computed\n",
+               tflops);
+    long start_it = 0;
+    if (resume) {
+        if (bsipipe_engine_load(e, ckpt, &start_it) < 0) {
+            fprintf(stderr, "bsipipe-train: cannot resume: %s\n", bsipipe_error_detail());
+            bsipipe_engine_destroy(e);
+            free(corpus);
+            return 1;
+        }
+        printf("resumed from %s/checkpoint.bin after iteration %ld\n", ckpt, start_it);
+    }
     int S = dims.seq_len;
     int *tokens = malloc(sizeof(int) * (size_t)m * (size_t)S), *targets = malloc(sizeof(int) * (size_t)m * (size_t)S);
     double first = 0, last = 0, tok_s = 0, bubble = 0;
-    for (int it = 0; it < iters && rc == 0 && tokens && targets; it++) {
+    int done = 0;
+    double *peak = malloc(sizeof(double) * (size_t)pc.w);
+    for (int it = (int)start_it; it < iters && rc == 0 && tokens && targets && peak; it++) {
         for (int mb = 0; mb < m; mb++) {
             long off = ((long)it * m + mb) * (S / 2 + 1) % (len - S);
             for (int i = 0; i < S; i++) {
@@ -255,18 +302,28 @@ int main(int argc, char **argv)
         }
         bsipipe_engine_stats_t st;
         bsipipe_engine_last_stats(e, &st);
-        printf("iter %4d/%d  loss %.4f  gnorm %.3f  %8.0f tokens/s  bubble %5.1f%% (plan %.1f%%)  %.3f s\n", it + 1,
-               iters, loss, gnorm, st.tokens_per_s, 100 * st.bubble_ratio, 100 * planned, st.wall_s);
+        bsipipe_engine_peak_memory(e, peak);
+        double peak_max = 0;
+        for (int d = 0; d < pc.w; d++)
+            if (peak[d] > peak_max) peak_max = peak[d];
+        printf("iter %4d/%d  loss %.4f  gnorm %.3f  %8.0f tokens/s  bubble %5.1f%% (plan %.1f%%)  peak act %.1f MiB  "
+               "%.3f s%s\n", it + 1, iters, loss, gnorm, st.tokens_per_s, 100 * st.bubble_ratio, 100 * planned,
+               peak_max / 1048576.0, st.wall_s, emu);
         fflush(stdout);
-        if (it == 0) first = loss;
+        if (ckpt && (rc = bsipipe_engine_save(e, ckpt, it + 1)) < 0) {
+            fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());
+            break;
+        }
+        if (done++ == 0) first = loss;
         last = loss;
         tok_s += st.tokens_per_s;
         bubble += st.bubble_ratio;
     }
-    if (rc == 0)
+    if (rc == 0 && done > 0)
         printf("summary: %d iterations, loss %.4f -> %.4f, mean %.0f tokens/s, mean measured bubble %.1f%% "
-               "(planned under unit costs %.1f%%)\n", iters, first, last, tok_s / iters, 100 * bubble / iters,
-               100 * planned);
+               "(planned %.1f%%, %s)%s\n", done, first, last, tok_s / done, 100 * bubble / done,
+               100 * planned, emulate ? "FLOPs costs of the emulated device" : "unit costs", emu);
+    free(peak);
     bsipipe_engine_destroy(e);
     free(tokens);
     free(targets);

@@ -38,6 +38,23 @@ int BSIPIPE_FN(bsipipe_chunk_backward)(const bsipipe_model_dims_t *d,
     const BSIPIPE_R *stash, const BSIPIPE_R *kv, BSIPIPE_R *dkv,
     BSIPIPE_R *work);
 
+/* Split backward (ZeroBubble's B and W). _input does everything
+ * bsipipe_chunk_backward does except the four weight-matrix products per
+ * layer (norm-parameter gradients are cheap and done here); it saves the
+ * output gradients those products need in wstash
+ * ((l1-l0) * bsipipe_model_wstash_size(len) elements, per (micro-batch,
+ * piece, chunk), live from B to W). _weight then adds the matrix gradients,
+ * reading stash and wstash (stash must live until W). Running each piece's W
+ * in the order of the B's gives bitwise the fused result. */
+int BSIPIPE_FN(bsipipe_chunk_backward_input)(const bsipipe_model_dims_t *d,
+    int l0, int l1, int start, int len, const BSIPIPE_R *layers,
+    BSIPIPE_R *grads, const BSIPIPE_R *dy, BSIPIPE_R *dx,
+    const BSIPIPE_R *stash, const BSIPIPE_R *kv, BSIPIPE_R *dkv,
+    BSIPIPE_R *wstash, BSIPIPE_R *work);
+int BSIPIPE_FN(bsipipe_chunk_backward_weight)(const bsipipe_model_dims_t *d,
+    int l0, int l1, int start, int len, BSIPIPE_R *grads,
+    const BSIPIPE_R *stash, const BSIPIPE_R *wstash);
+
 /* ---- head: final norm, LM head, cross-entropy (last chunk) ------------ */
 /* Forward only. x[len, d] = last layer's output. logits[len, V] (NULL to skip)
  * receives the logits; if targets[len] (in [0, V)) and loss are non-NULL,

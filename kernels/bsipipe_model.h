@@ -66,10 +66,15 @@ long bsipipe_model_layer_offset(const bsipipe_model_dims_t *d, int l);
  *  stash : what a layer's forward keeps for its backward, per
  *          (micro-batch, piece, chunk).
  *  work  : scratch of one chunk backward call (not per layer: one per call).
+ *  wstash: see bsipipe_model_wstash_size (split backward only).
  *  head_work : scratch of the head calls. */
 long bsipipe_model_kv_size(const bsipipe_model_dims_t *d);
 long bsipipe_model_stash_size(const bsipipe_model_dims_t *d, int len);
 long bsipipe_model_work_size(const bsipipe_model_dims_t *d, int len);
+/* Per layer: output gradients saved by a split backward's input half for its
+ * weight half (bsipipe_chunk_backward_input/_weight), per (micro-batch, piece,
+ * chunk): len * (5 d + A1), A1 = F (GPT) or 2F (LLaMA). */
+long bsipipe_model_wstash_size(const bsipipe_model_dims_t *d, int len);
 long bsipipe_model_head_work_size(const bsipipe_model_dims_t *d, int len);
 
 /* Forward FLOPs of one layer for the piece [start, start+len) (matrix

@@ -31,6 +31,10 @@ typedef struct bsipipe_engine_options {
     double watchdog_s;        /* a send waiting longer fails the run (default 30 s when 0) */
     int unchecked_plan;       /* 1: run the plan even if the validator finds a deadlock
                                  (to watch the watchdog catch it at run time) */
+    double emulate_flops;     /* > 0: emulated device time — F, B and W tasks sleep for
+                                 their FLOPs / emulate_flops seconds instead of computing
+                                 (so many devices fit on few cores); loss and gradients
+                                 are then meaningless. 0: real compute */
 } bsipipe_engine_options_t;
 
 /* Defaults: the given model and config, AdamW lr 1e-3 (0.9, 0.95), eps 1e-8,

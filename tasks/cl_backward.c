@@ -37,9 +37,9 @@ static void backward_cpu(void *buffers[], void *cl_arg)
         engine_mem(e, a->op.device, kv_bytes); /* the K/V gradient of the micro-batch */
         memset(dkv, 0, sizeof(float) * (size_t)STARPU_VECTOR_GET_NX(buffers[6]));
     }
-    int rc = bsipipe_chunk_backward(D, a->l0, a->l1, a->start, a->len, params + lay, grads + lay, dy, dx, stash, kv,
+    int rc = engine_emulate(e, &a->op) ? 0 : bsipipe_chunk_backward(D, a->l0, a->l1, a->start, a->len, params + lay, grads + lay, dy, dx, stash, kv,
                                     dkv, work);
-    if (rc == 0 && a->op.chunk == 0) {
+    if (rc == 0 && a->op.chunk == 0 && e->o.emulate_flops <= 0) {
         const int *tokens = (const int *)STARPU_VECTOR_GET_PTR(buffers[3]);
         rc = bsipipe_embed_backward(D, grads, tokens + a->start, a->start, a->len, dx);
     }

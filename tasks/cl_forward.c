@@ -24,6 +24,11 @@ static void forward_cpu(void *buffers[], void *cl_arg)
     float *work = (float *)STARPU_VECTOR_GET_PTR(buffers[5]);
     const float *x_in = x_out;
     int rc = 0;
+    if (engine_emulate(e, &a->op)) {
+        engine_mem(e, a->op.device, 4.0 * STARPU_VECTOR_GET_NX(buffers[3]) +
+                                        (a->op.sub == 0 ? 4.0 * STARPU_VECTOR_GET_NX(buffers[4]) : 0));
+        return;
+    }
     /* The stash lives until the backward; the KV cache from the first piece. */
     engine_mem(e, a->op.device, 4.0 * STARPU_VECTOR_GET_NX(buffers[3]) +
                                     (a->op.sub == 0 ? 4.0 * STARPU_VECTOR_GET_NX(buffers[4]) : 0));

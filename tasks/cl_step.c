@@ -16,7 +16,7 @@ static void step_cpu(void *buffers[], void *cl_arg)
 {
     op_args_t *a = cl_arg;
     struct bsipipe_engine *e = a->e;
-    if (engine_failed(e) || !a->do_step)
+    if (engine_failed(e) || !a->do_step || e->o.emulate_flops > 0)
         return;
     const bsipipe_model_dims_t *D = &e->dims;
     double sumsq = 0;

@@ -10,7 +10,7 @@
 static void sync_cpu(void *buffers[], void *cl_arg)
 {
     op_args_t *a = cl_arg;
-    if (engine_failed(a->e))
+    if (engine_failed(a->e) || a->e->o.emulate_flops > 0)
         return;
     float *x = (float *)STARPU_VECTOR_GET_PTR(buffers[0]);
     float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[1]);

@@ -15,6 +15,7 @@ static void wgrad_cpu(void *buffers[], void *cl_arg)
     op_args_t *a = cl_arg;
     if (engine_failed(a->e))
         return;
+    engine_emulate(a->e, &a->op); /* the W share of the backward's time */
     engine_mem(a->e, a->op.device, -4.0 * STARPU_VECTOR_GET_NX(buffers[1]));
 }
 

@@ -77,6 +77,16 @@ int main(void)
     EXPECT(bsipipe_chunk_backward(&ok, 0, 2, 0, 6, layers, lg, y, x, st, kvb, dkv, NULL), -EINVAL);
     EXPECT(bsipipe_chunk_backward(&ok, 2, 2, 0, 6, layers, lg, y, x, st, kvb, dkv, w), -EINVAL);
     EXPECT(bsipipe_chunk_backward(&ok, 0, 2, 6, 1, layers, lg, y, x, st, kvb, dkv, w), -EINVAL);
+    float *wst = kt_alloc(sizeof(float) * 2 * bsipipe_model_wstash_size(&ok, 6));
+    EXPECT(bsipipe_model_wstash_size(&ok, 7), -EINVAL);
+    EXPECT(bsipipe_chunk_forward(&ok, 0, 2, 0, 6, layers, x, y, st, kvb), 0);
+    EXPECT(bsipipe_chunk_backward_input(&ok, 0, 2, 0, 6, layers, lg, y, x, st, kvb, dkv, wst, w), 0);
+    EXPECT(bsipipe_chunk_backward_input(&ok, 0, 2, 0, 6, layers, lg, y, x, st, kvb, dkv, NULL, w), -EINVAL);
+    EXPECT(bsipipe_chunk_backward_weight(&ok, 0, 2, 0, 6, lg, st, wst), 0);
+    EXPECT(bsipipe_chunk_backward_weight(&ok, 0, 2, 0, 6, lg, st, NULL), -EINVAL);
+    EXPECT(bsipipe_chunk_backward_weight(&ok, 0, 3, 0, 6, lg, st, wst), -EINVAL);
+    EXPECT(bsipipe_chunk_backward_weight(&ok, 0, 2, 2, 5, lg, st, wst), -EINVAL);
+    free(wst);
     bad = ok; bad.n_heads = 5;
     EXPECT(bsipipe_chunk_forward(&bad, 0, 2, 0, 6, layers, x, y, st, kvb), -EINVAL);
 

@@ -143,6 +143,77 @@ static int threads_bitwise(const bsipipe_model_dims_t *d)
     return bad;
 }
 
+/* One sequence, k pieces, through the chunk API: forward in order, head,
+ * then the backward either fused (mode 0) or split into input halves (B, in
+ * reverse piece order) and weight halves W run after all B's, in B order
+ * (mode 1) or in the opposite order (mode 2). Returns the gradients. */
+static void chunk_run(const bsipipe_model_dims_t *d, const float *p, const int *tok,
+                      const int *tgt, int k, const int *st, int mode, float *g)
+{
+    int S = d->seq_len, h = d->hidden, L = d->n_layers;
+    long n = bsipipe_model_params(d), l0 = bsipipe_model_layer_offset(d, 0);
+    long hoff = bsipipe_model_layer_offset(d, L), kv = L * bsipipe_model_kv_size(d);
+    long ss = L * bsipipe_model_stash_size(d, S), ws = L * bsipipe_model_wstash_size(d, S);
+    float *x = kt_alloc(sizeof(float) * S * h), *dxl = kt_alloc(sizeof(float) * S * h);
+    float *kvb = kt_alloc(sizeof(float) * kv), *dkv = kt_alloc(sizeof(float) * kv);
+    float *stash = kt_alloc(sizeof(float) * ss * k), *wst = kt_alloc(sizeof(float) * ws * k);
+    float *work = kt_alloc(sizeof(float) * bsipipe_model_work_size(d, S));
+    float *hw = kt_alloc(sizeof(float) * bsipipe_model_head_work_size(d, S));
+    double loss;
+    memset(g, 0, sizeof(float) * n);
+    for (int j = 0; j < k; j++) {
+        int s0 = st[j], len = st[j + 1] - s0;
+        float *xj = x + (size_t)s0 * h;
+        KT_CHECK(bsipipe_embed_forward(d, p, tok + s0, s0, len, xj));
+        KT_CHECK(bsipipe_chunk_forward(d, 0, L, s0, len, p + l0, xj, xj, stash + j * ss, kvb));
+        KT_CHECK(bsipipe_head_forward_backward(d, p + hoff, g + hoff, len, xj, tgt + s0,
+                                               1.0 / S, &loss, dxl + (size_t)s0 * h, hw));
+    }
+    for (int j = k - 1; j >= 0; j--) {
+        int s0 = st[j], len = st[j + 1] - s0;
+        float *dj = dxl + (size_t)s0 * h;
+        if (mode == 0)
+            KT_CHECK(bsipipe_chunk_backward(d, 0, L, s0, len, p + l0, g + l0, dj, dj,
+                                            stash + j * ss, kvb, dkv, work));
+        else
+            KT_CHECK(bsipipe_chunk_backward_input(d, 0, L, s0, len, p + l0, g + l0, dj, dj,
+                                                  stash + j * ss, kvb, dkv, wst + j * ws,
+                                                  work));
+        KT_CHECK(bsipipe_embed_backward(d, g, tok + s0, s0, len, dj));
+    }
+    for (int i = 0; i < k && mode; i++) {
+        int j = mode == 1 ? k - 1 - i : i;
+        KT_CHECK(bsipipe_chunk_backward_weight(d, 0, L, st[j], st[j + 1] - st[j], g + l0,
+                                               stash + j * ss, wst + j * ws));
+    }
+    free(x); free(dxl); free(kvb); free(dkv); free(stash); free(wst); free(work); free(hw);
+}
+
+/* ZeroBubble's split backward: B then W (in B order) is bitwise the fused
+ * backward; W in another order only reorders the weight-gradient sums. */
+static int bw_split(const bsipipe_model_dims_t *d, double tol32)
+{
+    long n = bsipipe_model_params(d);
+    int S = d->seq_len, st[4] = {0, S / 2, 3 * S / 4, S};
+    int *tok = kt_alloc(sizeof(int) * S), *tgt = kt_alloc(sizeof(int) * S);
+    float *p = kt_alloc(sizeof(float) * n), *g0 = kt_alloc(sizeof(float) * n);
+    float *g1 = kt_alloc(sizeof(float) * n), *g2 = kt_alloc(sizeof(float) * n);
+    kt_tokens(S, d->vocab, 7, tok);
+    kt_tokens(S, d->vocab, 8, tgt);
+    KT_CHECK(bsipipe_model_init(d, 11, p));
+    chunk_run(d, p, tok, tgt, 3, st, 0, g0);
+    chunk_run(d, p, tok, tgt, 3, st, 1, g1);
+    chunk_run(d, p, tok, tgt, 3, st, 2, g2);
+    int same = !memcmp(g0, g1, sizeof(float) * n);
+    double r2 = kt_reldiff_f(n, g2, g0);
+    int bad = !same || !(r2 <= tol32);
+    printf("%-5s split backward (B, then W): %s; W in other order: rel diff %.1e %s\n",
+           kt_family(d), same ? "bitwise equal to fused" : "DIFFERS from fused", r2,
+           bad ? "FAIL" : "ok");
+    free(tok); free(tgt); free(p); free(g0); free(g1); free(g2);
+    return bad;
+}
+
 int main(void)
 {
     bsipipe_model_dims_t gpt = {BSIPIPE_MODEL_GPT, 2, 32, 4, 128, 50, 48};
@@ -154,6 +225,9 @@ int main(void)
     fails += run(&llama);
     fails += threads_bitwise(&gpt);
     fails += threads_bitwise(&llama);
+    /* same tolerance formula as run(): R = 4L + 2 reordered reductions */
+    fails += bw_split(&gpt, 2 * (4.0 * gpt.n_layers + 2) * 10 * gamma_n(gpt.seq_len, ldexp(1, -24)));
+    fails += bw_split(&llama, 2 * (4.0 * llama.n_layers + 2) * 10 * gamma_n(llama.seq_len, ldexp(1, -24)));
     printf("%s\n", fails ? "FAILED" : "splitting leaves loss and gradients unchanged");
     return fails ? 1 : 0;
 }

@@ -34,6 +34,19 @@ expect 1 "looks binary" $tiny --data "$tmp/bin.dat"
 printf 'short text' >"$tmp/short.txt"
 expect 1 "too short for one sequence" $tiny --data "$tmp/short.txt"
 expect 1 "unknown scheduling policy" $tiny --policy nosuch
+# Resume continues bit-identically: iterations 4-6 after a restart print the
+# same losses as an uninterrupted run.
+"$train" $tiny >"$tmp/straight" 2>&1 || fail "straight run"
+"$train" $tiny --iters 3 --checkpoint "$tmp/ck" >/dev/null 2>&1 || fail "run with checkpoints"
+"$train" $tiny --checkpoint "$tmp/ck" --resume >"$tmp/resumed" 2>&1 || fail "resume: $(tail -2 "$tmp/resumed")"
+a=$(grep -E '^iter +[456]/6' "$tmp/straight" | awk '{print $3, $4, $5}')
+b=$(grep -E '^iter +[456]/6' "$tmp/resumed" | awk '{print $3, $4, $5}')
+if [ -n "$a" ] && [ "$a" = "$b" ]; then ok; else fail "resumed losses differ: [$a] vs [$b]"; fi
+expect 2 "--resume needs --checkpoint DIR" $tiny --resume
+head -c 100 "$tmp/ck/checkpoint.bin" >"$tmp/ck/cut" && mkdir -p "$tmp/ck2" && mv "$tmp/ck/cut" "$tmp/ck2/checkpoint.bin"
+expect 1 "cannot resume" $tiny --checkpoint "$tmp/ck2" --resume
+# Emulated device time: 16 devices on this machine; every line says so.
+expect 0 "[EMULATED]" --emulate --w 16 --layers 32 --hidden 32 --heads 2 --seq 32 --m 16 --iters 1
 # The loss falls on a repetitive text.
 yes "the pipeline runs forward and backward over every chunk" | head -c 20000 >"$tmp/text.txt"
 "$train" $tiny --data "$tmp/text.txt" >"$tmp/out" 2>&1 || fail "training on a text file"

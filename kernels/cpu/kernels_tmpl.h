@@ -542,9 +542,42 @@ static int layer_fwd(const bsipipe_model_dims_t *dm, int start, int len, const s
  *   attn: datt = dx2 Wo; dWo += dx2^T att; (dq, dK, dV) = MHA'(datt);
  *         LLaMA: RoPE^T on dq, dk; dn1 = dqkv Wqkv; dWqkv += dqkv^T n1;
  *         dx = dx2 + norm1'(dn1) */
+/* Saved output gradients of one layer for a deferred weight gradient (W of a
+ * split backward): dy[len,d] dx2[len,d] dqkv[len,3d] da1[len,A1]. */
+struct wst_off { long dy, dx2, dqkv, da1, total; };
+
+static void wst_layout(const bsipipe_model_dims_t *dm, int len, struct wst_off *o)
+{
+    long n = len, h = dm->hidden, at = 0;
+    o->dy = at; at += n * h;
+    o->dx2 = at; at += n * h;
+    o->dqkv = at; at += 3 * n * h;
+    o->da1 = at; at += n * bsipipe__a1_width(dm);
+    o->total = at;
+}
+
+/* The four weight-gradient products of one layer, from the stash and the
+ * output gradients (in the order of the fused backward, so that gradients
+ * accumulate bitwise the same). */
+static void layer_wgrad(const bsipipe_model_dims_t *dm, int len, const struct lg *g,
+                        const R *stash, const R *dy, const R *da1, const R *dx2,
+                        const R *dqkv)
+{
+    struct bsipipe_stash_off so;
+    int d = dm->hidden, f = dm->ffn_hidden, a1w = bsipipe__a1_width(dm);
+    bsipipe__stash_off(dm, len, &so);
+    lin_bwd_w(len, d, f, dy, d, stash + so.a2, f, g->w2, f);
+    lin_bwd_w(len, a1w, d, da1, a1w, stash + so.n2, d, g->w1, d);
+    lin_bwd_w(len, d, d, dx2, d, stash + so.att, d, g->wo, d);
+    lin_bwd_w(len, 3 * d, d, dqkv, 3 * d, stash + so.n1, d, g->wqkv, d);
+}
+
+/* wst == NULL: fused backward (weight gradients now). Otherwise the input
+ * backward of a split: norm gradients now, the output gradients the four
+ * weight products need are saved in wst (struct wst_off) for layer_wgrad. */
 static int layer_bwd(const bsipipe_model_dims_t *dm, int start, int len, const struct lp *p,
                      const struct lg *g, const R *stash, const R *kv, R *dkv, R *work,
-                     R *buf)
+                     R *buf, R *wst)
 {
     struct bsipipe_stash_off so;
     struct bsipipe_work_off wo;
@@ -555,28 +588,32 @@ static int layer_bwd(const bsipipe_model_dims_t *dm, int start, int len, const s
     R *dK = dkv, *dV = dkv + kvrows;
     bsipipe__stash_off(dm, len, &so);
     bsipipe__work_off(dm, len, &wo);
-    const R *x = stash + so.x, *n1 = stash + so.n1, *q = stash + so.q;
-    const R *att = stash + so.att, *x2 = stash + so.x2, *n2 = stash + so.n2;
-    const R *a1 = stash + so.a1, *a2 = stash + so.a2;
+    const R *x = stash + so.x, *q = stash + so.q;
+    const R *att = stash + so.att, *x2 = stash + so.x2, *a1 = stash + so.a1;
     R *dx2 = work + wo.dx, *dn = work + wo.dn, *datt = work + wo.datt;
     R *dqkv = work + wo.dqkv, *da1 = work + wo.da1, *da2 = work + wo.da2;
     R *dy = buf;
+    struct wst_off wso;
+    wst_layout(dm, len, &wso);
+    if (wst)
+        memcpy(wst + wso.dy, dy, sizeof(R) * (size_t)len * d);
 
     /* MLP */
     lin_bwd_x(len, d, f, dy, d, p->w2, f, (R)0, da2, f);
-    lin_bwd_w(len, d, f, dy, d, a2, f, g->w2, f);
     if (llama)
         swiglu_bwd(len, f, a1, da2, da1);
     else
         gelu_bwd((size_t)len * f, a1, da2, da1);
     lin_bwd_x(len, a1w, d, da1, a1w, p->w1, d, (R)0, dn, d);
-    lin_bwd_w(len, a1w, d, da1, a1w, n2, d, g->w1, d);
+    if (wst)
+        memcpy(wst + wso.da1, da1, sizeof(R) * (size_t)len * a1w);
     memcpy(dx2, dy, sizeof(R) * (size_t)len * d);
     norm_bwd(len, d, x2, p->n2w, p->n2b != NULL, stash + so.s2, dn, dx2, g->n2w, g->n2b, 1);
 
     /* attention */
     lin_bwd_x(len, d, d, dx2, d, p->wo, d, (R)0, datt, d);
-    lin_bwd_w(len, d, d, dx2, d, att, d, g->wo, d);
+    if (wst)
+        memcpy(wst + wso.dx2, dx2, sizeof(R) * (size_t)len * d);
     rc = FN(bsipipe_attention_backward)(H, hd, start, len, q, d, K, Vc, d, att, datt, d,
                                         stash + so.lse, dqkv, 3 * d, dK, dV);
     if (rc)
@@ -590,7 +627,10 @@ static int layer_bwd(const bsipipe_model_dims_t *dm, int start, int len, const s
         rope(len, H, hd, start, dqkv + d, 3 * d, -1);
     }
     lin_bwd_x(len, 3 * d, d, dqkv, 3 * d, p->wqkv, d, (R)0, dn, d);
-    lin_bwd_w(len, 3 * d, d, dqkv, 3 * d, n1, d, g->wqkv, d);
+    if (wst)
+        memcpy(wst + wso.dqkv, dqkv, sizeof(R) * (size_t)len * 3 * d);
+    else
+        layer_wgrad(dm, len, g, stash, dy, da1, dx2, dqkv);
     /* dx = dx2 + norm1'(dn): written over dy (no longer needed) */
     memcpy(buf, dx2, sizeof(R) * (size_t)len * d);
     norm_bwd(len, d, x, p->n1w, p->n1b != NULL, stash + so.s1, dn, buf, g->n1w, g->n1b, 1);
@@ -634,12 +674,13 @@ int FN(bsipipe_chunk_forward)(const bsipipe_model_dims_t *d, int l0, int l1, int
     return 0;
 }
 
-int FN(bsipipe_chunk_backward)(const bsipipe_model_dims_t *d, int l0, int l1, int start,
-                               int len, const R *layers, R *grads, const R *dy, R *dx,
-                               const R *stash, const R *kv, R *dkv, R *work)
+static int chunk_bwd(const bsipipe_model_dims_t *d, int l0, int l1, int start, int len,
+                     const R *layers, R *grads, const R *dy, R *dx, const R *stash,
+                     const R *kv, R *dkv, R *wstash, R *work)
 {
     struct bsipipe_layer_off lo;
     struct bsipipe_work_off wo;
+    struct wst_off wso;
     struct lp p;
     struct lg g;
     size_t ss, kvs;
@@ -649,6 +690,7 @@ int FN(bsipipe_chunk_backward)(const bsipipe_model_dims_t *d, int l0, int l1, in
         return -EINVAL;
     bsipipe__layer_off(d, &lo);
     bsipipe__work_off(d, len, &wo);
+    wst_layout(d, len, &wso);
     ss = (size_t)bsipipe_model_stash_size(d, len);
     kvs = (size_t)bsipipe_model_kv_size(d);
     memmove(work + wo.dy, dy, sizeof(R) * (size_t)len * d->hidden);
@@ -657,11 +699,54 @@ int FN(bsipipe_chunk_backward)(const bsipipe_model_dims_t *d, int l0, int l1, in
         layer_ptrs(&lo, layers + i * (size_t)lo.total, &p);
         layer_gptrs(&lo, grads + i * (size_t)lo.total, &g);
         rc = layer_bwd(d, start, len, &p, &g, stash + i * ss, kv + i * kvs, dkv + i * kvs,
-                       work, work + wo.dy);
+                       work, work + wo.dy, wstash ? wstash + i * (size_t)wso.total : NULL);
         if (rc)
             return rc;
     }
     memmove(dx, work + wo.dy, sizeof(R) * (size_t)len * d->hidden);
+    return 0;
+}
+
+int FN(bsipipe_chunk_backward)(const bsipipe_model_dims_t *d, int l0, int l1, int start,
+                               int len, const R *layers, R *grads, const R *dy, R *dx,
+                               const R *stash, const R *kv, R *dkv, R *work)
+{
+    return chunk_bwd(d, l0, l1, start, len, layers, grads, dy, dx, stash, kv, dkv, NULL, work);
+}
+
+int FN(bsipipe_chunk_backward_input)(const bsipipe_model_dims_t *d, int l0, int l1,
+                                     int start, int len, const R *layers, R *grads,
+                                     const R *dy, R *dx, const R *stash, const R *kv,
+                                     R *dkv, R *wstash, R *work)
+{
+    if (!wstash)
+        return -EINVAL;
+    return chunk_bwd(d, l0, l1, start, len, layers, grads, dy, dx, stash, kv, dkv, wstash,
+                     work);
+}
+
+int FN(bsipipe_chunk_backward_weight)(const bsipipe_model_dims_t *d, int l0, int l1,
+                                      int start, int len, R *grads, const R *stash,
+                                      const R *wstash)
+{
+    struct bsipipe_layer_off lo;
+    struct wst_off wso;
+    struct lg g;
+    size_t ss;
+    if (piece_check(d, start, len) || l0 < 0 || l1 <= l0 || l1 > d->n_layers || !grads ||
+        !stash || !wstash)
+        return -EINVAL;
+    bsipipe__layer_off(d, &lo);
+    wst_layout(d, len, &wso);
+    ss = (size_t)bsipipe_model_stash_size(d, len);
+    /* layers in the backward's order (last first), as the fused path does */
+    for (int l = l1 - 1; l >= l0; l--) {
+        size_t i = (size_t)(l - l0);
+        const R *w = wstash + i * (size_t)wso.total;
+        layer_gptrs(&lo, grads + i * (size_t)lo.total, &g);
+        layer_wgrad(d, len, &g, stash + i * ss, w + wso.dy, w + wso.da1, w + wso.dx2,
+                    w + wso.dqkv);
+    }
     return 0;
 }
 

@@ -159,6 +159,14 @@ long bsipipe_model_work_size(const bsipipe_model_dims_t *d, int len)
     return o.total;
 }
 
+long bsipipe_model_wstash_size(const bsipipe_model_dims_t *d, int len)
+{
+    if (bsipipe_model_dims_check(d) || len < 1 || len > d->seq_len)
+        return -EINVAL;
+    /* dy, dx2 [len, d], dqkv [len, 3d], da1 [len, A1] (kernels_tmpl.h wst_off) */
+    return (long)len * (5L * d->hidden + bsipipe__a1_width(d));
+}
+
 long bsipipe_model_head_work_size(const bsipipe_model_dims_t *d, int len)
 {
     if (bsipipe_model_dims_check(d) || len < 1 || len > d->seq_len)
