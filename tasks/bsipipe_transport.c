@@ -475,6 +475,16 @@ const char *bsipipe_transport_report(const bsipipe_transport_t *t)
     return t->report ? t->report : "transport watchdog fired (report could not be allocated)";
 }
 
+long bsipipe_transport_waiting(bsipipe_transport_t *t)
+{
+    if (!t)
+        return 0;
+    pthread_mutex_lock(&t->mutex);
+    long n = t->waiting;
+    pthread_mutex_unlock(&t->mutex);
+    return n;
+}
+
 double bsipipe_transport_bytes(const bsipipe_transport_t *t)
 {
     return t ? (double)__atomic_load_n(&t->bytes, __ATOMIC_RELAXED) : 0.0;

@@ -78,6 +78,9 @@ int bsipipe_transport_failed(const bsipipe_transport_t *t);
  * act(down mb0 s0 c1) to device 2 (not posted); ...". Owned by t. */
 const char *bsipipe_transport_report(const bsipipe_transport_t *t);
 
+/* Sends waiting for their receive right now (for tests and reports). */
+long bsipipe_transport_waiting(bsipipe_transport_t *t);
+
 /* Bytes copied so far (all channels, all iterations). */
 double bsipipe_transport_bytes(const bsipipe_transport_t *t);
 

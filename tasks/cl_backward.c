@@ -5,7 +5,8 @@
  *
  * Buffers: 0 params R, 1 grads RW, 2 dy R (gradient of the piece's output),
  * 3 dx W (gradient for chunk-1; on chunk 0: the tokens, R), 4 stash R, 5 kv R,
- * 6 dkv RW, 7 work SCRATCH. */
+ * 6 dkv RW, 7 work SCRATCH; split backward (ZB-H1) also 8 wstash W, the output
+ * gradients its W needs. */
 #include "tasks/engine_internal.h"
 
 #include <stdio.h>
@@ -37,7 +38,14 @@ static void backward_cpu(void *buffers[], void *cl_arg)
         engine_mem(e, a->op.device, kv_bytes); /* the K/V gradient of the micro-batch */
         memset(dkv, 0, sizeof(float) * (size_t)STARPU_VECTOR_GET_NX(buffers[6]));
     }
-    int rc = engine_emulate(e, &a->op) ? 0 : bsipipe_chunk_backward(D, a->l0, a->l1, a->start, a->len, params + lay, grads + lay, dy, dx, stash, kv,
+    int rc = 0;
+    if (engine_emulate(e, &a->op))
+        rc = 0;
+    else if (e->split) /* ZB-H1: input gradient now, weight gradient in W */
+        rc = bsipipe_chunk_backward_input(D, a->l0, a->l1, a->start, a->len, params + lay, grads + lay, dy, dx, stash,
+                                          kv, dkv, (float *)STARPU_VECTOR_GET_PTR(buffers[8]), work);
+    else
+        rc = bsipipe_chunk_backward(D, a->l0, a->l1, a->start, a->len, params + lay, grads + lay, dy, dx, stash, kv,
                                     dkv, work);
     if (rc == 0 && a->op.chunk == 0 && e->o.emulate_flops <= 0) {
         const int *tokens = (const int *)STARPU_VECTOR_GET_PTR(buffers[3]);

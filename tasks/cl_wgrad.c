@@ -1,28 +1,40 @@
-/* cl_wgrad.c: W — the weight-gradient half of a split backward (ZeroBubble).
+/* cl_wgrad.c: W — the weight-gradient half of a split backward (ZeroBubble):
+ * the matrix gradients of the chunk's layers from the forward's stash and the
+ * output gradients its B saved; run in the order of the B's it gives bitwise
+ * the fused backward's gradients.
  *
- * The CPU kernels compute a chunk's input and weight gradients in one call,
- * so the B task of a split-backward schedule does both and this task only
- * keeps W's place in the plan (and its access to the replica's gradients,
- * which orders it after its B). Loss and gradients are exact; the time a W
- * would take is folded into its B. A kernel-level split is open work.
- *
- * Buffers: 0 grads RW, 1 the piece's stash R (released here, as the planner
- * counts it: a W reads its forward's activations). */
+ * Buffers: 0 grads RW, 1 stash R (released here, as the planner counts it),
+ * 2 wstash R. */
 #include "tasks/engine_internal.h"
+
+#include <stdio.h>
 
 static void wgrad_cpu(void *buffers[], void *cl_arg)
 {
     op_args_t *a = cl_arg;
     if (engine_failed(a->e))
         return;
-    engine_emulate(a->e, &a->op); /* the W share of the backward's time */
-    engine_mem(a->e, a->op.device, -4.0 * STARPU_VECTOR_GET_NX(buffers[1]));
+    struct bsipipe_engine *e = a->e;
+    int rc = 0;
+    if (!engine_emulate(e, &a->op)) {
+        const replica_t *r = &e->rep[a->op.pipe * e->C + a->op.chunk];
+        float *grads = (float *)STARPU_VECTOR_GET_PTR(buffers[0]);
+        rc = bsipipe_chunk_backward_weight(&e->dims, a->l0, a->l1, a->start, a->len,
+                                           grads + (engine_layer_offset(e, a->l0) - r->base),
+                                           (const float *)STARPU_VECTOR_GET_PTR(buffers[1]),
+                                           (const float *)STARPU_VECTOR_GET_PTR(buffers[2]));
+    }
+    engine_mem(e, a->op.device, -4.0 * STARPU_VECTOR_GET_NX(buffers[1]));
+    if (rc != 0) {
+        fprintf(stderr, "bsipipe engine: %s failed: error %d\n", a->name, rc);
+        engine_fail(e, rc);
+    }
 }
 
 struct starpu_codelet bsipipe_cl_wgrad = {
     .cpu_funcs = {wgrad_cpu},
     .cpu_funcs_name = {"wgrad_cpu"},
-    .nbuffers = 2,
-    .modes = {STARPU_RW, STARPU_R},
+    .nbuffers = 3,
+    .modes = {STARPU_RW, STARPU_R, STARPU_R},
     .name = "W",
 };

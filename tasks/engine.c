@@ -118,6 +118,7 @@ void bsipipe_engine_destroy(bsipipe_engine_t *e)
     if (e->h_work)
         starpu_data_unregister(e->h_work);
     free(e->n_x_out); free(e->n_stash); free(e->n_dx); free(e->n_dy); free(e->n_kv); free(e->n_recv);
+    free(e->n_wstash); free(e->h_wstash);
     free(e->h_x_out); free(e->h_stash); free(e->h_dx); free(e->h_dy); free(e->h_kv); free(e->h_dkv);
     free(e->h_recv); free(e->uses); free(e->live_bytes); free(e->peak_bytes);
     free(e->tokens); free(e->targets); free(e->h_tokens); free(e->h_targets);
@@ -184,9 +185,10 @@ static int create_buffers(bsipipe_engine_t *e)
     long n_act = (long)e->m * e->k * e->C, n_kv = (long)e->m * e->C;
     int nch = bsipipe_schedule_n_channels(e->sched);
     if (!ALLOC(e->n_x_out, n_act) || !ALLOC(e->n_stash, n_act) || !ALLOC(e->n_dx, n_act) || !ALLOC(e->n_dy, n_act) ||
+        !ALLOC(e->n_wstash, n_act) || !ALLOC(e->h_wstash, n_act) ||
         !ALLOC(e->h_x_out, n_act) || !ALLOC(e->h_stash, n_act) || !ALLOC(e->h_dx, n_act) || !ALLOC(e->h_dy, n_act) ||
         !ALLOC(e->n_kv, n_kv) || !ALLOC(e->h_kv, n_kv) || !ALLOC(e->h_dkv, n_kv) || !ALLOC(e->n_recv, nch) ||
-        !ALLOC(e->h_recv, nch) || !ALLOC(e->uses, 4 * n_act + 2 * n_kv + nch) || !ALLOC(e->live_bytes, e->W) ||
+        !ALLOC(e->h_recv, nch) || !ALLOC(e->uses, 5 * n_act + 2 * n_kv + nch) || !ALLOC(e->live_bytes, e->W) ||
         !ALLOC(e->peak_bytes, e->W))
         return -ENOMEM;
     for (int mb = 0; mb < e->m; mb++)
@@ -200,6 +202,7 @@ static int create_buffers(bsipipe_engine_t *e)
                 e->n_stash[i] = (uint32_t)((l1 - l0) * bsipipe_model_stash_size(D, (int)len));
                 e->n_dx[i] = c > 0 ? (uint32_t)(len * e->d) : 0;
                 e->n_dy[i] = c == e->C - 1 ? (uint32_t)(len * e->d) : 0;
+                e->n_wstash[i] = e->split ? (uint32_t)((l1 - l0) * bsipipe_model_wstash_size(D, (int)len)) : 0;
             }
         }
     for (int d = 0; d < e->W; d++) {
@@ -345,6 +348,7 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
     e->m = o->pc.m;
     e->S = o->dims.seq_len;
     e->d = o->dims.hidden;
+    e->split = bsipipe_schedule_kind_traits(o->pc.schedule).split_backward;
 
     /* Submission order: the simulator's resolution order respects every
      * dependency, so StarPU's sequential consistency sees each producer
@@ -463,6 +467,7 @@ static void register_iteration(bsipipe_engine_t *e)
         REG(e->h_stash[i], e->n_stash[i]);
         REG(e->h_dx[i], e->n_dx[i]);
         REG(e->h_dy[i], e->n_dy[i]);
+        REG(e->h_wstash[i], e->n_wstash[i]);
     }
     for (long i = 0; i < n_kv; i++) {
         REG(e->h_kv[i], e->n_kv[i]);
@@ -480,9 +485,10 @@ static void release_iteration(bsipipe_engine_t *e, int all)
 {
     long n_act = (long)e->m * e->k * e->C, n_kv = (long)e->m * e->C;
     int nch = bsipipe_schedule_n_channels(e->sched);
-    starpu_data_handle_t *lists[] = {e->h_x_out, e->h_stash, e->h_dx, e->h_dy, e->h_kv, e->h_dkv, e->h_recv};
-    long lens[] = {n_act, n_act, n_act, n_act, n_kv, n_kv, nch};
-    for (int l = 0; l < 7; l++)
+    starpu_data_handle_t *lists[] = {e->h_x_out, e->h_stash, e->h_dx, e->h_dy, e->h_wstash, e->h_kv, e->h_dkv,
+                                     e->h_recv};
+    long lens[] = {n_act, n_act, n_act, n_act, n_act, n_kv, n_kv, nch};
+    for (int l = 0; l < 8; l++)
         for (long i = 0; i < lens[l]; i++) {
             starpu_data_handle_t h = lists[l][i]; /* NULL once unregistered */
             struct buffer_use *use = h ? starpu_data_get_user_data(h) : NULL;
@@ -536,11 +542,14 @@ static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
         /* The first backward (last piece) clears the K/V gradient: write only. */
         ADD(e->h_dkv[op->mb * e->C + op->chunk], op->sub == e->k - 1 ? STARPU_W : STARPU_RW);
         ADD(e->h_work, STARPU_SCRATCH);
+        if (e->split)
+            ADD(e->h_wstash[ai], STARPU_W);
         break;
     case BSIPIPE_OP_W:
         cl = &bsipipe_cl_wgrad;
         ADD(r->h_grads, STARPU_RW);
         ADD(e->h_stash[ai], STARPU_R);
+        ADD(e->h_wstash[ai], STARPU_R);
         break;
     case BSIPIPE_OP_SEND:
         cl = &bsipipe_cl_send;

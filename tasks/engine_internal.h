@@ -44,8 +44,9 @@ struct bsipipe_engine {
      * freed after their last use (starpu_data_unregister_submit): sizes in
      * floats (0 = no such buffer) and handles. Activations per (mb, sub,
      * chunk); KV cache and its gradient per (mb, chunk); receives per channel. */
-    uint32_t *n_x_out, *n_stash, *n_dx, *n_dy, *n_kv, *n_recv;
-    starpu_data_handle_t *h_x_out, *h_stash, *h_dx, *h_dy, *h_kv, *h_dkv, *h_recv;
+    uint32_t *n_x_out, *n_stash, *n_dx, *n_dy, *n_wstash, *n_kv, *n_recv;
+    starpu_data_handle_t *h_x_out, *h_stash, *h_dx, *h_dy, *h_wstash, *h_kv, *h_dkv, *h_recv;
+    int split;                         /* backward split into B and W (ZB-H1) */
     struct buffer_use {                /* user data of each per-iteration handle */
         long left;                     /* uses not yet submitted */
         starpu_data_handle_t *slot;    /* where the handle is kept; NULL once unregistered */

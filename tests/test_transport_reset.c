@@ -112,7 +112,8 @@ int main(void)
     struct sender s = {.t = t, .ch = 0, .rc = 99};
     pthread_t th;
     pthread_create(&th, NULL, send_thread, &s);
-    usleep(50000);
+    for (int i = 0; i < 5000 && bsipipe_transport_waiting(t) < 1; i++) /* until it waits, not a guess */
+        usleep(1000);
     rc = bsipipe_transport_reset(t);
     CHECK(rc == -EBUSY, "reset with a waiting send: %d", rc);
     struct tt_arg r1 = {.t = t, .ch = 0, .device = 1, .what = "recv0 round 2", .rc = 99};
@@ -158,7 +159,8 @@ int main(void)
         usleep(1000);
     struct sender s3 = {.t = t3, .ch = 1, .rc = 99};
     pthread_create(&th, NULL, send_thread, &s3);
-    usleep(50000);
+    for (int i = 0; i < 5000 && bsipipe_transport_waiting(t3) < 1; i++)
+        usleep(1000);
     double a0 = tt_now();
     CHECK(bsipipe_transport_abort(t3, "test abort") == 0, "abort");
     pthread_join(th, NULL);
