@@ -111,6 +111,13 @@ int main(void)
 {
     const char *only = getenv("BSIPIPE_TEST_SCHEDULE");
     const char *policies[] = {"bsipipe", "eager", "lws"};
+    /* StarPU's performance-model and priority policies on the flagship and a
+     * baseline (dmda calibrates as it goes; placement is kept either way). */
+    if (!only || !strcmp(only, "bsipipe") || !strcmp(only, "1f1b"))
+        for (int i = 0; i < 2; i++) {
+            check_one(&gpt, i ? BSIPIPE_SCHED_1F1B : BSIPIPE_SCHED_BSIPIPE, "dmda");
+            check_one(&gpt, i ? BSIPIPE_SCHED_1F1B : BSIPIPE_SCHED_BSIPIPE, "prio");
+        }
     for (int f = 0; f < 2; f++)
         for (int kind = 0; kind < BSIPIPE_SCHED_COUNT; kind++) {
             if (only && strcmp(only, bsipipe_schedule_kind_name((bsipipe_schedule_kind_t)kind)))
