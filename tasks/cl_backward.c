@@ -9,7 +9,6 @@
  * gradients its W needs. */
 #include "tasks/engine_internal.h"
 
-#include <stdio.h>
 #include <string.h>
 
 static void backward_cpu(void *buffers[], void *cl_arg)
@@ -57,10 +56,7 @@ static void backward_cpu(void *buffers[], void *cl_arg)
         engine_mem(e, a->op.device, -4.0 * STARPU_VECTOR_GET_NX(buffers[4]));
     if (a->op.sub == 0)
         engine_mem(e, a->op.device, -2 * kv_bytes);
-    if (rc != 0) {
-        fprintf(stderr, "bsipipe engine: %s failed: error %d\n", a->name, rc);
-        engine_fail(e, rc);
-    }
+    engine_report(e, a, rc);
 }
 
 struct starpu_codelet bsipipe_cl_backward = {

@@ -7,7 +7,6 @@
  * last chunk also 6 targets R, 7 grads RW, 8 dy W, 9 loss RW. */
 #include "tasks/engine_internal.h"
 
-#include <stdio.h>
 
 static void forward_cpu(void *buffers[], void *cl_arg)
 {
@@ -53,10 +52,7 @@ static void forward_cpu(void *buffers[], void *cl_arg)
                                            1.0 / ((double)e->m * e->S), &piece_loss, dy, work);
         *loss += piece_loss;
     }
-    if (rc != 0) {
-        fprintf(stderr, "bsipipe engine: %s failed: error %d\n", a->name, rc);
-        engine_fail(e, rc);
-    }
+    engine_report(e, a, rc);
 }
 
 struct starpu_codelet bsipipe_cl_forward = {

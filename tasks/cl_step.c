@@ -9,7 +9,6 @@
 #include "tasks/engine_internal.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 static void step_cpu(void *buffers[], void *cl_arg)
@@ -51,10 +50,7 @@ static void step_cpu(void *buffers[], void *cl_arg)
         }
     }
     free(ti);
-    if (rc != 0) {
-        fprintf(stderr, "bsipipe engine: %s failed: error %d\n", a->name, rc);
-        engine_fail(e, rc);
-    }
+    engine_report(e, a, rc);
 }
 
 struct starpu_codelet bsipipe_cl_step = {

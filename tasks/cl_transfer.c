@@ -8,7 +8,6 @@
 #include "tasks/engine_internal.h"
 #include "graph/bsipipe_error.h"
 
-#include <stdio.h>
 
 static void send_cpu(void *buffers[], void *cl_arg)
 {
@@ -17,12 +16,10 @@ static void send_cpu(void *buffers[], void *cl_arg)
     size_t bytes = STARPU_VECTOR_GET_NX(buffers[0]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[0]);
     int rc = bsipipe_transport_send(e->transport, a->op.channel, (const void *)STARPU_VECTOR_GET_PTR(buffers[0]),
                                     bytes, a->op.device, a->name + 5 /* past "SEND " */);
-    if (rc == -ETIMEDOUT)
-        e->failed = BSIPIPE_EDEADLOCK;
-    else if (rc != 0 && !e->failed) {
-        fprintf(stderr, "bsipipe engine: %s failed: %s\n", a->name, bsipipe_strerror(rc));
-        engine_fail(e, rc);
-    }
+    if (rc == -ETIMEDOUT) /* the watchdog fired: the transport's report names the waits */
+        engine_fail(e, BSIPIPE_EDEADLOCK);
+    else
+        engine_report(e, a, rc);
 }
 
 static void recv_cpu(void *buffers[], void *cl_arg)
@@ -32,10 +29,7 @@ static void recv_cpu(void *buffers[], void *cl_arg)
     size_t bytes = STARPU_VECTOR_GET_NX(buffers[0]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[0]);
     int rc = bsipipe_transport_post(e->transport, a->op.channel, (void *)STARPU_VECTOR_GET_PTR(buffers[0]), bytes,
                                     starpu_task_get_current(), a->op.device, a->name + 5 /* past "RECV " */);
-    if (rc != 0 && !e->failed) {
-        fprintf(stderr, "bsipipe engine: %s failed: %s\n", a->name, bsipipe_strerror(rc));
-        engine_fail(e, rc);
-    }
+    engine_report(e, a, rc);
 }
 
 struct starpu_codelet bsipipe_cl_send = {

@@ -7,7 +7,6 @@
  * 2 wstash R. */
 #include "tasks/engine_internal.h"
 
-#include <stdio.h>
 
 static void wgrad_cpu(void *buffers[], void *cl_arg)
 {
@@ -25,10 +24,7 @@ static void wgrad_cpu(void *buffers[], void *cl_arg)
                                            (const float *)STARPU_VECTOR_GET_PTR(buffers[2]));
     }
     engine_mem(e, a->op.device, -4.0 * STARPU_VECTOR_GET_NX(buffers[1]));
-    if (rc != 0) {
-        fprintf(stderr, "bsipipe engine: %s failed: error %d\n", a->name, rc);
-        engine_fail(e, rc);
-    }
+    engine_report(e, a, rc);
 }
 
 struct starpu_codelet bsipipe_cl_wgrad = {

@@ -36,6 +36,15 @@ int engine_emulate(struct bsipipe_engine *e, const bsipipe_op_t *op)
     return 1;
 }
 
+void engine_report(struct bsipipe_engine *e, const op_args_t *a, int rc)
+{
+    if (rc == 0)
+        return;
+    const char *detail = bsipipe_error_detail();
+    fprintf(stderr, "bsipipe engine: %s failed: %s%s%s\n", a->name, bsipipe_strerror(rc), *detail ? ": " : "", detail);
+    engine_fail(e, rc);
+}
+
 long engine_layer_offset(const struct bsipipe_engine *e, int l)
 {
     return bsipipe_model_layer_offset(&e->dims, l);

@@ -85,6 +85,9 @@ static inline void engine_fail(struct bsipipe_engine *e, int rc)
     __atomic_compare_exchange_n(&e->failed, &none, rc, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 }
 
+/* A codelet's error: say which op failed and why, then fail the iteration. */
+void engine_report(struct bsipipe_engine *e, const op_args_t *a, int rc);
+
 static inline int engine_failed(struct bsipipe_engine *e)
 {
     return __atomic_load_n(&e->failed, __ATOMIC_SEQ_CST);
