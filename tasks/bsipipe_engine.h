@@ -88,6 +88,10 @@ typedef struct bsipipe_engine_stats {
 } bsipipe_engine_stats_t;
 int bsipipe_engine_last_stats(const bsipipe_engine_t *e, bsipipe_engine_stats_t *out);
 
+/* Seconds each device spent in F, B and W tasks in the last iteration
+ * (busy_s has one entry per device). */
+int bsipipe_engine_device_busy(const bsipipe_engine_t *e, double *busy_s);
+
 /* Peak live activation bytes of each device in the last iteration (stash of a
  * piece from its forward's start to its backward's end — W's when split —,
  * KV cache and its gradient per micro-batch and chunk), the quantities the
@@ -144,6 +148,75 @@ int bsipipe_engine_save(bsipipe_engine_t *e, const char *dir, long iteration);
  * config naming the first field that differs ("checkpoint has w=4, this run
  * has w=8"). */
 int bsipipe_engine_load(bsipipe_engine_t *e, const char *dir, long *iteration);
+
+/* ---- Tracing (tasks/engine_trace.c, docs/tracing.md) ----
+ *
+ * A trace directory DIR collects, for one engine's run:
+ *   prof_file_0      StarPU's raw FxT trace (StarPU built --with-fxt)
+ *   paje.trace, dag.dot, tasks.rec, trace.rec, data.rec, trace.html,
+ *   activity.data, distrib.data
+ *                    what starpu_fxt_tool makes of it (the Paje states
+ *                    recoloured like the paper's Figure 1, see below);
+ *                    starpu_fxt_tool.log holds the tool's output
+ *   trace.json       Chrome/Perfetto trace events of the last iteration,
+ *                    from StarPU's profiling information (no FxT needed)
+ *   timeline.svg     the planner's Figure-1 drawing fed with the measured
+ *                    start/end times of the last iteration
+ *   planned.svg      the same drawing of the planner's simulation
+ *   index.html       the two SVGs one above the other
+ *
+ * Use: bsipipe_trace_begin(DIR) before bsipipe_engine_create (it sets the
+ * StarPU FxT environment that starpu_init reads), run the iterations,
+ * bsipipe_engine_trace_write(e, DIR, cost), bsipipe_engine_destroy(e) (its
+ * starpu_shutdown writes the raw FxT file), then bsipipe_trace_end(DIR).
+ * One engine per trace directory: the raw file of a second engine would
+ * replace the first one's.
+ *
+ * Ownership: dir is the caller's and only read during each call; the engine
+ * is borrowed. */
+
+/* Makes DIR (and its parents) if needed, checks it is a writable directory,
+ * and sets STARPU_FXT_PREFIX=DIR, STARPU_FXT_SUFFIX=prof_file and
+ * STARPU_FXT_TRACE=1 (their previous values are restored by
+ * bsipipe_trace_end). Call before bsipipe_engine_create; nothing is traced
+ * by FxT when StarPU was built without it (the other files still are).
+ * Errors: -EINVAL (NULL or empty dir), -ENOTDIR (DIR or a parent is a
+ * file), -EACCES, -ENOENT, ... (the negated errno; the detail names DIR). */
+int bsipipe_trace_begin(const char *dir);
+
+/* Writes DIR/trace.json, DIR/timeline.svg (measured), DIR/planned.svg
+ * (simulated under `cost`; NULL = unit costs) and DIR/index.html from the
+ * engine's last iteration. Call after a successful iteration.
+ * trace.json: one "X" event per op of the plan: name (the task name, e.g.
+ * "F down mb3 s1 c5"), cat (kind), pid 0, tid (the device whose StarPU
+ * worker ran the op), ts and dur in microseconds from the iteration's first
+ * task start, args {pipe, mb, sub, chunk, peer, channel, tensor, device
+ * (planned), index (position in the device's plan), worker, seq}; metadata
+ * events name the devices; otherData holds the config and the measured and
+ * planned bubble ratios.
+ * Errors: -EINVAL (NULL engine or dir, or no iteration has run), the
+ * simulator's (planned.svg of an unchecked, deadlocking plan), the negated
+ * errno of a file that cannot be written (the detail names it), -ENOMEM. */
+int bsipipe_engine_trace_write(bsipipe_engine_t *e, const char *dir, const struct bsipipe_cost_model *cost);
+
+/* After bsipipe_engine_destroy: restores the FxT environment, then runs
+ * `starpu_fxt_tool -i DIR/prof_file_<id> -d DIR` (output in
+ * DIR/starpu_fxt_tool.log) and gives the Paje task states the colours of
+ * the planner's SVG (down pipe blue, up pipe orange, forward light,
+ * backward dark; transfers grey, SYNC green, STEP dark green) — which also
+ * works around StarPU 1.3 writing 0..255 colour components where Paje
+ * expects 0..1. The tool is $STARPU_FXT_TOOL, else $STARPU_BINDIR/
+ * starpu_fxt_tool, else the one of the StarPU bsipipe was built with, else
+ * starpu_fxt_tool on PATH.
+ * Errors: -ENOTSUP (StarPU without FxT: no raw trace is written), -ENOENT
+ * (no raw trace in DIR, or no starpu_fxt_tool found: the detail gives the
+ * command to run by hand), -EIO (the tool failed: its exit status; see the
+ * log), the negated errno of a file. */
+int bsipipe_trace_end(const char *dir);
+
+/* 0xRRGGBB colour of an op in the planner's SVG palette (the colours
+ * bsipipe_trace_end gives the Paje states), for starpu_task::color. */
+unsigned bsipipe_trace_op_color(const bsipipe_op_t *op);
 
 #ifdef __cplusplus
 }

@@ -774,6 +774,21 @@ int bsipipe_engine_records(const bsipipe_engine_t *e, int device, const bsipipe_
     return 0;
 }
 
+int bsipipe_engine_device_busy(const bsipipe_engine_t *e, double *busy_s)
+{
+    if (!e || !busy_s)
+        return bsipipe_error_set(-EINVAL, "engine: no output buffer");
+    for (int d = 0; d < e->W; d++) {
+        int n;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
+        busy_s[d] = 0;
+        for (int i = 0; i < n; i++)
+            if (ops[i].kind <= BSIPIPE_OP_W)
+                busy_s[d] += (e->rec[d][i].end_us - e->rec[d][i].start_us) * 1e-6;
+    }
+    return 0;
+}
+
 int bsipipe_engine_peak_memory(const bsipipe_engine_t *e, double *bytes)
 {
     if (!e || !bytes)

@@ -112,6 +112,13 @@ int main(void)
         printf("measured: wall %.3f s, bubble %.1f%%, %.0f tokens/s\n", st.wall_s, 100 * st.bubble_ratio,
                st.tokens_per_s);
         CHECK(st.bubble_ratio > 0 && st.bubble_ratio < 1 && st.tokens_per_s > 0, "stats are measured");
+        double busy[4], sum = 0;
+        CHECK(bsipipe_engine_device_busy(e, busy) == 0, "busy");
+        for (int d = 0; d < 4; d++) {
+            CHECK(busy[d] > 0 && busy[d] <= st.makespan_s, "device %d busy %.6f s of %.6f", d, busy[d], st.makespan_s);
+            sum += busy[d];
+        }
+        CHECK(fabs(1 - sum / (4 * st.makespan_s) - st.bubble_ratio) < 1e-9, "bubble = 1 - busy / (w * makespan)");
         bsipipe_engine_destroy(e);
     }
 

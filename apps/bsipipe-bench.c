@@ -1,0 +1,775 @@
+/* bsipipe-bench: every schedule side by side on the same model, devices and
+ * data, in one process, interleaved A B C A B C ... over repetitions; each
+ * measurement next to the planner's prediction. Prints Markdown tables and
+ * writes CSV and an SVG bar chart (docs/benchmarks.md). */
+#include "tasks/bsipipe_engine.h"
+#include "graph/bsipipe_error.h"
+#include "graph/bsipipe_sim.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PROG "bsipipe-bench"
+
+static void usage(FILE *out)
+{
+    fputs(
+"Usage: " PROG " [options]\n"
+"Runs pipeline schedules side by side on the same model, devices and data\n"
+"(interleaved A B C A B C ... over repetitions, one engine at a time) and prints\n"
+"a Markdown table: tokens/s, measured and predicted bubble ratio, peak activation\n"
+"memory per device, speedup against Seq1F1B and Seq1F1B-I, runtime overhead.\n\n"
+"Runs:\n"
+"  --schedules LIST  comma-separated: gpipe 1f1b 1f1b-i zb-h1 chimera terapipe\n"
+"                    seq1f1b seq1f1b-i bsipipe (default: all nine)\n"
+"  --reps N          repetitions (default 3); each creates every engine anew\n"
+"  --warmup N        untimed iterations per engine (default 1)\n"
+"  --iters N         timed iterations per engine (default 1)\n"
+"  --w N --m N       devices per pipeline (default 4), micro-batches (default 8)\n"
+"  --p N --k N       chunks per device / subsequences, applied to the schedules\n"
+"                    that allow them (default: p=2 where interleaved, k=2 where\n"
+"                    sequence-level, else 1)\n"
+"  --policy NAME     bsipipe (default) or a StarPU policy\n"
+"  --comm ORDER      transfer order bsipipe (default), ordered, naive\n"
+"  --watchdog S      seconds a send may wait (default 30; ablation preset 2)\n"
+"Model (real compute: CPU kernels):\n"
+"  --model gpt|llama --layers N --hidden N --heads N --ffn N --seq N\n"
+"                    (defaults gpt, 8, 128, 4, 4*hidden, 256; vocabulary 256)\n"
+"  --seed N          parameters and random tokens (default 1)\n"
+"Emulated device time:\n"
+"  --emulate         F/B/W tasks sleep for their FLOPs at --device-tflops\n"
+"                    (default 0.01) instead of computing: w = 8, 16 fit on 2 cores\n"
+"Presets (the paper's experiments at this machine's scale):\n"
+"  --preset seqlen   sequence length S = 128, 256, 512 at fixed w (default 4)\n"
+"  --preset devices  w = 4, 8, 16, emulated (L = 32, m = max(8, w))\n"
+"  --preset ablation BSIPipe with transfer order bsipipe, ordered, naive; the\n"
+"                    last two deadlock and are caught by a 2 s watchdog\n"
+"Output:\n"
+"  --csv FILE        one row per (configuration, schedule)\n"
+"  --svg FILE        bar chart of tokens/s (median, min-max whiskers)\n"
+"  -h, --help\n", out);
+}
+
+static int parse_int(const char *opt, const char *arg, int lo, int hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(arg, &end, 10);
+    if (*arg == '\0' || *end != '\0' || errno || v < lo || v > hi) {
+        fprintf(stderr, PROG ": %s expects an integer in %d..%d, got '%s'\n", opt, lo, hi, arg);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_double(const char *opt, const char *arg, double lo, double hi, double *out)
+{
+    char *end;
+    double v = strtod(arg, &end);
+    if (*arg == '\0' || *end != '\0' || !(v >= lo && v <= hi)) {
+        fprintf(stderr, PROG ": %s expects a number in %g..%g, got '%s'\n", opt, lo, hi, arg);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median of n values (sorted in place); NAN when n == 0. */
+static double median(double *v, int n)
+{
+    if (n <= 0)
+        return NAN;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---- what is run ------------------------------------------------------------------------ */
+
+typedef struct variant {
+    bsipipe_schedule_kind_t kind;
+    bsipipe_comm_order_t comm;
+    char label[48];
+} variant_t;
+
+typedef struct config {
+    char title[160];
+    bsipipe_model_dims_t dims;
+    int w, m;
+    int emulate;
+    double tflops;
+    int unchecked;
+    double watchdog;
+} config_t;
+
+/* One row: a variant under a config, its plan, prediction and samples. */
+typedef struct row {
+    variant_t v;
+    bsipipe_parallel_config_t pc;
+    int status;              /* 0 ok, 1 skipped (planner), 2 failed at run time */
+    char error[400];
+    double pred_bubble_flops, pred_bubble_unit; /* NAN when the plan deadlocks */
+    double pred_makespan_flops; /* makespan under FLOPs costs at 1 FLOP/s (= FLOPs) */
+    double busy_flops;       /* total F/B/W FLOPs of the plan (sum over devices) */
+    long n_ops;
+    int n_samples;
+    double *tok, *bubble, *makespan, *busy; /* [reps * iters] */
+    double *rep_tok;         /* [reps] mean tokens/s of the repetition, NAN if none */
+    double peak[3];          /* MiB min, median, max over devices (last iteration) */
+    double speedup[2];       /* median per-repetition ratio against seq1f1b, seq1f1b-i */
+} row_t;
+
+static bsipipe_parallel_config_t make_pc(const variant_t *v, const config_t *c, int p, int k)
+{
+    bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(v->kind);
+    bsipipe_schedule_traits_t t = bsipipe_schedule_kind_traits(v->kind);
+    pc.w = c->w;
+    pc.m = c->m;
+    pc.comm = v->comm;
+    if (p > 0 && t.interleaved) pc.p = p;
+    if (k > 0 && t.sequence_level) pc.k = k;
+    return pc;
+}
+
+static bsipipe_cost_model_t free_flops_cost(double rate)
+{
+    bsipipe_cost_model_t c = bsipipe_cost_model_flops(rate);
+    c.intra_bandwidth = c.inter_bandwidth = 0;
+    c.intra_latency = c.inter_latency = 0;
+    c.step_time = 0;
+    return c;
+}
+
+/* Plans and simulates a row: fills the prediction, or status 1 with the
+ * planner's sentence. */
+static void plan_row(row_t *r, const config_t *c)
+{
+    bsipipe_schedule_t *s = NULL;
+    r->pred_bubble_flops = r->pred_bubble_unit = r->pred_makespan_flops = NAN;
+    if (bsipipe_schedule_create(&r->pc, &c->dims, &s) < 0) {
+        r->status = 1;
+        snprintf(r->error, sizeof r->error, "%s", bsipipe_error_detail());
+        return;
+    }
+    r->n_ops = bsipipe_schedule_n_ops(s);
+    bsipipe_cost_model_t unit = bsipipe_cost_model_unit(), fl = free_flops_cost(1.0);
+    bsipipe_sim_result_t *sim = NULL;
+    int rc = bsipipe_simulate(s, &unit, &sim);
+    if (rc == 0)
+        r->pred_bubble_unit = sim->bubble_ratio;
+    else if (rc == BSIPIPE_EDEADLOCK && !c->unchecked) {
+        r->status = 1;
+        snprintf(r->error, sizeof r->error, "planner: %s", bsipipe_error_detail());
+    }
+    bsipipe_sim_result_destroy(sim);
+    sim = NULL;
+    if (bsipipe_simulate(s, &fl, &sim) == 0) {
+        r->pred_bubble_flops = sim->bubble_ratio;
+        r->pred_makespan_flops = sim->makespan;
+        r->busy_flops = 0;
+        for (int d = 0; d < sim->n_devices; d++)
+            r->busy_flops += sim->device[d].busy;
+    }
+    bsipipe_sim_result_destroy(sim);
+    bsipipe_schedule_destroy(s);
+}
+
+/* Same random tokens for every schedule: iteration `it` of a run. */
+static void make_data(int *tokens, int *targets, int m, int S, int vocab, unsigned long long seed, int it)
+{
+    unsigned long long x = seed * 0x9E3779B97F4A7C15ULL + (unsigned long long)it * 0xBF58476D1CE4E5B9ULL + 1;
+    for (int mb = 0; mb < m; mb++) {
+        int prev = -1;
+        for (int i = 0; i <= S; i++) {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            int t = (int)((x >> 11) % (unsigned long long)vocab);
+            if (i < S) tokens[(long)mb * S + i] = t;
+            if (prev >= 0) targets[(long)mb * S + i - 1] = t;
+            prev = t;
+        }
+    }
+}
+
+/* Sum of measured F/B/W time over every device (seconds). */
+static double measured_busy(const bsipipe_engine_t *e, int W)
+{
+    const bsipipe_schedule_t *s = bsipipe_engine_schedule(e);
+    double busy = 0;
+    for (int d = 0; d < W; d++) {
+        int n, nr;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(s, d, &n);
+        const bsipipe_engine_op_record_t *rec;
+        if (bsipipe_engine_records(e, d, &rec, &nr) < 0)
+            continue;
+        for (int i = 0; i < n && i < nr; i++)
+            if (ops[i].kind <= BSIPIPE_OP_W)
+                busy += rec[i].end_us - rec[i].start_us;
+    }
+    return busy * 1e-6;
+}
+
+/* One repetition of one row: create, warm up, time, destroy. */
+static void run_row(row_t *r, const config_t *c, const char *policy, int warmup, int iters, int seed, int rep,
+                    const int *tokens, const int *targets, int n_data)
+{
+    bsipipe_engine_options_t o = bsipipe_engine_options_default(&c->dims, &r->pc);
+    o.seed = (unsigned long long)seed;
+    o.policy = policy;
+    o.watchdog_s = c->watchdog;
+    o.unchecked_plan = c->unchecked;
+    o.emulate_flops = c->emulate ? c->tflops * 1e12 : 0;
+    bsipipe_engine_t *e = NULL;
+    long per = (long)c->m * c->dims.seq_len;
+    if (bsipipe_engine_create(&o, &e) < 0) {
+        r->status = 2;
+        snprintf(r->error, sizeof r->error, "engine: %s", bsipipe_error_detail());
+        return;
+    }
+    double sum = 0;
+    int got = 0;
+    for (int it = 0; it < warmup + iters; it++) {
+        int d = it % n_data;
+        double loss, gnorm;
+        if (bsipipe_engine_iteration(e, tokens + d * per, targets + d * per, &loss, &gnorm) < 0) {
+            r->status = 2;
+            snprintf(r->error, sizeof r->error, "%s", bsipipe_error_detail());
+            break;
+        }
+        if (it < warmup)
+            continue;
+        bsipipe_engine_stats_t st;
+        bsipipe_engine_last_stats(e, &st);
+        int i = r->n_samples++;
+        r->tok[i] = st.tokens_per_s;
+        r->bubble[i] = st.bubble_ratio;
+        r->makespan[i] = st.makespan_s;
+        r->busy[i] = measured_busy(e, c->w);
+        sum += st.tokens_per_s;
+        got++;
+    }
+    r->rep_tok[rep] = got ? sum / got : NAN;
+    if (got) {
+        double *pk = malloc(sizeof(double) * (size_t)c->w);
+        if (pk && bsipipe_engine_peak_memory(e, pk) == 0) {
+            qsort(pk, (size_t)c->w, sizeof *pk, cmp_double);
+            r->peak[0] = pk[0] / 1048576.0;
+            r->peak[2] = pk[c->w - 1] / 1048576.0;
+            r->peak[1] = median(pk, c->w) / 1048576.0;
+        }
+        free(pk);
+    }
+    bsipipe_engine_destroy(e);
+}
+
+/* ---- output ----------------------------------------------------------------------------- */
+
+static const char *mode_name(const config_t *c, char *buf, size_t len)
+{
+    if (c->emulate)
+        snprintf(buf, len, "EMULATED %g TFLOP/s", c->tflops);
+    else
+        snprintf(buf, len, "REAL (CPU kernels)");
+    return buf;
+}
+
+static void fmt_pct(char *buf, size_t len, double v)
+{
+    if (isnan(v)) snprintf(buf, len, "—");
+    else snprintf(buf, len, "%.1f%%", 100 * v);
+}
+
+/* Per-task runtime overhead: (measured makespan - predicted) / ops per device,
+ * the prediction at the emulated rate, or (real compute) at the rate the
+ * devices reached in their measured busy time. Microseconds. */
+static double overhead_us(const row_t *r, const config_t *c, double meas_makespan, double meas_busy)
+{
+    if (r->n_samples == 0 || isnan(r->pred_makespan_flops) || r->busy_flops <= 0)
+        return NAN;
+    double rate = c->emulate ? c->tflops * 1e12 : (meas_busy > 0 ? r->busy_flops / meas_busy : NAN);
+    double pred = r->pred_makespan_flops / rate;
+    return (meas_makespan - pred) / ((double)r->n_ops / c->w) * 1e6;
+}
+
+typedef struct summary {
+    double tok_med, tok_min, tok_max, bub_med, mk_med, busy_med, ovh;
+} summary_t;
+
+static summary_t summarize(const row_t *r, const config_t *c)
+{
+    summary_t s = {NAN, NAN, NAN, NAN, NAN, NAN, NAN};
+    int n = r->n_samples;
+    if (n == 0)
+        return s;
+    double *tmp = malloc(sizeof(double) * (size_t)n);
+    if (!tmp)
+        return s;
+    memcpy(tmp, r->tok, sizeof(double) * (size_t)n);
+    s.tok_med = median(tmp, n);
+    s.tok_min = tmp[0];
+    s.tok_max = tmp[n - 1];
+    memcpy(tmp, r->bubble, sizeof(double) * (size_t)n);
+    s.bub_med = median(tmp, n);
+    memcpy(tmp, r->makespan, sizeof(double) * (size_t)n);
+    s.mk_med = median(tmp, n);
+    memcpy(tmp, r->busy, sizeof(double) * (size_t)n);
+    s.busy_med = median(tmp, n);
+    free(tmp);
+    s.ovh = overhead_us(r, c, s.mk_med, s.busy_med);
+    return s;
+}
+
+static void print_table(const config_t *c, row_t *rows, int nr, int reps, int iters)
+{
+    char mode[64];
+    printf("\n### %s — %s\n\n", c->title, mode_name(c, mode, sizeof mode));
+    printf("%s model L=%d hidden=%d heads=%d S=%d, w=%d, m=%d; %d repetitions x %d timed iteration(s), "
+           "interleaved; predicted bubble: planner simulation of the same plan under FLOPs costs with free "
+           "transfers (rate-independent) and under unit costs (F=1, B=2)%s\n\n",
+           c->dims.family == BSIPIPE_MODEL_LLAMA ? "LLaMA" : "GPT", c->dims.n_layers, c->dims.hidden,
+           c->dims.n_heads, c->dims.seq_len, c->w, c->m, reps, iters,
+           c->emulate ? "; EMULATED: compute tasks sleep for their FLOPs, no loss is computed" : "");
+    printf("| schedule | p | k | mode | tokens/s median (min, max) | bubble measured | predicted (FLOPs) | "
+           "predicted (unit) | peak act MiB min/med/max | vs Seq1F1B | vs Seq1F1B-I | overhead µs/task |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < nr; i++) {
+        row_t *r = &rows[i];
+        summary_t s = summarize(r, c);
+        char pf[16], pu[16], bm[16];
+        fmt_pct(pf, sizeof pf, r->pred_bubble_flops);
+        fmt_pct(pu, sizeof pu, r->pred_bubble_unit);
+        fmt_pct(bm, sizeof bm, s.bub_med);
+        const char *md = c->emulate ? "emulated" : "real";
+        if (r->n_samples == 0) {
+            printf("| %s | %d | %d | %s | %s: %s | — | %s | %s | — | — | — | — |\n", r->v.label, r->pc.p, r->pc.k, md,
+                   r->status == 1 ? "SKIPPED" : "FAILED", r->error, pf, pu);
+            continue;
+        }
+        char s1[16] = "—", s2[16] = "—";
+        if (!isnan(r->speedup[0])) snprintf(s1, sizeof s1, "%.2fx", r->speedup[0]);
+        if (!isnan(r->speedup[1])) snprintf(s2, sizeof s2, "%.2fx", r->speedup[1]);
+        char ov[16] = "—";
+        if (!isnan(s.ovh)) snprintf(ov, sizeof ov, "%.0f", s.ovh);
+        printf("| %s | %d | %d | %s | %.0f (%.0f, %.0f)%s | %s | %s | %s | %.2f / %.2f / %.2f | %s | %s | %s |\n",
+               r->v.label, r->pc.p, r->pc.k, md, s.tok_med, s.tok_min, s.tok_max,
+               r->status == 2 ? " (then failed)" : "", bm, pf, pu, r->peak[0], r->peak[1], r->peak[2], s1, s2, ov);
+    }
+    for (int i = 0; i < nr; i++)
+        if (rows[i].status == 2 && rows[i].n_samples > 0)
+            printf("\n%s failed after %d sample(s): %s\n", rows[i].v.label, rows[i].n_samples, rows[i].error);
+    fflush(stdout);
+}
+
+static void csv_field(FILE *f, double v)
+{
+    if (isnan(v)) fputs(",", f);
+    else fprintf(f, ",%.6g", v);
+}
+
+static void write_csv_rows(FILE *f, const char *preset, const config_t *c, row_t *rows, int nr)
+{
+    for (int i = 0; i < nr; i++) {
+        row_t *r = &rows[i];
+        summary_t s = summarize(r, c);
+        char err[400];
+        snprintf(err, sizeof err, "%s", r->error);
+        for (char *q = err; *q; q++)
+            if (*q == '"' || *q == '\n') *q = '\'';
+        fprintf(f, "%s,\"%s\",%s,%g,%s,%d,%d,%d,%d,%d,%d,%d,%d,%s,%s,%s,%d", preset, c->title,
+                c->emulate ? "emulated" : "real", c->emulate ? c->tflops : 0,
+                c->dims.family == BSIPIPE_MODEL_LLAMA ? "llama" : "gpt", c->dims.n_layers, c->dims.hidden,
+                c->dims.n_heads, c->dims.seq_len, c->w, r->pc.p, r->pc.k, c->m, r->v.label,
+                bsipipe_comm_order_name(r->v.comm),
+                r->status == 0 ? "ok" : r->status == 1 ? "skipped" : r->n_samples ? "failed-partly" : "failed",
+                r->n_samples);
+        csv_field(f, s.tok_med); csv_field(f, s.tok_min); csv_field(f, s.tok_max);
+        csv_field(f, s.bub_med); csv_field(f, r->pred_bubble_flops); csv_field(f, r->pred_bubble_unit);
+        csv_field(f, s.mk_med);
+        csv_field(f, c->emulate && !isnan(r->pred_makespan_flops) ? r->pred_makespan_flops / (c->tflops * 1e12)
+                                                                  : NAN);
+        csv_field(f, s.ovh);
+        for (int j = 0; j < 3; j++)
+            csv_field(f, r->n_samples ? r->peak[j] : NAN);
+        csv_field(f, r->speedup[0]); csv_field(f, r->speedup[1]);
+        fprintf(f, ",\"%s\"\n", err);
+    }
+}
+
+static const char *const csv_header =
+    "preset,config,mode,device_tflops,model,layers,hidden,heads,seq,w,p,k,m,schedule,comm,status,samples,"
+    "tokens_s_median,tokens_s_min,tokens_s_max,bubble_measured_median,bubble_pred_flops,bubble_pred_unit,"
+    "makespan_s_median,makespan_s_pred_emulated,overhead_us_per_task,peak_act_mib_min,peak_act_mib_median,"
+    "peak_act_mib_max,speedup_vs_seq1f1b,speedup_vs_seq1f1b_i,error\n";
+
+static void xml_text(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '<') fputs("&lt;", f);
+        else if (*s == '>') fputs("&gt;", f);
+        else if (*s == '&') fputs("&amp;", f);
+        else fputc(*s, f);
+    }
+}
+
+/* One panel per configuration, stacked: a bar per schedule (median tokens/s)
+ * with a min-max whisker, failures written where the bar would be. */
+static void write_svg_panel(FILE *f, const config_t *c, row_t *rows, int nr, double y0, double width)
+{
+    const double ph = 300, left = 70, right = 20, top = 40, bottom = 60;
+    double vmax = 0;
+    summary_t *sm = malloc(sizeof *sm * (size_t)(nr > 0 ? nr : 1));
+    if (!sm)
+        return;
+    for (int i = 0; i < nr; i++) {
+        sm[i] = summarize(&rows[i], c);
+        if (!isnan(sm[i].tok_max) && sm[i].tok_max > vmax) vmax = sm[i].tok_max;
+    }
+    if (vmax <= 0) vmax = 1;
+    /* a round axis maximum */
+    double mag = pow(10, floor(log10(vmax))), axis = ceil(vmax / mag) * mag;
+    if (axis / mag > 5) axis = ceil(vmax / (2 * mag)) * 2 * mag;
+    char mode[64];
+    fprintf(f, "<g transform=\"translate(0,%g)\">\n<text x=\"%g\" y=\"22\" font-size=\"14\" font-weight=\"bold\">",
+            y0, left);
+    xml_text(f, c->title);
+    fprintf(f, " — %s</text>\n", mode_name(c, mode, sizeof mode));
+    double h = ph - top - bottom, x0 = left, x1 = width - right, bw = (x1 - x0) / (nr > 0 ? nr : 1);
+    fprintf(f, "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"black\"/>\n", x0, top, x0, top + h);
+    fprintf(f, "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"black\"/>\n", x0, top + h, x1, top + h);
+    for (int t = 0; t <= 4; t++) {
+        double v = axis * t / 4, y = top + h - h * v / axis;
+        fprintf(f, "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"#ddd\"/>", x0, y, x1, y);
+        fprintf(f, "<text x=\"%g\" y=\"%g\" font-size=\"10\" text-anchor=\"end\">%.0f</text>\n", x0 - 4, y + 3, v);
+    }
+    fprintf(f, "<text x=\"14\" y=\"%g\" font-size=\"11\" transform=\"rotate(-90 14 %g)\" "
+               "text-anchor=\"middle\">tokens/s</text>\n", top + h / 2, top + h / 2);
+    for (int i = 0; i < nr; i++) {
+        double cx = x0 + bw * (i + 0.5);
+        const char *fill = rows[i].v.kind == BSIPIPE_SCHED_BSIPIPE ? "#d62728"
+                         : (rows[i].v.kind == BSIPIPE_SCHED_SEQ1F1B || rows[i].v.kind == BSIPIPE_SCHED_SEQ1F1B_I)
+                               ? "#1f77b4" : "#7f7f7f";
+        if (rows[i].n_samples > 0) {
+            double y = top + h - h * sm[i].tok_med / axis;
+            double ylo = top + h - h * sm[i].tok_min / axis, yhi = top + h - h * sm[i].tok_max / axis;
+            fprintf(f, "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"%s\"/>\n", cx - bw * 0.35, y,
+                    bw * 0.7, top + h - y, fill);
+            fprintf(f, "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"black\"/>", cx, ylo, cx, yhi);
+            fprintf(f, "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"black\"/>", cx - 5, ylo, cx + 5, ylo);
+            fprintf(f, "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"black\"/>\n", cx - 5, yhi, cx + 5,
+                    yhi);
+            fprintf(f, "<text x=\"%g\" y=\"%g\" font-size=\"9\" text-anchor=\"middle\">%.0f</text>\n", cx, yhi - 4,
+                    sm[i].tok_med);
+        } else {
+            fprintf(f, "<text x=\"%g\" y=\"%g\" font-size=\"10\" fill=\"#b00\" text-anchor=\"middle\">%s</text>\n", cx,
+                    top + h - 8, strstr(rows[i].error, "deadlock") ? "deadlock" : rows[i].status == 1 ? "skipped"
+                                                                                                      : "failed");
+        }
+        fprintf(f, "<text x=\"%g\" y=\"%g\" font-size=\"10\" text-anchor=\"middle\">", cx, top + h + 14);
+        xml_text(f, rows[i].v.label);
+        fprintf(f, "</text><text x=\"%g\" y=\"%g\" font-size=\"9\" fill=\"#555\" text-anchor=\"middle\">p%d k%d</text>\n",
+                cx, top + h + 26, rows[i].pc.p, rows[i].pc.k);
+    }
+    fputs("</g>\n", f);
+    free(sm);
+}
+
+/* ---- main ------------------------------------------------------------------------------- */
+
+#define MAX_VARIANTS 16
+#define MAX_CONFIGS 4
+
+int main(int argc, char **argv)
+{
+    if (!getenv("STARPU_SILENT"))
+        setenv("STARPU_SILENT", "1", 0);
+    bsipipe_model_dims_t dims = {BSIPIPE_MODEL_GPT, 8, 128, 4, 0, 256, 256};
+    int w = 4, p = -1, k = -1, m = 8, reps = 3, warmup = 1, iters = 1, seed = 1, emulate = 0;
+    int set_w = 0, set_m = 0, set_layers = 0, set_seq = 0, set_watchdog = 0;
+    double tflops = 0.01, watchdog = 30;
+    const char *policy = "bsipipe", *csv = NULL, *svg = NULL, *preset = NULL, *schedules = NULL;
+    bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
+    enum { O_SCHEDS = 256, O_REPS, O_WARMUP, O_ITERS, O_W, O_P, O_K, O_M, O_POLICY, O_COMM, O_WATCHDOG, O_MODEL,
+           O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_SEED, O_EMULATE, O_TFLOPS, O_PRESET, O_CSV, O_SVG };
+    static const struct option longopts[] = {
+        {"schedules", 1, 0, O_SCHEDS}, {"reps", 1, 0, O_REPS}, {"warmup", 1, 0, O_WARMUP},
+        {"iters", 1, 0, O_ITERS}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P}, {"k", 1, 0, O_K}, {"m", 1, 0, O_M},
+        {"policy", 1, 0, O_POLICY}, {"comm", 1, 0, O_COMM}, {"watchdog", 1, 0, O_WATCHDOG},
+        {"model", 1, 0, O_MODEL}, {"layers", 1, 0, O_LAYERS}, {"hidden", 1, 0, O_HIDDEN},
+        {"heads", 1, 0, O_HEADS}, {"ffn", 1, 0, O_FFN}, {"seq", 1, 0, O_SEQ}, {"seed", 1, 0, O_SEED},
+        {"emulate", 0, 0, O_EMULATE}, {"device-tflops", 1, 0, O_TFLOPS}, {"preset", 1, 0, O_PRESET},
+        {"csv", 1, 0, O_CSV}, {"svg", 1, 0, O_SVG}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    int c, bad = 0;
+    opterr = 0;
+    while (!bad && (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'h': usage(stdout); return 0;
+        case O_SCHEDS: schedules = optarg; break;
+        case O_REPS: bad = parse_int("--reps", optarg, 1, 1000, &reps); break;
+        case O_WARMUP: bad = parse_int("--warmup", optarg, 0, 1000, &warmup); break;
+        case O_ITERS: bad = parse_int("--iters", optarg, 1, 1000, &iters); break;
+        case O_W: bad = parse_int("--w", optarg, 1, 64, &w); set_w = 1; break;
+        case O_P: bad = parse_int("--p", optarg, 1, 64, &p); break;
+        case O_K: bad = parse_int("--k", optarg, 1, 4096, &k); break;
+        case O_M: bad = parse_int("--m", optarg, 1, 4096, &m); set_m = 1; break;
+        case O_POLICY: policy = optarg; break;
+        case O_COMM:
+            if (bsipipe_comm_order_parse(optarg, &comm) < 0) {
+                fprintf(stderr, PROG ": %s\n", bsipipe_error_detail());
+                return 2;
+            }
+            break;
+        case O_WATCHDOG: bad = parse_double("--watchdog", optarg, 0.01, 86400, &watchdog); set_watchdog = 1; break;
+        case O_MODEL:
+            if (strcmp(optarg, "gpt") == 0) dims.family = BSIPIPE_MODEL_GPT;
+            else if (strcmp(optarg, "llama") == 0) dims.family = BSIPIPE_MODEL_LLAMA;
+            else { fprintf(stderr, PROG ": --model expects 'gpt' or 'llama', got '%s'\n", optarg); return 2; }
+            break;
+        case O_LAYERS: bad = parse_int("--layers", optarg, 1, 4096, &dims.n_layers); set_layers = 1; break;
+        case O_HIDDEN: bad = parse_int("--hidden", optarg, 1, 65536, &dims.hidden); break;
+        case O_HEADS: bad = parse_int("--heads", optarg, 1, 4096, &dims.n_heads); break;
+        case O_FFN: bad = parse_int("--ffn", optarg, 1, 1 << 20, &dims.ffn_hidden); break;
+        case O_SEQ: bad = parse_int("--seq", optarg, 1, 1 << 20, &dims.seq_len); set_seq = 1; break;
+        case O_SEED: bad = parse_int("--seed", optarg, 0, 1 << 30, &seed); break;
+        case O_EMULATE: emulate = 1; break;
+        case O_TFLOPS: bad = parse_double("--device-tflops", optarg, 1e-6, 1e6, &tflops); break;
+        case O_PRESET: preset = optarg; break;
+        case O_CSV: csv = optarg; break;
+        case O_SVG: svg = optarg; break;
+        default:
+            fprintf(stderr, PROG ": unknown or incomplete option '%s'; see --help\n", argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (bad)
+        return 2;
+    if (optind < argc) {
+        fprintf(stderr, PROG ": unexpected argument '%s'; see --help\n", argv[optind]);
+        return 2;
+    }
+    if (preset && strcmp(preset, "seqlen") && strcmp(preset, "devices") && strcmp(preset, "ablation")) {
+        fprintf(stderr, PROG ": unknown preset '%s' (seqlen, devices, ablation)\n", preset);
+        return 2;
+    }
+    if (dims.ffn_hidden == 0)
+        dims.ffn_hidden = 4 * dims.hidden;
+
+    /* Variants. */
+    variant_t var[MAX_VARIANTS];
+    int nv = 0;
+    int is_ablation = preset && strcmp(preset, "ablation") == 0;
+    if (is_ablation) {
+        if (schedules) {
+            fprintf(stderr, PROG ": --preset ablation runs BSIPipe alone; drop --schedules\n");
+            return 2;
+        }
+        static const bsipipe_comm_order_t orders[] = {BSIPIPE_COMM_BSIPIPE, BSIPIPE_COMM_ORDERED, BSIPIPE_COMM_NAIVE};
+        static const char *const labels[] = {"bsipipe (early receive + reversal)", "bsipipe, ordered (no early receive)",
+                                             "bsipipe, naive (sends first)"};
+        for (int i = 0; i < 3; i++) {
+            var[nv].kind = BSIPIPE_SCHED_BSIPIPE;
+            var[nv].comm = orders[i];
+            snprintf(var[nv].label, sizeof var[nv].label, "%s", labels[i]);
+            nv++;
+        }
+    } else if (schedules) {
+        char buf[512];
+        snprintf(buf, sizeof buf, "%s", schedules);
+        char *save = NULL;
+        for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            bsipipe_schedule_kind_t kd;
+            if (bsipipe_schedule_kind_parse(tok, &kd) < 0) {
+                fprintf(stderr, PROG ": --schedules: %s\n", bsipipe_error_detail());
+                return 2;
+            }
+            for (int j = 0; j < nv; j++)
+                if (var[j].kind == kd) {
+                    fprintf(stderr, PROG ": --schedules names '%s' twice\n", tok);
+                    return 2;
+                }
+            if (nv == MAX_VARIANTS) {
+                fprintf(stderr, PROG ": --schedules: too many names\n");
+                return 2;
+            }
+            var[nv].kind = kd;
+            var[nv].comm = comm;
+            snprintf(var[nv].label, sizeof var[nv].label, "%s", bsipipe_schedule_kind_name(kd));
+            nv++;
+        }
+        if (nv == 0) {
+            fprintf(stderr, PROG ": --schedules expects a comma-separated list of schedule names\n");
+            return 2;
+        }
+    } else {
+        for (int i = 0; i < BSIPIPE_SCHED_COUNT; i++) {
+            var[nv].kind = (bsipipe_schedule_kind_t)i;
+            var[nv].comm = comm;
+            snprintf(var[nv].label, sizeof var[nv].label, "%s", bsipipe_schedule_kind_name(var[nv].kind));
+            nv++;
+        }
+    }
+
+    /* Configurations. */
+    config_t cfg[MAX_CONFIGS];
+    int nc = 0;
+    config_t base = {"", dims, w, m, emulate, tflops, 0, watchdog};
+    if (!preset) {
+        cfg[nc] = base;
+        snprintf(cfg[nc].title, sizeof cfg[nc].title, "bsipipe-bench");
+        nc++;
+    } else if (strcmp(preset, "seqlen") == 0) {
+        if (set_seq) {
+            fprintf(stderr, PROG ": --preset seqlen sets --seq itself (128, 256, 512)\n");
+            return 2;
+        }
+        static const int S[] = {128, 256, 512};
+        for (int i = 0; i < 3; i++) {
+            cfg[nc] = base;
+            cfg[nc].dims.seq_len = S[i];
+            snprintf(cfg[nc].title, sizeof cfg[nc].title, "seqlen: S=%d, w=%d", S[i], w);
+            nc++;
+        }
+    } else if (strcmp(preset, "devices") == 0) {
+        if (set_w) {
+            fprintf(stderr, PROG ": --preset devices sets --w itself (4, 8, 16)\n");
+            return 2;
+        }
+        static const int Wd[] = {4, 8, 16};
+        for (int i = 0; i < 3; i++) {
+            cfg[nc] = base;
+            cfg[nc].w = Wd[i];
+            cfg[nc].emulate = 1;
+            if (!set_layers) cfg[nc].dims.n_layers = 32;
+            if (!set_m) cfg[nc].m = Wd[i] > 8 ? Wd[i] : 8;
+            snprintf(cfg[nc].title, sizeof cfg[nc].title, "devices: w=%d", Wd[i]);
+            nc++;
+        }
+    } else {
+        cfg[nc] = base;
+        cfg[nc].unchecked = 1;
+        if (!set_watchdog) cfg[nc].watchdog = 2;
+        snprintf(cfg[nc].title, sizeof cfg[nc].title, "ablation: BSIPipe transfer order, w=%d", w);
+        nc++;
+    }
+
+    FILE *fcsv = NULL;
+    if (csv) {
+        if (!(fcsv = fopen(csv, "w"))) {
+            fprintf(stderr, PROG ": cannot write '%s': %s\n", csv, strerror(errno));
+            return 1;
+        }
+        fputs(csv_header, fcsv);
+    }
+    FILE *fsvg = NULL;
+    const double svg_w = 80.0 + 80.0 * nv < 720 ? 720 : 80.0 + 80.0 * nv;
+    if (svg) {
+        if (!(fsvg = fopen(svg, "w"))) {
+            fprintf(stderr, PROG ": cannot write '%s': %s\n", svg, strerror(errno));
+            if (fcsv) fclose(fcsv);
+            return 1;
+        }
+        fprintf(fsvg, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%g\" height=\"%d\" "
+                      "font-family=\"sans-serif\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+                svg_w, 300 * nc);
+    }
+
+    printf("# bsipipe-bench: %s%s%s\n", cfg[0].emulate ? "EMULATED device time" : "REAL COMPUTE (CPU kernels)",
+           preset ? ", preset " : "", preset ? preset : "");
+    printf("policy %s; random tokens (vocabulary %d, seed %d), the same for every schedule; "
+           "one engine at a time: create, %d warm-up, %d timed iteration(s), destroy\n", policy, dims.vocab, seed,
+           warmup, iters);
+    fflush(stdout);
+
+    int status = 0;
+    for (int ci = 0; ci < nc; ci++) {
+        config_t *cf = &cfg[ci];
+        row_t rows[MAX_VARIANTS];
+        memset(rows, 0, sizeof rows);
+        int ns = reps * iters, S = cf->dims.seq_len, n_data = warmup + iters;
+        long per = (long)cf->m * S;
+        int *tokens = malloc(sizeof(int) * (size_t)(per * n_data)), *targets = malloc(sizeof(int) * (size_t)(per * n_data));
+        int oom = !tokens || !targets;
+        for (int i = 0; i < nv && !oom; i++) {
+            row_t *r = &rows[i];
+            r->v = var[i];
+            r->pc = make_pc(&var[i], cf, p, k);
+            r->tok = calloc((size_t)ns, sizeof(double));
+            r->bubble = calloc((size_t)ns, sizeof(double));
+            r->makespan = calloc((size_t)ns, sizeof(double));
+            r->busy = calloc((size_t)ns, sizeof(double));
+            r->rep_tok = calloc((size_t)reps, sizeof(double));
+            oom = !r->tok || !r->bubble || !r->makespan || !r->busy || !r->rep_tok;
+            r->speedup[0] = r->speedup[1] = NAN;
+            if (oom)
+                break;
+            for (int j = 0; j < reps; j++)
+                r->rep_tok[j] = NAN;
+            plan_row(r, cf);
+            if (r->status == 1)
+                printf("%s: skipping %s (p=%d k=%d m=%d w=%d): %s\n", cf->title, r->v.label, r->pc.p, r->pc.k,
+                       r->pc.m, r->pc.w, r->error);
+        }
+        if (oom) {
+            fprintf(stderr, PROG ": out of memory\n");
+            status = 1;
+        } else {
+            for (int it = 0; it < n_data; it++)
+                make_data(tokens + it * per, targets + it * per, cf->m, S, cf->dims.vocab, (unsigned long long)seed, it);
+            for (int rep = 0; rep < reps; rep++) {
+                for (int i = 0; i < nv; i++) {
+                    row_t *r = &rows[i];
+                    if (r->status != 0)
+                        continue; /* skipped by the planner, or failed already (a deadlock repeats) */
+                    run_row(r, cf, policy, warmup, iters, seed, rep, tokens, targets, n_data);
+                    if (r->status == 2)
+                        printf("%s: %s, repetition %d: %s\n", cf->title, r->v.label, rep + 1, r->error);
+                }
+                fprintf(stderr, PROG ": %s: repetition %d/%d done\n", cf->title, rep + 1, reps);
+            }
+            /* speedups: median over repetitions of the paired ratio */
+            static const bsipipe_schedule_kind_t base_kind[2] = {BSIPIPE_SCHED_SEQ1F1B, BSIPIPE_SCHED_SEQ1F1B_I};
+            for (int b = 0; b < 2; b++) {
+                int bi = -1;
+                for (int i = 0; i < nv; i++)
+                    if (rows[i].v.kind == base_kind[b]) { bi = i; break; }
+                if (bi < 0)
+                    continue;
+                for (int i = 0; i < nv; i++) {
+                    double ratio[1000];
+                    int n = 0;
+                    for (int j = 0; j < reps && j < 1000; j++)
+                        if (!isnan(rows[i].rep_tok[j]) && !isnan(rows[bi].rep_tok[j]) && rows[bi].rep_tok[j] > 0)
+                            ratio[n++] = rows[i].rep_tok[j] / rows[bi].rep_tok[j];
+                    rows[i].speedup[b] = median(ratio, n);
+                }
+            }
+            print_table(cf, rows, nv, reps, iters);
+            if (fcsv)
+                write_csv_rows(fcsv, preset ? preset : "none", cf, rows, nv);
+            if (fsvg)
+                write_svg_panel(fsvg, cf, rows, nv, 300.0 * ci, svg_w);
+        }
+        for (int i = 0; i < nv; i++) {
+            free(rows[i].tok); free(rows[i].bubble); free(rows[i].makespan); free(rows[i].busy);
+            free(rows[i].rep_tok);
+        }
+        free(tokens);
+        free(targets);
+        if (status)
+            break;
+    }
+    if (fsvg) {
+        fputs("</svg>\n", fsvg);
+        if (fclose(fsvg) != 0) { fprintf(stderr, PROG ": cannot write '%s'\n", svg); status = 1; }
+    }
+    if (fcsv && fclose(fcsv) != 0) { fprintf(stderr, PROG ": cannot write '%s'\n", csv); status = 1; }
+    return status;
+}
