@@ -167,13 +167,17 @@ static void plan_row(row_t *r, const config_t *c)
     int rc = bsipipe_simulate(s, &unit, &sim);
     if (rc == 0)
         r->pred_bubble_unit = sim->bubble_ratio;
-    else if (rc == BSIPIPE_EDEADLOCK && !c->unchecked) {
+    else if (rc == BSIPIPE_EDEADLOCK)
+        r->pred_bubble_unit = INFINITY;
+    if (rc == BSIPIPE_EDEADLOCK && !c->unchecked) {
         r->status = 1;
         snprintf(r->error, sizeof r->error, "planner: %s", bsipipe_error_detail());
     }
     bsipipe_sim_result_destroy(sim);
     sim = NULL;
-    if (bsipipe_simulate(s, &fl, &sim) == 0) {
+    if ((rc = bsipipe_simulate(s, &fl, &sim)) == BSIPIPE_EDEADLOCK)
+        r->pred_bubble_flops = INFINITY;
+    if (rc == 0) {
         r->pred_bubble_flops = sim->bubble_ratio;
         r->pred_makespan_flops = sim->makespan;
         r->busy_flops = 0;
@@ -284,7 +288,8 @@ static const char *mode_name(const config_t *c, char *buf, size_t len)
 
 static void fmt_pct(char *buf, size_t len, double v)
 {
-    if (isnan(v)) snprintf(buf, len, "—");
+    if (isinf(v)) snprintf(buf, len, "deadlock");
+    else if (isnan(v)) snprintf(buf, len, "—");
     else snprintf(buf, len, "%.1f%%", 100 * v);
 }
 
@@ -350,8 +355,14 @@ static void print_table(const config_t *c, row_t *rows, int nr, int reps, int it
         fmt_pct(bm, sizeof bm, s.bub_med);
         const char *md = c->emulate ? "emulated" : "real";
         if (r->n_samples == 0) {
+            char brief[200];
+            snprintf(brief, sizeof brief, "%s", r->error);
+            if (strlen(r->error) >= sizeof brief - 1)
+                snprintf(brief + sizeof brief - 6, 6, " ...");
+            for (char *q = brief; *q; q++)
+                if (*q == '|') *q = '/';
             printf("| %s | %d | %d | %s | %s: %s | — | %s | %s | — | — | — | — |\n", r->v.label, r->pc.p, r->pc.k, md,
-                   r->status == 1 ? "SKIPPED" : "FAILED", r->error, pf, pu);
+                   r->status == 1 ? "SKIPPED" : strstr(r->error, "deadlock") ? "DEADLOCK" : "FAILED", brief, pf, pu);
             continue;
         }
         char s1[16] = "—", s2[16] = "—";
@@ -364,14 +375,14 @@ static void print_table(const config_t *c, row_t *rows, int nr, int reps, int it
                r->status == 2 ? " (then failed)" : "", bm, pf, pu, r->peak[0], r->peak[1], r->peak[2], s1, s2, ov);
     }
     for (int i = 0; i < nr; i++)
-        if (rows[i].status == 2 && rows[i].n_samples > 0)
+        if (rows[i].status == 2)
             printf("\n%s failed after %d sample(s): %s\n", rows[i].v.label, rows[i].n_samples, rows[i].error);
     fflush(stdout);
 }
 
 static void csv_field(FILE *f, double v)
 {
-    if (isnan(v)) fputs(",", f);
+    if (!isfinite(v)) fputs(",", f);
     else fprintf(f, ",%.6g", v);
 }
 
@@ -623,7 +634,7 @@ int main(int argc, char **argv)
     config_t base = {"", dims, w, m, emulate, tflops, 0, watchdog};
     if (!preset) {
         cfg[nc] = base;
-        snprintf(cfg[nc].title, sizeof cfg[nc].title, "bsipipe-bench");
+        snprintf(cfg[nc].title, sizeof cfg[nc].title, "schedules side by side, w=%d", w);
         nc++;
     } else if (strcmp(preset, "seqlen") == 0) {
         if (set_seq) {

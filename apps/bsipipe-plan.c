@@ -4,6 +4,7 @@
 #include "graph/bsipipe_draw.h"
 #include "graph/bsipipe_error.h"
 #include "graph/bsipipe_sim.h"
+#include "graph/bsipipe_topology.h"
 
 #include <getopt.h>
 #include <limits.h>
@@ -32,6 +33,13 @@ static void usage(FILE *out)
 "                     flops: FLOPs / --device-tflops (default 150), NVLink-class\n"
 "                     intra-node and InfiniBand-class inter-node links\n"
 "  --devices-per-node N  (link classes; default: all devices on one node)\n"
+"  --topology SPEC    the cluster, through hwloc: NxG (N nodes of G devices),\n"
+"                     synthetic:DESC, xml:FILE or this; devices are mapped onto\n"
+"                     nodes topology-aware (mirrored pairs on one node) and the\n"
+"                     traffic per link class is printed for that and the naive\n"
+"                     mapping\n"
+"  --naive-mapping    use the naive mapping (consecutive devices per node) in the\n"
+"                     table, for the ablation\n"
 "Output:\n"
 "  --preset paper     the paper's setting: GPT-1.3B (64 layers, hidden 1280, 32\n"
 "                     heads), 20K tokens, w=16, m=64, each schedule at its best p, k\n"
@@ -69,6 +77,9 @@ typedef struct options {
     bsipipe_comm_order_t comm;
     bsipipe_model_dims_t dims;
     const char *svg;
+    const char *topology;
+    int naive_mapping;
+    int nodes, node_devices; /* from the topology */
 } options_t;
 
 static int cmp_double(const void *a, const void *b)
@@ -123,6 +134,42 @@ static void print_row(const options_t *o, const bsipipe_schedule_t *s, const bsi
            r->act_bytes[1] / 1e6, (r->sync_bytes[0] + r->sync_bytes[1]) / 1e6);
 }
 
+/* The mapping section: one schedule, topology-aware against naive. */
+static void print_mapping(const options_t *o, const bsipipe_schedule_t *s, const bsipipe_cost_model_t *base)
+{
+    const bsipipe_parallel_config_t *pc = bsipipe_schedule_config(s);
+    int map[2][4096];
+    printf("\nmapping of %s on %d nodes x %d devices (D_t=%d), topology-aware vs naive:\n",
+           bsipipe_schedule_kind_name(pc->schedule), o->nodes, o->node_devices, pc->tp);
+    printf("| mapping | devices per node | act intra MB | act inter MB | sync intra MB | sync inter MB | iter |\n");
+    printf("|---------|------------------|--------------|--------------|---------------|---------------|------|\n");
+    for (int naive = 0; naive < 2; naive++) {
+        if (bsipipe_map_devices(pc, o->nodes, o->node_devices, !naive, map[naive]) < 0) {
+            printf("| %s | %s |\n", naive ? "naive" : "aware", bsipipe_error_detail());
+            continue;
+        }
+        bsipipe_cost_model_t c = *base;
+        c.device_node = map[naive];
+        bsipipe_sim_result_t *r;
+        if (bsipipe_simulate(s, &c, &r) < 0)
+            continue;
+        char nodes[512] = "";
+        size_t len = 0;
+        for (int n = 0; n < o->nodes && len < sizeof nodes - 16; n++) {
+            len += (size_t)snprintf(nodes + len, sizeof nodes - len, "%s", n ? " / " : "");
+            for (int d = 0, first = 1; d < pc->w && len < sizeof nodes - 16; d++)
+                if (map[naive][d] == n) {
+                    len += (size_t)snprintf(nodes + len, sizeof nodes - len, "%s%d", first ? "" : ",", d);
+                    first = 0;
+                }
+        }
+        printf("| %s | %s | %.1f | %.1f | %.1f | %.1f | %.6g |\n", naive ? "naive" : "aware", nodes,
+               r->act_bytes[0] / 1e6, r->act_bytes[1] / 1e6, r->sync_bytes[0] / 1e6, r->sync_bytes[1] / 1e6,
+               r->iteration_time);
+        bsipipe_sim_result_destroy(r);
+    }
+}
+
 static int run(const options_t *o)
 {
     bsipipe_cost_model_t unit = bsipipe_cost_model_unit();
@@ -152,9 +199,21 @@ static int run(const options_t *o)
             continue;
         }
         bsipipe_sim_result_t *ru = NULL, *r = NULL;
+        int map[4096];
+        bsipipe_cost_model_t mapped = *cost;
+        if (o->topology) {
+            if (bsipipe_map_devices(&pc, o->nodes, o->node_devices, !o->naive_mapping, map) < 0) {
+                fprintf(stderr, "bsipipe-plan: %s: %s\n", bsipipe_schedule_kind_name(pc.schedule),
+                        bsipipe_error_detail());
+                status = 1;
+                bsipipe_schedule_destroy(s);
+                continue;
+            }
+            mapped.device_node = map;
+        }
         rc = bsipipe_simulate(s, &unit, &ru);
         if (rc == 0)
-            rc = bsipipe_simulate(s, cost, &r);
+            rc = bsipipe_simulate(s, &mapped, &r);
         if (rc < 0) {
             fprintf(stderr, "bsipipe-plan: %s: %s (%s)\n", bsipipe_schedule_kind_name((bsipipe_schedule_kind_t)kind),
                     bsipipe_error_detail(), bsipipe_strerror(rc));
@@ -183,6 +242,9 @@ static int run(const options_t *o)
             }
             first = 0;
         }
+        if (rc == 0 && o->topology && !o->json &&
+            (o->all ? pc.schedule == BSIPIPE_SCHED_BSIPIPE : 1))
+            print_mapping(o, s, cost);
         bsipipe_sim_result_destroy(ru);
         bsipipe_sim_result_destroy(r);
         bsipipe_schedule_destroy(s);
@@ -203,7 +265,8 @@ int main(int argc, char **argv)
                    .dims = {BSIPIPE_MODEL_GPT, 16, 256, 8, 1024, 256, 1024}};
     int ffn_set = 0;
     enum { O_SCHED = 256, O_W, O_P, O_K, O_M, O_TP, O_PART, O_COMM, O_NOCONCAT, O_MODEL, O_LAYERS, O_HIDDEN,
-           O_HEADS, O_FFN, O_VOCAB, O_SEQ, O_COST, O_TFLOPS, O_DPN, O_PRESET, O_DRAW, O_WIDTH, O_SVG, O_FORMAT };
+           O_HEADS, O_FFN, O_VOCAB, O_SEQ, O_COST, O_TFLOPS, O_DPN, O_PRESET, O_DRAW, O_WIDTH, O_SVG, O_FORMAT,
+           O_TOPOLOGY, O_NAIVE_MAPPING };
     static const struct option longopts[] = {
         {"schedule", 1, 0, O_SCHED}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P}, {"k", 1, 0, O_K}, {"m", 1, 0, O_M},
         {"tp", 1, 0, O_TP}, {"partition", 1, 0, O_PART}, {"comm", 1, 0, O_COMM}, {"no-concat", 0, 0, O_NOCONCAT},
@@ -211,6 +274,7 @@ int main(int argc, char **argv)
         {"ffn", 1, 0, O_FFN}, {"vocab", 1, 0, O_VOCAB}, {"seq", 1, 0, O_SEQ}, {"cost", 1, 0, O_COST},
         {"device-tflops", 1, 0, O_TFLOPS}, {"devices-per-node", 1, 0, O_DPN}, {"preset", 1, 0, O_PRESET},
         {"draw", 0, 0, O_DRAW}, {"width", 1, 0, O_WIDTH}, {"svg", 1, 0, O_SVG}, {"format", 1, 0, O_FORMAT},
+        {"topology", 1, 0, O_TOPOLOGY}, {"naive-mapping", 0, 0, O_NAIVE_MAPPING},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
@@ -262,6 +326,8 @@ int main(int argc, char **argv)
             o.paper = 1;
             break;
         case O_DRAW: o.draw = 1; break;
+        case O_TOPOLOGY: o.topology = optarg; break;
+        case O_NAIVE_MAPPING: o.naive_mapping = 1; break;
         case O_WIDTH: bad |= parse_int("--width", optarg, 10, 4096, &o.width); break;
         case O_SVG: o.svg = optarg; break;
         case O_FORMAT:
@@ -291,5 +357,15 @@ int main(int argc, char **argv)
         o.dims.ffn_hidden = 4 * o.dims.hidden;
     if (o.json && o.all)
         return die("--format json exports one schedule: add --schedule NAME");
+    if (o.naive_mapping && !o.topology)
+        return die("--naive-mapping needs --topology");
+    if (o.topology) {
+        bsipipe_topology_t *t;
+        if (bsipipe_topology_create(o.topology, &t) < 0)
+            return die(bsipipe_error_detail());
+        o.nodes = bsipipe_topology_nodes(t);
+        o.node_devices = bsipipe_topology_devices_per_node(t);
+        bsipipe_topology_destroy(t);
+    }
     return run(&o);
 }

@@ -1,5 +1,4 @@
 /* bsipipe-train: trains a GPT or LLaMA-style model with any schedule and any
-#include <errno.h>
  * scheduling policy, every op of the plan a StarPU task on CPU workers (one
  * worker per device). Byte-level tokens from a text file (default: the GPL
  * text every Debian system ships, or a generated corpus). */
@@ -7,6 +6,7 @@
 #include "graph/bsipipe_error.h"
 #include "graph/bsipipe_sim.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +43,12 @@ static void usage(FILE *out)
 "  --checkpoint DIR  save DIR/checkpoint.bin after every iteration (atomic)\n"
 "  --resume          continue from DIR/checkpoint.bin (bit-identical to an\n"
 "                    uninterrupted run); --iters is the total\n"
+"  --trace DIR       trace the run into DIR (created if needed): StarPU's FxT\n"
+"                    trace converted by starpu_fxt_tool (paje.trace for ViTE,\n"
+"                    dag.dot, tasks.rec, trace.rec), and from the last\n"
+"                    iteration trace.json (ui.perfetto.dev), timeline.svg\n"
+"                    (measured) next to planned.svg; see docs/tracing.md.\n"
+"                    Without --trace, FxT is off unless STARPU_FXT_TRACE is set\n"
 "  -h, --help\n", out);
 }
 
@@ -139,12 +145,12 @@ int main(int argc, char **argv)
     int w = 4, p = -1, k = -1, m = 8, iters = 30, seed = 1, unchecked = 0;
     double lr = 3e-3, watchdog = 30, tflops = 0.05;
     int emulate = 0, resume = 0;
-    const char *ckpt = NULL;
+    const char *ckpt = NULL, *trace = NULL;
     const char *policy = getenv("BSIPIPE_POLICY") ? getenv("BSIPIPE_POLICY") : "bsipipe";
     const char *data = NULL;
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
     enum { O_SCHED = 256, O_POLICY, O_W, O_P, O_K, O_M, O_MODEL, O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_ITERS,
-           O_SEED, O_LR, O_DATA, O_COMM, O_WATCHDOG, O_UNCHECKED, O_EMULATE, O_TFLOPS, O_CKPT, O_RESUME };
+           O_SEED, O_LR, O_DATA, O_COMM, O_WATCHDOG, O_UNCHECKED, O_EMULATE, O_TFLOPS, O_CKPT, O_RESUME, O_TRACE };
     static const struct option longopts[] = {
         {"schedule", 1, 0, O_SCHED}, {"policy", 1, 0, O_POLICY}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P},
         {"k", 1, 0, O_K}, {"m", 1, 0, O_M}, {"model", 1, 0, O_MODEL}, {"layers", 1, 0, O_LAYERS},
@@ -152,7 +158,7 @@ int main(int argc, char **argv)
         {"iters", 1, 0, O_ITERS}, {"seed", 1, 0, O_SEED}, {"lr", 1, 0, O_LR}, {"data", 1, 0, O_DATA},
         {"comm", 1, 0, O_COMM}, {"watchdog", 1, 0, O_WATCHDOG}, {"unchecked", 0, 0, O_UNCHECKED},
         {"emulate", 0, 0, O_EMULATE}, {"device-tflops", 1, 0, O_TFLOPS}, {"checkpoint", 1, 0, O_CKPT},
-        {"resume", 0, 0, O_RESUME},
+        {"resume", 0, 0, O_RESUME}, {"trace", 1, 0, O_TRACE},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
@@ -196,6 +202,7 @@ int main(int argc, char **argv)
         case O_TFLOPS: bad = parse_double("--device-tflops", optarg, 1e-6, 1e6, &tflops); break;
         case O_CKPT: ckpt = optarg; break;
         case O_RESUME: resume = 1; break;
+        case O_TRACE: trace = optarg; break;
         default:
             fprintf(stderr, "bsipipe-train: unknown or incomplete option '%s'; see --help\n", argv[optind - 1]);
             return 2;
@@ -215,6 +222,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "bsipipe-train: cannot create checkpoint directory '%s': %s\n", ckpt, strerror(errno));
         return 1;
     }
+    /* Tracing: StarPU reads its FxT settings in starpu_init (engine create).
+     * A StarPU built with FxT traces by default (into /tmp): only with --trace
+     * here, unless the user's environment asks for it. */
+    if (trace && bsipipe_trace_begin(trace) < 0) {
+        fprintf(stderr, "bsipipe-train: --trace: %s\n", bsipipe_error_detail());
+        return 1;
+    }
+    if (!trace)
+        setenv("STARPU_FXT_TRACE", "0", 0);
     if (dims.ffn_hidden == 0)
         dims.ffn_hidden = 4 * dims.hidden;
     bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(kind);
@@ -324,7 +340,21 @@ int main(int argc, char **argv)
                "(planned %.1f%%, %s)%s\n", done, first, last, tok_s / done, 100 * bubble / done,
                100 * planned, emulate ? "FLOPs costs of the emulated device" : "unit costs", emu);
     free(peak);
-    bsipipe_engine_destroy(e);
+    if (trace && rc == 0 && done > 0 && (rc = bsipipe_engine_trace_write(e, trace, &cost)) < 0)
+        fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());
+    bsipipe_engine_destroy(e); /* StarPU's shutdown writes the raw FxT trace */
+    if (trace) {
+        int trc = bsipipe_trace_end(trace);
+        if (trc == -ENOTSUP || trc == -ENOENT) {
+            fprintf(stderr, "bsipipe-train: warning: %s\n", bsipipe_error_detail());
+        } else if (trc < 0) {
+            fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());
+            if (rc == 0) rc = trc;
+        }
+        if (rc == 0 && done > 0)
+            printf("trace: %s: %strace.json, timeline.svg (measured, last iteration), planned.svg, index.html\n",
+                   trace, trc == 0 ? "paje.trace, dag.dot, tasks.rec, trace.rec (starpu_fxt_tool), " : "");
+    }
     free(tokens);
     free(targets);
     free(corpus);

@@ -36,6 +36,11 @@ expect 2 "unknown comm order 'fast'" --comm fast
 expect 1 "nearest valid m: 4 or 8" --schedule bsipipe --w 4 --m 6
 expect 1 "layers L=12 must be a multiple of p*w = 8" --schedule bsipipe --layers 12
 expect 1 "deadlock under rendezvous send/recv" --schedule bsipipe --comm naive
+expect 0 "| aware | 0,1,6,7 / 2,3,4,5 |" --w 8 --m 8 --layers 16 --topology 2x4
+expect 0 "| naive | 0,1,2,3 / 4,5,6,7 |" --w 8 --m 8 --layers 16 --topology "synthetic:group:2 core:4 pu:1"
+expect 2 "topology '4y8' not understood" --topology 4y8
+expect 2 "--naive-mapping needs --topology" --naive-mapping
+expect 1 "the cluster has 4" --w 8 --m 8 --layers 16 --topology 2x2
 
 # SVG: written, well-formed XML with one box per compute op.
 expect 0 "wrote $tmp/plan.svg" --schedule bsipipe --w 4 --m 8 --svg "$tmp/plan.svg"

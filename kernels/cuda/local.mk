@@ -2,14 +2,18 @@
 # .cu files are compiled by nvcc through the `.cu.lo` rule of the top Makefile.am whenever
 # configure found CUDA (HAVE_CUDA); each .cu needs a CPU stub (or an `else` branch) so that
 # libbsipipe links without CUDA.
-nobase_pkginclude_HEADERS += kernels/cuda/bsipipe_cuda_probe.h
+nobase_pkginclude_HEADERS += kernels/cuda/bsipipe_cuda_probe.h kernels/cuda/bsipipe_cuda_kernels.h
 if HAVE_CUDA
-libbsipipe_la_SOURCES += kernels/cuda/bsipipe_cuda_probe.cu
+# fp32 CUDA twins of the CPU kernels (docs/cuda.md). They have no CPU stub: their header
+# needs the CUDA headers, so callers use them only under BSIPIPE_HAVE_CUDA.
+libbsipipe_la_SOURCES += kernels/cuda/bsipipe_cuda_probe.cu kernels/cuda/bsipipe_cuda_kernels.cu
 else
 libbsipipe_la_SOURCES += kernels/cuda/bsipipe_cuda_probe_stub.c
 endif
 # nvcc runs without automake's dependency tracking: list the headers each .cu includes.
 kernels/cuda/bsipipe_cuda_probe.lo: kernels/cuda/bsipipe_cuda_probe.h
+kernels/cuda/bsipipe_cuda_kernels.lo: kernels/cuda/bsipipe_cuda_kernels.h kernels/bsipipe_kernels.h \
+	kernels/bsipipe_kernels_decl.h kernels/bsipipe_model.h kernels/cpu/internal.h
 
 check_PROGRAMS += tests/test_cuda_probe
 TESTS += tests/test_cuda_probe

@@ -1,0 +1,566 @@
+/* engine_trace.c: trace outputs of a run (docs/tracing.md).
+ *
+ * Two sources:
+ *  - StarPU's FxT tracing (StarPU built --with-fxt): bsipipe_trace_begin
+ *    points it at the trace directory before starpu_init, starpu_shutdown
+ *    writes the raw file, bsipipe_trace_end runs starpu_fxt_tool on it
+ *    (paje.trace, dag.dot, tasks.rec, trace.rec ...) and recolours the Paje
+ *    task states like the planner's SVG;
+ *  - StarPU's profiling information, which the engine keeps per op for the
+ *    last iteration (bsipipe_engine_records): bsipipe_engine_trace_write
+ *    turns it into Chrome/Perfetto trace events and into the planner's SVG
+ *    timeline with measured times, next to the planned one.
+ */
+#include "tasks/engine_internal.h"
+#include "graph/bsipipe_draw.h"
+#include "graph/bsipipe_error.h"
+#include "graph/bsipipe_sim.h"
+
+#include <dirent.h>
+#include <stddef.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef BSIPIPE_STARPU_BINDIR
+#define BSIPIPE_STARPU_BINDIR ""
+#endif
+
+#define RAW_SUFFIX "prof_file"
+
+/* ---- colours --------------------------------------------------------------------------- */
+
+unsigned bsipipe_trace_op_color(const bsipipe_op_t *op)
+{
+    /* [pipe][F, B, W]: the fills of graph/bsipipe_draw.c (paper's Figure 1). */
+    static const unsigned compute[2][3] = {{0x9ecae1, 0x2171b5, 0x6a51a3}, {0xfdae6b, 0xd94801, 0x8c6d31}};
+    switch (op->kind) {
+    case BSIPIPE_OP_F:
+    case BSIPIPE_OP_B:
+    case BSIPIPE_OP_W: return compute[op->pipe ? 1 : 0][op->kind];
+    case BSIPIPE_OP_SEND: return 0x969696;
+    case BSIPIPE_OP_RECV: return 0xcccccc;
+    case BSIPIPE_OP_SYNC: return 0x74c476;
+    case BSIPIPE_OP_STEP: return 0x238b45;
+    default: return 0x000000;
+    }
+}
+
+/* Colour of a task from its name (bsipipe_op_format's labels: "F down mb3 s1
+ * c5", "SEND act(up mb2 s0 c0) to dev2", "SYNC c7 with dev3", "STEP");
+ * 0 for StarPU's own tasks. */
+static unsigned name_color(const char *name)
+{
+    static const char *const kinds[] = {"F", "B", "W", "SEND", "RECV", "SYNC", "STEP"};
+    size_t len = strcspn(name, " ");
+    for (int k = 0; k < (int)(sizeof kinds / sizeof *kinds); k++)
+        if (strlen(kinds[k]) == len && strncmp(name, kinds[k], len) == 0) {
+            bsipipe_op_t op = {0};
+            op.kind = (uint8_t)k;
+            op.pipe = strstr(name, " up ") || strstr(name, "(up ") ? BSIPIPE_PIPE_UP : BSIPIPE_PIPE_DOWN;
+            return bsipipe_trace_op_color(&op);
+        }
+    return 0;
+}
+
+/* ---- the trace directory and StarPU's FxT environment ---------------------------------- */
+
+static const char *const fxt_vars[3] = {"STARPU_FXT_PREFIX", "STARPU_FXT_SUFFIX", "STARPU_FXT_TRACE"};
+static char *saved_env[3];
+static int saved_set[3], env_saved;
+
+static int make_dirs(const char *dir)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return bsipipe_error_set(-ENAMETOOLONG, "trace directory name too long: '%s'", dir);
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char c = *p;
+        *p = '\0';
+        struct stat st;
+        if (stat(path, &st) == 0) {
+            if (!S_ISDIR(st.st_mode))
+                return bsipipe_error_set(-ENOTDIR, "cannot use trace directory '%s': '%s' is not a directory",
+                                         dir, path);
+        } else if (mkdir(path, 0777) != 0 && errno != EEXIST) {
+            int err = errno;
+            return bsipipe_error_set(-err, "cannot create trace directory '%s': %s", dir, strerror(err));
+        }
+        *p = c;
+        if (c == '\0')
+            break;
+    }
+    if (access(dir, W_OK | X_OK) != 0) {
+        int err = errno;
+        return bsipipe_error_set(-err, "cannot write into trace directory '%s': %s", dir, strerror(err));
+    }
+    return 0;
+}
+
+int bsipipe_trace_begin(const char *dir)
+{
+    if (!dir || !*dir)
+        return bsipipe_error_set(-EINVAL, "trace: no directory given");
+    int rc = make_dirs(dir);
+    if (rc < 0)
+        return rc;
+    if (!env_saved) {
+        for (int i = 0; i < 3; i++) {
+            const char *v = getenv(fxt_vars[i]);
+            saved_set[i] = v != NULL;
+            free(saved_env[i]);
+            saved_env[i] = v ? strdup(v) : NULL;
+        }
+        env_saved = 1;
+    }
+    setenv("STARPU_FXT_PREFIX", dir, 1);
+    setenv("STARPU_FXT_SUFFIX", RAW_SUFFIX, 1);
+    setenv("STARPU_FXT_TRACE", "1", 1);
+    return 0;
+}
+
+static void restore_env(void)
+{
+    if (!env_saved)
+        return;
+    for (int i = 0; i < 3; i++) {
+        if (saved_set[i] && saved_env[i])
+            setenv(fxt_vars[i], saved_env[i], 1);
+        else
+            unsetenv(fxt_vars[i]);
+        free(saved_env[i]);
+        saved_env[i] = NULL;
+    }
+    env_saved = 0;
+}
+
+/* ---- starpu_fxt_tool ------------------------------------------------------------------- */
+
+/* Newest DIR/prof_file_<id> (the id is StarPU's process id, 0 without MPI). */
+static int find_raw(const char *dir, char *out, size_t len)
+{
+    DIR *d = opendir(dir);
+    if (!d) {
+        int err = errno;
+        return bsipipe_error_set(-err, "trace: cannot read directory '%s': %s", dir, strerror(err));
+    }
+    struct dirent *de;
+    time_t best = 0;
+    int found = 0;
+    while ((de = readdir(d))) {
+        if (strncmp(de->d_name, RAW_SUFFIX "_", sizeof RAW_SUFFIX) != 0)
+            continue;
+        char path[4096];
+        struct stat st;
+        if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= (int)sizeof path || stat(path, &st) != 0 ||
+            !S_ISREG(st.st_mode))
+            continue;
+        if (!found || st.st_mtime >= best) {
+            snprintf(out, len, "%s", path);
+            best = st.st_mtime;
+            found = 1;
+        }
+    }
+    closedir(d);
+    return found ? 0
+                 : bsipipe_error_set(-ENOENT, "trace: no raw FxT trace (%s_*) in '%s': did the engine start and "
+                                     "shut down StarPU after bsipipe_trace_begin?", RAW_SUFFIX, dir);
+}
+
+static int executable(const char *path)
+{
+    struct stat st;
+    return path && *path && stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
+/* The tool's path, or "starpu_fxt_tool" to look up on PATH. */
+static void find_tool(char *out, size_t len)
+{
+    const char *env = getenv("STARPU_FXT_TOOL");
+    if (executable(env)) {
+        snprintf(out, len, "%s", env);
+        return;
+    }
+    const char *dirs[2] = {getenv("STARPU_BINDIR"), BSIPIPE_STARPU_BINDIR};
+    for (int i = 0; i < 2; i++) {
+        if (!dirs[i] || !*dirs[i])
+            continue;
+        snprintf(out, len, "%s/starpu_fxt_tool", dirs[i]);
+        if (executable(out))
+            return;
+    }
+    snprintf(out, len, "starpu_fxt_tool");
+}
+
+/* Rewrites the colour of every task state of paje.trace ("WS" entity values)
+ * from the task's name; StarPU's own states keep theirs. */
+static int recolour_paje(const char *dir)
+{
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/paje.trace", dir);
+    snprintf(tmp, sizeof tmp, "%s/.paje.trace.%ld.tmp", dir, (long)getpid());
+    FILE *in = fopen(path, "r");
+    if (!in) {
+        int err = errno;
+        return bsipipe_error_set(-err, "trace: starpu_fxt_tool wrote no '%s': %s", path, strerror(err));
+    }
+    FILE *out = fopen(tmp, "w");
+    if (!out) {
+        int err = errno;
+        fclose(in);
+        return bsipipe_error_set(-err, "trace: cannot write '%s': %s", tmp, strerror(err));
+    }
+    char *line = NULL, define[16] = "";
+    size_t cap = 0;
+    ssize_t n;
+    while ((n = getline(&line, &cap, in)) > 0) {
+        if (line[0] == '%') {
+            char name[64], id[16];
+            if (sscanf(line, "%%EventDef %63s %15s", name, id) == 2 && strcmp(name, "PajeDefineEntityValue") == 0)
+                snprintf(define, sizeof define, "%s", id);
+            fputs(line, out);
+            continue;
+        }
+        /* id \t alias \t type \t name \t "r g b" */
+        char *f[5] = {line};
+        int nf = 1;
+        for (char *p = line; *p && nf < 5; p++)
+            if (*p == '\t')
+                f[nf++] = p + 1;
+        size_t idlen = strlen(define);
+        unsigned c = 0;
+        if (nf == 5 && idlen && f[1] - f[0] == (ptrdiff_t)idlen + 1 && strncmp(f[0], define, idlen) == 0 &&
+            strncmp(f[2], "WS\t", 3) == 0) {
+            char name[256];
+            size_t nl = (size_t)(f[4] - f[3] - 1);
+            snprintf(name, sizeof name, "%.*s", (int)(nl < sizeof name ? nl : sizeof name - 1), f[3]);
+            c = name_color(name);
+        }
+        if (c) {
+            fprintf(out, "%.*s\"%.6f %.6f %.6f\"\n", (int)(f[4] - f[0]), f[0], (c >> 16) / 255.0,
+                    ((c >> 8) & 0xff) / 255.0, (c & 0xff) / 255.0);
+        } else {
+            fputs(line, out);
+        }
+    }
+    free(line);
+    int rerr = ferror(in);
+    fclose(in);
+    if (fclose(out) != 0 || rerr || rename(tmp, path) != 0) {
+        int err = errno ? errno : EIO;
+        unlink(tmp);
+        return bsipipe_error_set(-err, "trace: cannot rewrite '%s': %s", path, strerror(err));
+    }
+    return 0;
+}
+
+int bsipipe_trace_end(const char *dir)
+{
+    restore_env();
+    if (!dir || !*dir)
+        return bsipipe_error_set(-EINVAL, "trace: no directory given");
+#ifndef STARPU_USE_FXT
+    return bsipipe_error_set(-ENOTSUP, "trace: StarPU was built without FxT, so there is no paje.trace; "
+                             "rebuild it with --with-fxt (scripts/setup.sh does)");
+#else
+    char raw[4096], tool[4096], log[4200];
+    int rc = find_raw(dir, raw, sizeof raw);
+    if (rc < 0)
+        return rc;
+    find_tool(tool, sizeof tool);
+    snprintf(log, sizeof log, "%s/starpu_fxt_tool.log", dir);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        int err = errno;
+        return bsipipe_error_set(-err, "trace: cannot start starpu_fxt_tool: %s", strerror(err));
+    }
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        char *argv[] = {tool, "-i", raw, "-d", (char *)dir, NULL};
+        if (strchr(tool, '/'))
+            execv(tool, argv);
+        else
+            execvp(tool, argv);
+        _exit(127);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) {
+            int err = errno;
+            return bsipipe_error_set(-err, "trace: waiting for starpu_fxt_tool: %s", strerror(err));
+        }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+        return bsipipe_error_set(-ENOENT, "trace: starpu_fxt_tool not found (set STARPU_FXT_TOOL or "
+                                 "STARPU_BINDIR); convert by hand: starpu_fxt_tool -i %s -d %s", raw, dir);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        return bsipipe_error_set(-EIO, "trace: %s -i %s -d %s failed (%s %d); see %s", tool, raw, dir,
+                                 WIFEXITED(status) ? "exit status" : "signal",
+                                 WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), log);
+    return recolour_paje(dir);
+#endif
+}
+
+/* ---- trace.json and the SVG timelines from StarPU's profiling ------------------------- */
+
+static void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static FILE *open_out(const char *dir, const char *name, char *path, size_t len, int *rc)
+{
+    snprintf(path, len, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        int err = errno;
+        *rc = bsipipe_error_set(-err, "trace: cannot write '%s': %s", path, strerror(err));
+    }
+    return f;
+}
+
+static int close_out(FILE *f, const char *path, int rc)
+{
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad)
+        return rc < 0 ? rc : bsipipe_error_set(-EIO, "trace: write error on '%s'", path);
+    return rc;
+}
+
+/* Measured times of the last iteration shaped as a simulation result
+ * (seconds from the iteration's first task start). */
+typedef struct measured {
+    bsipipe_sim_result_t r;
+    double origin_us;
+} measured_t;
+
+static void measured_free(measured_t *m)
+{
+    for (int d = 0; d < m->r.n_devices; d++) {
+        if (m->r.op_start) free(m->r.op_start[d]);
+        if (m->r.op_end) free(m->r.op_end[d]);
+    }
+    free(m->r.op_start);
+    free(m->r.op_end);
+    free(m->r.device);
+}
+
+static int measured_build(bsipipe_engine_t *e, measured_t *m)
+{
+    memset(m, 0, sizeof *m);
+    const bsipipe_schedule_t *s = e->sched;
+    int W = bsipipe_schedule_n_devices(s);
+    m->r.n_devices = W;
+    m->r.device = calloc((size_t)W, sizeof *m->r.device);
+    m->r.op_start = calloc((size_t)W, sizeof *m->r.op_start);
+    m->r.op_end = calloc((size_t)W, sizeof *m->r.op_end);
+    if (!m->r.device || !m->r.op_start || !m->r.op_end) {
+        measured_free(m);
+        return bsipipe_error_set(-ENOMEM, "trace: out of memory");
+    }
+    double first = -1, last_compute = 0, last = 0, busy = 0;
+    int any = 0;
+    for (int d = 0; d < W; d++) {
+        const bsipipe_engine_op_record_t *rec;
+        int n;
+        bsipipe_engine_records(e, d, &rec, &n);
+        for (int i = 0; i < n; i++)
+            if (rec[i].end_us > 0 && (first < 0 || rec[i].start_us < first))
+                first = rec[i].start_us;
+        any |= n > 0;
+    }
+    if (!any || first < 0) {
+        measured_free(m);
+        return bsipipe_error_set(-EINVAL, "trace: no iteration has run yet: nothing to write");
+    }
+    m->origin_us = first;
+    for (int d = 0; d < W; d++) {
+        const bsipipe_engine_op_record_t *rec;
+        int n;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(s, d, &n);
+        bsipipe_engine_records(e, d, &rec, &n);
+        m->r.op_start[d] = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+        m->r.op_end[d] = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+        if (!m->r.op_start[d] || !m->r.op_end[d]) {
+            measured_free(m);
+            return bsipipe_error_set(-ENOMEM, "trace: out of memory");
+        }
+        bsipipe_sim_device_t *dev = &m->r.device[d];
+        for (int i = 0; i < n; i++) {
+            double a = rec[i].end_us > 0 ? (rec[i].start_us - first) * 1e-6 : 0;
+            double b = rec[i].end_us > 0 ? (rec[i].end_us - first) * 1e-6 : 0;
+            m->r.op_start[d][i] = a;
+            m->r.op_end[d][i] = b;
+            if (b > last) last = b;
+            if (ops[i].kind <= BSIPIPE_OP_W) {
+                dev->busy += b - a;
+                if (b > dev->compute_end) dev->compute_end = b;
+            } else if (ops[i].kind == BSIPIPE_OP_SEND || ops[i].kind == BSIPIPE_OP_SYNC) {
+                dev->comm += b - a;
+            }
+        }
+        busy += dev->busy;
+        if (dev->compute_end > last_compute) last_compute = dev->compute_end;
+    }
+    m->r.makespan = last_compute;
+    m->r.iteration_time = last;
+    m->r.bubble_ratio = last_compute > 0 ? 1.0 - busy / (W * last_compute) : 0;
+    for (int d = 0; d < W; d++)
+        m->r.device[d].idle = last_compute - m->r.device[d].busy;
+    return 0;
+}
+
+static void config_line(const bsipipe_engine_t *e, char *buf, size_t len)
+{
+    const bsipipe_parallel_config_t *pc = bsipipe_schedule_config(e->sched);
+    snprintf(buf, len, "%s w=%d p=%d k=%d m=%d, policy %s", bsipipe_schedule_kind_name(pc->schedule), pc->w,
+             pc->p, pc->k, pc->m, e->o.policy ? e->o.policy : "bsipipe");
+}
+
+static int write_json(bsipipe_engine_t *e, const char *dir, const measured_t *m, double planned_bubble)
+{
+    char path[4200];
+    int orc = 0;
+    FILE *f = open_out(dir, "trace.json", path, sizeof path, &orc);
+    if (!f)
+        return orc;
+    const bsipipe_schedule_t *s = e->sched;
+    const bsipipe_parallel_config_t *pc = bsipipe_schedule_config(s);
+    int W = bsipipe_schedule_n_devices(s);
+    char cfg[256];
+    config_line(e, cfg, sizeof cfg);
+    fputs("{\"traceEvents\": [\n", f);
+    fputs("{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": 0, \"args\": {\"name\": ", f);
+    char pname[300];
+    snprintf(pname, sizeof pname, "bsipipe %s (last iteration)", cfg);
+    json_string(f, pname);
+    fputs("}}", f);
+    for (int d = 0; d < W; d++)
+        fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": "
+                   "\"dev %d (StarPU worker %d)\"}},\n{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": 0, "
+                   "\"tid\": %d, \"args\": {\"sort_index\": %d}}", d, d, e->workerid[d], d, d);
+    static const char *const tensors[] = {"none", "act", "grad"};
+    for (int d = 0; d < W; d++) {
+        int n;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(s, d, &n);
+        const bsipipe_engine_op_record_t *rec;
+        bsipipe_engine_records(e, d, &rec, &n);
+        for (int i = 0; i < n; i++) {
+            const bsipipe_op_t *op = &ops[i];
+            int tid = d; /* the device whose worker ran it (placement is kept: normally d) */
+            for (int x = 0; x < W; x++)
+                if (e->workerid[x] == rec[i].worker)
+                    tid = x;
+            double ts = m->r.op_start[d][i] * 1e6, dur = (m->r.op_end[d][i] - m->r.op_start[d][i]) * 1e6;
+            fputs(",\n{\"name\": ", f);
+            json_string(f, e->args[d][i].name);
+            fprintf(f, ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, "
+                       "\"args\": {\"pipe\": \"%s\", \"mb\": %d, \"sub\": %d, \"chunk\": %d, \"peer\": %d, "
+                       "\"channel\": %d, \"tensor\": \"%s\", \"device\": %d, \"index\": %d, \"worker\": %d, "
+                       "\"seq\": %ld}}",
+                    bsipipe_op_kind_name((bsipipe_op_kind_t)op->kind), tid, ts, dur,
+                    bsipipe_pipe_name((bsipipe_pipe_t)op->pipe), op->mb, op->sub, op->chunk, op->peer, op->channel,
+                    tensors[op->tensor < 3 ? op->tensor : 0], d, i, rec[i].worker, rec[i].seq);
+        }
+    }
+    fputs("\n],\n\"displayTimeUnit\": \"ms\",\n\"otherData\": {\"format\": \"bsipipe-trace/1\", \"config\": ", f);
+    json_string(f, cfg);
+    fprintf(f, ", \"schedule\": \"%s\", \"w\": %d, \"p\": %d, \"k\": %d, \"m\": %d, \"iteration\": \"last\", "
+               "\"origin_us\": %.3f, \"makespan_us\": %.3f, \"iteration_us\": %.3f, \"measured_bubble_ratio\": %.6f, "
+               "\"planned_bubble_ratio\": %.6f, \"emulated\": %s}\n}\n",
+            bsipipe_schedule_kind_name(pc->schedule), pc->w, pc->p, pc->k, pc->m, m->origin_us, m->r.makespan * 1e6,
+            m->r.iteration_time * 1e6, m->r.bubble_ratio, planned_bubble, e->o.emulate_flops > 0 ? "true" : "false");
+    return close_out(f, path, 0);
+}
+
+static int write_svg(const bsipipe_schedule_t *s, const bsipipe_sim_result_t *r, const char *dir, const char *name,
+                     const char *title)
+{
+    char path[4200];
+    int orc = 0;
+    FILE *f = open_out(dir, name, path, sizeof path, &orc);
+    if (!f)
+        return orc;
+    return close_out(f, path, bsipipe_draw_svg(f, s, r, title));
+}
+
+static int write_index(const char *dir, const char *cfg, const measured_t *m, double planned_bubble,
+                       const char *cost_name)
+{
+    char path[4200];
+    int orc = 0;
+    FILE *f = open_out(dir, "index.html", path, sizeof path, &orc);
+    if (!f)
+        return orc;
+    fprintf(f, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>bsipipe trace: %s</title></head>\n"
+               "<body style=\"font-family: sans-serif\">\n<h1>bsipipe trace: %s</h1>\n"
+               "<h2>Planned (%s): bubble %.1f%%</h2>\n<img src=\"planned.svg\" style=\"max-width: 100%%\">\n"
+               "<h2>Measured (StarPU profiling, last iteration): bubble %.1f%%, makespan %.3f ms</h2>\n"
+               "<img src=\"timeline.svg\" style=\"max-width: 100%%\">\n"
+               "<p>Also here: trace.json (ui.perfetto.dev or chrome://tracing), paje.trace (ViTE), dag.dot, "
+               "tasks.rec, trace.rec; see docs/tracing.md.</p>\n</body></html>\n",
+            cfg, cfg, cost_name, 100 * planned_bubble, 100 * m->r.bubble_ratio, m->r.makespan * 1e3);
+    return close_out(f, path, 0);
+}
+
+int bsipipe_engine_trace_write(bsipipe_engine_t *e, const char *dir, const struct bsipipe_cost_model *cost)
+{
+    if (!e || !dir || !*dir)
+        return bsipipe_error_set(-EINVAL, "trace: no engine or no directory");
+    bsipipe_cost_model_t unit = bsipipe_cost_model_unit();
+    if (!cost)
+        cost = &unit;
+    measured_t m;
+    int rc = measured_build(e, &m);
+    if (rc < 0)
+        return rc;
+    bsipipe_sim_result_t *plan = NULL;
+    int src = bsipipe_simulate(e->sched, cost, &plan);
+    char sim_err[512] = "";
+    if (src < 0)
+        snprintf(sim_err, sizeof sim_err, "%s", bsipipe_error_detail());
+    double planned_bubble = src == 0 ? plan->bubble_ratio : -1;
+    char cfg[256], title[400];
+    config_line(e, cfg, sizeof cfg);
+    const char *cost_name = cost->unit ? "unit costs" : "FLOPs costs";
+    rc = write_json(e, dir, &m, planned_bubble);
+    if (rc == 0) {
+        snprintf(title, sizeof title, "measured: %s, last iteration, makespan %.3f ms%s", cfg, m.r.makespan * 1e3,
+                 e->o.emulate_flops > 0 ? " [EMULATED]" : "");
+        rc = write_svg(e->sched, &m.r, dir, "timeline.svg", title);
+    }
+    if (rc == 0 && src == 0) {
+        snprintf(title, sizeof title, "planned: %s, %s", cfg, cost_name);
+        rc = write_svg(e->sched, plan, dir, "planned.svg", title);
+    }
+    if (rc == 0)
+        rc = write_index(dir, cfg, &m, planned_bubble, cost_name);
+    bsipipe_sim_result_destroy(plan);
+    measured_free(&m);
+    if (rc == 0 && src < 0)
+        return bsipipe_error_set(src, "trace: no planned.svg: the plan does not simulate (%s)", sim_err);
+    return rc;
+}

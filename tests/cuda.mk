@@ -1,0 +1,18 @@
+# tests/cuda.mk: CUDA kernel tests (docs/cuda.md). Both skip (exit 77) without a CUDA GPU or
+# when libbsipipe was built without CUDA.
+#  test_cuda_kernels  every CUDA kernel vs its CPU twin (fp32 < 1e-5, bf16 < 1e-2, no NaN)
+#  test_cuda_bench    one block forward+backward on the GPU; `--full` is the device-check
+#                     size (hidden 1280, 32 heads, 8K tokens, k = 2); never asserts on time
+check_PROGRAMS += tests/test_cuda_kernels tests/test_cuda_bench
+TESTS += tests/test_cuda_kernels tests/test_cuda_bench
+tests_test_cuda_kernels_SOURCES = tests/test_cuda_kernels.c
+tests_test_cuda_bench_SOURCES = tests/test_cuda_bench.c
+tests_test_cuda_kernels_LDADD = libbsipipe.la -lm
+tests_test_cuda_bench_LDADD = libbsipipe.la -lm
+if HAVE_CUDA
+tests_test_cuda_kernels_LDADD += $(CUDA_LIBS)
+tests_test_cuda_bench_LDADD += $(CUDA_LIBS)
+endif
+EXTRA_DIST += scripts/device-check.sh docs/cuda.md scripts/starpu-patches/0001-computemode.patch \
+	scripts/starpu-patches/0002-cublas-v2-header.patch \
+	scripts/starpu-patches/0003-no-legacy-cublas.patch

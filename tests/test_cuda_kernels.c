@@ -1,0 +1,522 @@
+/* tests/test_cuda_kernels.c: every CUDA kernel (kernels/cuda/bsipipe_cuda_kernels.h)
+ * against its CPU twin on random inputs, GPT and LLaMA, several head sizes.
+ *
+ * Each CUDA call gets exactly the inputs the CPU call got (uploaded from the CPU run), so
+ * every row of the table checks one kernel. Error per tensor = max|gpu - cpu| / max|cpu|
+ * (normwise relative); NaN or Inf never passes. Tolerances: 1e-5 with fp32 matrix products,
+ * 1e-2 with bf16 (CUBLAS_COMPUTE_32F_FAST_16BF) and tf32.
+ *
+ *   tests/test_cuda_kernels [--mode fp32|tf32|bf16|all] [--table FILE] [--cpu-only]
+ * Default mode: fp32 and bf16. --table also writes the table (TSV) to FILE. --cpu-only runs
+ * only the CPU side (reference computations of every case) and needs no GPU.
+ * Exit: 0 pass, 1 a tensor over tolerance, 77 no CUDA GPU (or built without CUDA),
+ * 99 a CUDA/API error. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/bsipipe_kernels.h"
+#include "kernels/cuda/bsipipe_cuda_probe.h"
+
+#ifndef BSIPIPE_HAVE_CUDA
+int main(void)
+{
+    printf("SKIP: no CUDA GPU found (libbsipipe was built without CUDA; test needs one)\n");
+    return 77;
+}
+#else
+
+#include <cuda_runtime_api.h>
+#include "kernels/cuda/bsipipe_cuda_kernels.h"
+
+#define CHECK(call)                                                                         \
+    do {                                                                                    \
+        int rc_ = (call);                                                                   \
+        if (rc_) {                                                                          \
+            fprintf(stderr, "%s:%d: %s returned %d\n", __FILE__, __LINE__, #call, rc_);     \
+            exit(99);                                                                       \
+        }                                                                                   \
+    } while (0)
+#define CU(call)                                                                            \
+    do {                                                                                    \
+        cudaError_t e_ = (call);                                                            \
+        if (e_ != cudaSuccess) {                                                            \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                   \
+                    cudaGetErrorString(e_));                                                \
+            exit(99);                                                                       \
+        }                                                                                   \
+    } while (0)
+
+/* --cpu-only (no GPU needed): run every CPU reference computation of the cases, skip the
+ * CUDA calls and the comparisons; the device check's dry run uses it. */
+static int g_gpu = 1, g_cpu_cases;
+#define GCHECK(call)                                                                        \
+    do {                                                                                    \
+        if (g_gpu)                                                                          \
+            CHECK(call);                                                                    \
+    } while (0)
+static void dfree(void *p)
+{
+    if (g_gpu && p)
+        cudaFree(p);
+}
+
+static cudaStream_t g_s;
+static cublasHandle_t g_h;
+static double g_tol;
+static const char *g_mode = "fp32";
+static int g_fail, g_rows;
+static double g_worst;
+static FILE *g_tsv;
+
+/* ---------------------------------------------------------------- helpers */
+
+static void *xalloc(size_t n)
+{
+    void *p = calloc(n ? n : 1, 1);
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(99);
+    }
+    return p;
+}
+
+static unsigned long long g_rng = 0x1234567ULL;
+static double urand(void) /* [0, 1) */
+{
+    g_rng = g_rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (double)(g_rng >> 11) * (1.0 / 9007199254740992.0);
+}
+static void fill(float *p, long n, double scale)
+{
+    for (long i = 0; i < n; i++)
+        p[i] = (float)((2 * urand() - 1) * scale);
+}
+static float *rnd(long n, double scale)
+{
+    float *p = xalloc(sizeof(float) * (size_t)n);
+    fill(p, n, scale);
+    return p;
+}
+static float *dup(const float *src, long n)
+{
+    float *p = xalloc(sizeof(float) * (size_t)n);
+    memcpy(p, src, sizeof(float) * (size_t)n);
+    return p;
+}
+
+static float *up(const float *h, long n)
+{
+    float *d = NULL;
+    if (!g_gpu)
+        return NULL;
+    CU(cudaMalloc((void **)&d, sizeof(float) * (size_t)(n ? n : 1)));
+    if (n)
+        CU(cudaMemcpy(d, h, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice));
+    return d;
+}
+static int *upi(const int *h, long n)
+{
+    int *d = NULL;
+    if (!g_gpu)
+        return NULL;
+    CU(cudaMalloc((void **)&d, sizeof(int) * (size_t)n));
+    CU(cudaMemcpy(d, h, sizeof(int) * (size_t)n, cudaMemcpyHostToDevice));
+    return d;
+}
+static float *zeros_dev(long n)
+{
+    float *d = NULL;
+    if (!g_gpu)
+        return NULL;
+    CU(cudaMalloc((void **)&d, sizeof(float) * (size_t)(n ? n : 1)));
+    CU(cudaMemset(d, 0, sizeof(float) * (size_t)(n ? n : 1)));
+    return d;
+}
+
+/* One table row: normwise relative error of gpu (device) against ref (host). */
+static void cmp(const char *kernel, const char *cfg, const char *tensor, const float *ref,
+                const float *gpu_dev, long n)
+{
+    float *g;
+    double md = 0, mr = 0, err;
+    int bad = 0;
+    if (!g_gpu) {
+        g_cpu_cases++;
+        return;
+    }
+    g = xalloc(sizeof(float) * (size_t)n);
+    CU(cudaStreamSynchronize(g_s));
+    CU(cudaMemcpy(g, gpu_dev, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost));
+    for (long i = 0; i < n; i++) {
+        double a = g[i], b = ref[i];
+        if (!isfinite(a) || !isfinite(b))
+            bad = 1;
+        if (fabs(a - b) > md)
+            md = fabs(a - b);
+        if (fabs(b) > mr)
+            mr = fabs(b);
+    }
+    err = bad ? NAN : (mr > 0 ? md / mr : md);
+    int ok = !bad && err < g_tol;
+    printf("%-22s %-14s %-12s %10.3e  %7.0e  %s\n", kernel, cfg, tensor, err, g_tol,
+           ok ? "ok" : "FAIL");
+    if (g_tsv)
+        fprintf(g_tsv, "%s\t%s\t%s\t%s\t%.3e\t%.0e\t%s\n", g_mode, kernel, cfg, tensor, err,
+                g_tol, ok ? "ok" : "FAIL");
+    g_rows++;
+    if (!ok)
+        g_fail++;
+    if (!(err <= g_worst))
+        g_worst = err;
+    free(g);
+}
+static void cmp_scalar(const char *kernel, const char *cfg, const char *tensor, double ref,
+                       const double *gpu_dev)
+{
+    double g = 0, err;
+    if (!g_gpu) {
+        g_cpu_cases++;
+        return;
+    }
+    CU(cudaStreamSynchronize(g_s));
+    CU(cudaMemcpy(&g, gpu_dev, sizeof g, cudaMemcpyDeviceToHost));
+    err = (!isfinite(g) || !isfinite(ref)) ? NAN : fabs(g - ref) / (fabs(ref) > 0 ? fabs(ref) : 1);
+    int ok = isfinite(err) && err < g_tol;
+    printf("%-22s %-14s %-12s %10.3e  %7.0e  %s\n", kernel, cfg, tensor, err, g_tol,
+           ok ? "ok" : "FAIL");
+    if (g_tsv)
+        fprintf(g_tsv, "%s\t%s\t%s\t%s\t%.3e\t%.0e\t%s\n", g_mode, kernel, cfg, tensor, err,
+                g_tol, ok ? "ok" : "FAIL");
+    g_rows++;
+    if (!ok)
+        g_fail++;
+    if (!(err <= g_worst))
+        g_worst = err;
+}
+
+/* ------------------------------------------------------------ one config */
+
+struct cfg {
+    const char *name;
+    bsipipe_model_dims_t d;
+    int cut; /* piece 0 = [0, cut), piece 1 = [cut, S) */
+};
+
+static void run_cfg(const struct cfg *c)
+{
+    const bsipipe_model_dims_t *d = &c->d;
+    const char *nm = c->name;
+    int S = d->seq_len, h = d->hidden, V = d->vocab, L = d->n_layers;
+    int st[2] = {0, c->cut}, ln[2] = {c->cut, S - c->cut};
+    long np = bsipipe_model_params(d), eo = 0, lo = bsipipe_model_layer_offset(d, 0);
+    long ho = bsipipe_model_layer_offset(d, L), lp = (long)L * bsipipe_model_layer_params(d);
+    long hp = bsipipe_model_head_params(d), ep = bsipipe_model_embed_params(d);
+    long kvn = (long)L * bsipipe_model_kv_size(d);
+    float *params = xalloc(sizeof(float) * (size_t)np);
+    int *tok = xalloc(sizeof(int) * (size_t)S), *tgt = xalloc(sizeof(int) * (size_t)S);
+
+    CHECK(bsipipe_model_init(d, 42, params));
+    {   /* norm weights/biases away from 1/0 so that their gradients are exercised */
+        int nt = bsipipe_model_tensors(d, NULL, 0);
+        bsipipe_tensor_info_t *ti = xalloc(sizeof *ti * (size_t)nt);
+        bsipipe_model_tensors(d, ti, nt);
+        for (int i = 0; i < nt; i++)
+            if (!ti[i].decay)
+                for (int j = 0; j < ti[i].rows; j++)
+                    params[ti[i].offset + j] += (float)(0.2 * (2 * urand() - 1));
+        free(ti);
+    }
+    for (int i = 0; i < S; i++) {
+        tok[i] = (int)(urand() * V) % V;
+        tgt[i] = (int)(urand() * V) % V;
+    }
+    float *dparams = up(params, np);
+    int *dtok = upi(tok, S), *dtgt = upi(tgt, S);
+
+    /* ---- embedding forward (both pieces) ---- */
+    float *x0 = xalloc(sizeof(float) * (size_t)S * h);
+    float *dx0 = zeros_dev((long)S * h);
+    for (int j = 0; j < 2; j++) {
+        CHECK(bsipipe_embed_forward(d, params + eo, tok + st[j], st[j], ln[j],
+                                    x0 + (size_t)st[j] * h));
+        GCHECK(bsipipe_cuda_embed_forward(d, dparams + eo, dtok + st[j], st[j], ln[j],
+                                         dx0 + (size_t)st[j] * h, g_s));
+    }
+    cmp("embed_forward", nm, "x", x0, dx0, (long)S * h);
+
+    /* ---- chunk forward, piece 0 then 1 (KV prefix from the CPU run) ---- */
+    long ss[2], stot[2];
+    float *stash[2], *xo[2];
+    float *kv = xalloc(sizeof(float) * (size_t)kvn);
+    for (int j = 0; j < 2; j++) {
+        ss[j] = bsipipe_model_stash_size(d, ln[j]);
+        stot[j] = (long)L * ss[j];
+        stash[j] = xalloc(sizeof(float) * (size_t)stot[j]);
+        xo[j] = xalloc(sizeof(float) * (size_t)ln[j] * h);
+        float *dkv_in = up(kv, kvn), *dst = zeros_dev(stot[j]), *dxo = zeros_dev((long)ln[j] * h);
+        float *dxin = up(x0 + (size_t)st[j] * h, (long)ln[j] * h);
+        CHECK(bsipipe_chunk_forward(d, 0, L, st[j], ln[j], params + lo, x0 + (size_t)st[j] * h,
+                                    xo[j], stash[j], kv));
+        GCHECK(bsipipe_cuda_chunk_forward(d, 0, L, st[j], ln[j], dparams + lo, dxin, dxo, dst,
+                                         dkv_in, g_s, g_h));
+        char t[32];
+        snprintf(t, sizeof t, "x_out[p%d]", j);
+        cmp("chunk_forward", nm, t, xo[j], dxo, (long)ln[j] * h);
+        snprintf(t, sizeof t, "stash[p%d]", j);
+        cmp("chunk_forward", nm, t, stash[j], dst, stot[j]);
+        snprintf(t, sizeof t, "kv[p%d]", j);
+        cmp("chunk_forward", nm, t, kv, dkv_in, kvn);
+        dfree(dkv_in); dfree(dst); dfree(dxo); dfree(dxin);
+    }
+
+    /* ---- head ---- */
+    long hw = bsipipe_model_head_work_size(d, S);
+    double *dloss = NULL;
+    if (g_gpu)
+        CU(cudaMalloc((void **)&dloss, sizeof(double)));
+    float *dwork = zeros_dev(hw);
+    {   /* forward only, piece 0: logits and loss */
+        float *lgt = xalloc(sizeof(float) * (size_t)ln[0] * V), *wk = xalloc(sizeof(float) * (size_t)hw);
+        double loss = 0;
+        float *dx = up(xo[0], (long)ln[0] * h), *dlg = zeros_dev((long)ln[0] * V);
+        CHECK(bsipipe_head_forward(d, params + ho, ln[0], xo[0], tgt, lgt, &loss, wk));
+        GCHECK(bsipipe_cuda_head_forward(d, dparams + ho, ln[0], dx, dtgt, dlg, dloss, dwork, g_s,
+                                        g_h));
+        cmp("head_forward", nm, "logits", lgt, dlg, (long)ln[0] * V);
+        cmp_scalar("head_forward", nm, "loss", loss, dloss);
+        free(lgt); free(wk); dfree(dx); dfree(dlg);
+    }
+    float *dy1 = xalloc(sizeof(float) * (size_t)ln[1] * h);
+    {   /* forward + backward, piece 1 */
+        float *hg = xalloc(sizeof(float) * (size_t)hp), *wk = xalloc(sizeof(float) * (size_t)hw);
+        double loss = 0, gs = 1.0 / S;
+        float *dx = up(xo[1], (long)ln[1] * h), *dhg = zeros_dev(hp), *ddy = zeros_dev((long)ln[1] * h);
+        CHECK(bsipipe_head_forward_backward(d, params + ho, hg, ln[1], xo[1], tgt + st[1], gs,
+                                            &loss, dy1, wk));
+        GCHECK(bsipipe_cuda_head_forward_backward(d, dparams + ho, dhg, ln[1], dx, dtgt + st[1],
+                                                 gs, dloss, ddy, dwork, g_s, g_h));
+        cmp_scalar("head_forward_backward", nm, "loss", loss, dloss);
+        cmp("head_forward_backward", nm, "dx", dy1, ddy, (long)ln[1] * h);
+        cmp("head_forward_backward", nm, "head_grad", hg, dhg, hp);
+        free(hg); free(wk); dfree(dx); dfree(dhg); dfree(ddy);
+    }
+
+    /* ---- chunk backward, piece 1 then 0 (fused), then the split B/W of piece 1 ---- */
+    long wn = bsipipe_model_work_size(d, S);
+    float *dkv = xalloc(sizeof(float) * (size_t)kvn);
+    float *dkvd = up(kv, kvn), *dworkb = zeros_dev(wn);
+    float *dy[2] = {rnd((long)ln[0] * h, 1e-3), dy1};
+    for (int j = 1; j >= 0; j--) {
+        float *grads = xalloc(sizeof(float) * (size_t)lp), *dxh = xalloc(sizeof(float) * (size_t)ln[j] * h);
+        float *wk = xalloc(sizeof(float) * (size_t)wn);
+        float *ddkv = up(dkv, kvn), *dgr = zeros_dev(lp), *ddy = up(dy[j], (long)ln[j] * h);
+        float *ddx = zeros_dev((long)ln[j] * h), *dst = up(stash[j], stot[j]);
+        CHECK(bsipipe_chunk_backward(d, 0, L, st[j], ln[j], params + lo, grads, dy[j], dxh,
+                                     stash[j], kv, dkv, wk));
+        GCHECK(bsipipe_cuda_chunk_backward(d, 0, L, st[j], ln[j], dparams + lo, dgr, ddy, ddx,
+                                          dst, dkvd, ddkv, dworkb, g_s, g_h));
+        char t[32];
+        snprintf(t, sizeof t, "dx[p%d]", j);
+        cmp("chunk_backward", nm, t, dxh, ddx, (long)ln[j] * h);
+        snprintf(t, sizeof t, "grads[p%d]", j);
+        cmp("chunk_backward", nm, t, grads, dgr, lp);
+        snprintf(t, sizeof t, "dkv[p%d]", j);
+        cmp("chunk_backward", nm, t, dkv, ddkv, kvn);
+        free(grads); free(dxh); free(wk);
+        dfree(ddkv); dfree(dgr); dfree(ddy); dfree(ddx); dfree(dst);
+    }
+    {   /* split backward of piece 1 (dkv zero again, as for the last piece) */
+        long wsn = (long)L * bsipipe_model_wstash_size(d, ln[1]);
+        float *grads = xalloc(sizeof(float) * (size_t)lp), *dxh = xalloc(sizeof(float) * (size_t)ln[1] * h);
+        float *wk = xalloc(sizeof(float) * (size_t)wn), *ws = xalloc(sizeof(float) * (size_t)wsn);
+        float *dk2 = xalloc(sizeof(float) * (size_t)kvn);
+        float *ddkv = zeros_dev(kvn), *dgr = zeros_dev(lp), *ddy = up(dy1, (long)ln[1] * h);
+        float *ddx = zeros_dev((long)ln[1] * h), *dst = up(stash[1], stot[1]), *dws = zeros_dev(wsn);
+        CHECK(bsipipe_chunk_backward_input(d, 0, L, st[1], ln[1], params + lo, grads, dy1, dxh,
+                                           stash[1], kv, dk2, ws, wk));
+        GCHECK(bsipipe_cuda_chunk_backward_input(d, 0, L, st[1], ln[1], dparams + lo, dgr, ddy,
+                                                ddx, dst, dkvd, ddkv, dws, dworkb, g_s, g_h));
+        cmp("chunk_backward_input", nm, "dx", dxh, ddx, (long)ln[1] * h);
+        cmp("chunk_backward_input", nm, "norm_grads", grads, dgr, lp);
+        cmp("chunk_backward_input", nm, "wstash", ws, dws, wsn);
+        cmp("chunk_backward_input", nm, "dkv", dk2, ddkv, kvn);
+        CHECK(bsipipe_chunk_backward_weight(d, 0, L, st[1], ln[1], grads, stash[1], ws));
+        GCHECK(bsipipe_cuda_chunk_backward_weight(d, 0, L, st[1], ln[1], dgr, dst, dws, g_s, g_h));
+        cmp("chunk_backward_weight", nm, "grads", grads, dgr, lp);
+        free(grads); free(dxh); free(wk); free(ws); free(dk2);
+        dfree(ddkv); dfree(dgr); dfree(ddy); dfree(ddx); dfree(dst); dfree(dws);
+    }
+
+    /* ---- embedding backward (both pieces, repeated tokens accumulate) ---- */
+    {
+        float *eg = xalloc(sizeof(float) * (size_t)ep), *dxs = rnd((long)S * h, 1.0);
+        float *deg = zeros_dev(ep), *ddx = up(dxs, (long)S * h);
+        for (int j = 0; j < 2; j++) {
+            CHECK(bsipipe_embed_backward(d, eg, tok + st[j], st[j], ln[j], dxs + (size_t)st[j] * h));
+            GCHECK(bsipipe_cuda_embed_backward(d, deg, dtok + st[j], st[j], ln[j],
+                                              ddx + (size_t)st[j] * h, g_s));
+        }
+        cmp("embed_backward", nm, "embed_grad", eg, deg, ep);
+        free(eg); free(dxs); dfree(deg); dfree(ddx);
+    }
+
+    free(params); free(tok); free(tgt); free(x0); free(kv); free(dkv); free(dy[0]); free(dy1);
+    for (int j = 0; j < 2; j++) {
+        free(stash[j]);
+        free(xo[j]);
+    }
+    dfree(dparams); dfree(dtok); dfree(dtgt); dfree(dx0); dfree(dloss);
+    dfree(dwork); dfree(dkvd); dfree(dworkb);
+}
+
+/* Attention alone with strided q/k/o and a KV prefix (start > 0). */
+static void run_attention(int H, int hd, int start, int len)
+{
+    char nm[32];
+    int w = H * hd, ldq = w + 8, ldk = w + 4, ldo = w + 2, nk = start + len;
+    snprintf(nm, sizeof nm, "H%d hd%d s%d", H, hd, start);
+    float *q = rnd((long)len * ldq, 1.0), *k = rnd((long)nk * ldk, 1.0), *v = rnd((long)nk * ldk, 1.0);
+    float *o = xalloc(sizeof(float) * (size_t)len * ldo), *lse = xalloc(sizeof(float) * (size_t)H * len);
+    float *dout = rnd((long)len * ldo, 1.0), *dq = xalloc(sizeof(float) * (size_t)len * ldq);
+    float *dk = rnd((long)nk * ldk, 0.1), *dv = rnd((long)nk * ldk, 0.1);
+    float *dq_d = up(dq, (long)len * ldq), *dk_d = up(dk, (long)nk * ldk), *dv_d = up(dv, (long)nk * ldk);
+    float *q_d = up(q, (long)len * ldq), *k_d = up(k, (long)nk * ldk), *v_d = up(v, (long)nk * ldk);
+    float *o_d = up(o, (long)len * ldo), *lse_d = zeros_dev((long)H * len);
+    float *do_d = up(dout, (long)len * ldo);
+    CHECK(bsipipe_attention_forward(H, hd, start, len, q, ldq, k, v, ldk, o, ldo, lse));
+    GCHECK(bsipipe_cuda_attention_forward(H, hd, start, len, q_d, ldq, k_d, v_d, ldk, o_d, ldo,
+                                         lse_d, g_s));
+    cmp("attention_forward", nm, "o", o, o_d, (long)len * ldo);
+    cmp("attention_forward", nm, "lse", lse, lse_d, (long)H * len);
+    float *o_c = up(o, (long)len * ldo), *lse_c = up(lse, (long)H * len);
+    CHECK(bsipipe_attention_backward(H, hd, start, len, q, ldq, k, v, ldk, o, dout, ldo, lse,
+                                     dq, ldq, dk, dv));
+    GCHECK(bsipipe_cuda_attention_backward(H, hd, start, len, q_d, ldq, k_d, v_d, ldk, o_c, do_d,
+                                          ldo, lse_c, dq_d, ldq, dk_d, dv_d, g_s));
+    /* only the head columns of dq are defined */
+    float *dqh = xalloc(sizeof(float) * (size_t)len * ldq);
+    if (g_gpu) {
+        CU(cudaStreamSynchronize(g_s));
+        CU(cudaMemcpy(dqh, dq_d, sizeof(float) * (size_t)len * ldq, cudaMemcpyDeviceToHost));
+        for (int i = 0; i < len; i++)
+            for (int c = w; c < ldq; c++)
+                dqh[(size_t)i * ldq + c] = dq[(size_t)i * ldq + c];
+        CU(cudaMemcpy(dq_d, dqh, sizeof(float) * (size_t)len * ldq, cudaMemcpyHostToDevice));
+    }
+    cmp("attention_backward", nm, "dq", dq, dq_d, (long)len * ldq);
+    cmp("attention_backward", nm, "dk", dk, dk_d, (long)nk * ldk);
+    cmp("attention_backward", nm, "dv", dv, dv_d, (long)nk * ldk);
+    free(q); free(k); free(v); free(o); free(lse); free(dout); free(dq); free(dk); free(dv);
+    free(dqh);
+    dfree(dq_d); dfree(dk_d); dfree(dv_d); dfree(q_d); dfree(k_d); dfree(v_d);
+    dfree(o_d); dfree(lse_d); dfree(do_d); dfree(o_c); dfree(lse_c);
+}
+
+static void run_optimizer(void)
+{
+    long n = 100003;
+    bsipipe_adamw_t hpar = {1e-3, 0.9, 0.95, 1e-8, 0.1, 1.0};
+    float *p = rnd(n, 1.0), *g = rnd(n, 0.1), *m = rnd(n, 0.01), *v = rnd(n, 1e-4);
+    for (long i = 0; i < n; i++)
+        v[i] = fabsf(v[i]);
+    float *pd = up(p, n), *gd = up(g, n), *md = up(m, n), *vd = up(v, n);
+    double *sd = NULL;
+    if (g_gpu)
+        CU(cudaMalloc((void **)&sd, sizeof(double)));
+    double ss = bsipipe_sumsq(n, g);
+    GCHECK(bsipipe_cuda_sumsq(n, gd, sd, g_s));
+    cmp_scalar("sumsq", "n=100003", "sum", ss, sd);
+    for (int t = 1; t <= 3; t++) {
+        CHECK(bsipipe_adamw_update(&hpar, t, n, p, g, 0.7, t != 2, m, v));
+        GCHECK(bsipipe_cuda_adamw_update(&hpar, t, n, pd, gd, 0.7, t != 2, md, vd, g_s));
+    }
+    cmp("adamw_update", "n=100003 t=3", "p", p, pd, n);
+    cmp("adamw_update", "n=100003 t=3", "m", m, md, n);
+    cmp("adamw_update", "n=100003 t=3", "v", v, vd, n);
+    free(p); free(g); free(m); free(v);
+    dfree(pd); dfree(gd); dfree(md); dfree(vd); dfree(sd);
+}
+
+static void run_mode(bsipipe_cuda_gemm_mode_t mode)
+{
+    static const struct cfg cfgs[] = {
+        {"gpt-hd16", {BSIPIPE_MODEL_GPT, 2, 64, 4, 256, 97, 96}, 40},
+        {"llama-hd16", {BSIPIPE_MODEL_LLAMA, 2, 64, 4, 160, 97, 96}, 40},
+        {"gpt-hd40", {BSIPIPE_MODEL_GPT, 1, 160, 4, 640, 64, 80}, 33},
+        {"llama-hd128", {BSIPIPE_MODEL_LLAMA, 1, 256, 2, 256, 50, 72}, 31},
+    };
+    GCHECK(bsipipe_cuda_set_gemm_mode(mode));
+    g_mode = bsipipe_cuda_gemm_mode_name(mode);
+    g_tol = mode == BSIPIPE_CUDA_GEMM_FP32 ? 1e-5 : 1e-2;
+    printf("\n== matrix products: %s (tolerance %.0e) ==\n", g_mode, g_tol);
+    printf("%-22s %-14s %-12s %10s  %7s  %s\n", "kernel", "config", "tensor", "rel.err", "tol",
+           "result");
+    g_rng = 0x1234567ULL; /* same inputs in every mode */
+    run_attention(4, 16, 0, 70);
+    run_attention(3, 40, 45, 77);
+    run_attention(2, 128, 33, 64);
+    run_attention(2, 64, 100, 1);
+    for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++)
+        run_cfg(&cfgs[i]);
+    run_optimizer();
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = "default", *table = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--mode") && i + 1 < argc)
+            mode = argv[++i];
+        else if (!strcmp(argv[i], "--table") && i + 1 < argc)
+            table = argv[++i];
+        else if (!strcmp(argv[i], "--cpu-only"))
+            g_gpu = 0;
+        else {
+            fprintf(stderr, "usage: %s [--mode fp32|tf32|bf16|all] [--table FILE] [--cpu-only]\n", argv[0]);
+            return 99;
+        }
+    }
+    if (!g_gpu) {
+        run_mode(BSIPIPE_CUDA_GEMM_FP32);
+        printf("\ncpu-only: %d CPU reference tensors computed (no GPU call, nothing "
+               "compared)\n", g_cpu_cases);
+        return 0;
+    }
+    int ndev = bsipipe_cuda_device_count();
+    if (ndev <= 0) {
+        printf("SKIP: no CUDA GPU found (test needs one; libbsipipe built with CUDA: %s)\n",
+               bsipipe_cuda_compiled() ? "yes" : "no");
+        return 77;
+    }
+    {
+        struct cudaDeviceProp pr;
+        CU(cudaGetDeviceProperties(&pr, 0));
+        printf("GPU 0: %s (sm_%d%d, %d SMs)\n", pr.name, pr.major, pr.minor,
+               pr.multiProcessorCount);
+    }
+    CU(cudaStreamCreate(&g_s));
+    if (cublasCreate(&g_h) != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "cublasCreate failed\n");
+        return 99;
+    }
+    if (table && !(g_tsv = fopen(table, "w"))) {
+        perror(table);
+        return 99;
+    }
+    if (!strcmp(mode, "fp32") || !strcmp(mode, "default") || !strcmp(mode, "all"))
+        run_mode(BSIPIPE_CUDA_GEMM_FP32);
+    if (!strcmp(mode, "tf32") || !strcmp(mode, "all"))
+        run_mode(BSIPIPE_CUDA_GEMM_TF32);
+    if (!strcmp(mode, "bf16") || !strcmp(mode, "default") || !strcmp(mode, "all"))
+        run_mode(BSIPIPE_CUDA_GEMM_BF16);
+    if (g_tsv)
+        fclose(g_tsv);
+    cublasDestroy(g_h);
+    cudaStreamDestroy(g_s);
+    printf("\n%d tensors compared, %d over tolerance, worst %.3e: %s\n", g_rows, g_fail, g_worst,
+           g_fail ? "FAIL" : "PASS");
+    return g_fail ? 1 : 0;
+}
+#endif

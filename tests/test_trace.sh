@@ -1,0 +1,153 @@
+#!/bin/sh
+# test_trace: `bsipipe-train --trace DIR` on a tiny model (docs/tracing.md).
+#  - starpu_fxt_tool exits 0 and DIR holds paje.trace (naming tasks like
+#    "F down ..."), dag.dot, tasks.rec, trace.rec; tasks.rec lists as many F
+#    tasks as the plan has (per iteration), each on the StarPU worker that
+#    trace.json says ran it;
+#  - trace.json is valid JSON and holds every op of the plan
+#    (`bsipipe-plan --format json` of the same config) exactly once, on its
+#    planned device (tid), in plan order per device (ts non-decreasing: the
+#    bsipipe policy runs each device's ops in plan order); with a StarPU policy
+#    (eager) every op is still there and on its device;
+#  - timeline.svg and planned.svg parse as XML;
+#  - a bad DIR (a file, or a path under a file) is refused before training.
+# Exit 77 (skip) only when starpu_fxt_tool cannot be found (StarPU without
+# FxT tools); python3 is needed to parse the outputs (setup installs it).
+set -u
+top="${top_builddir:-.}"
+train="$top/apps/bsipipe-train"
+plan="$top/apps/bsipipe-plan"
+tool="${STARPU_FXT_TOOL:-}"
+[ -n "$tool" ] && [ -x "$tool" ] || tool="${STARPU_BINDIR:-}/starpu_fxt_tool"
+[ -x "$tool" ] || tool=$(command -v starpu_fxt_tool 2>/dev/null) || tool=
+if [ -z "$tool" ] || [ ! -x "$tool" ]; then
+    echo "test_trace: SKIP: starpu_fxt_tool not found (set STARPU_FXT_TOOL or STARPU_BINDIR)" >&2
+    exit 77
+fi
+export STARPU_FXT_TOOL="$tool"
+if ! command -v python3 >/dev/null 2>&1; then
+    echo "test_trace: FAIL: python3 is needed to parse the trace files" >&2
+    exit 1
+fi
+tmp=$(mktemp -d) || exit 99
+trap 'rm -rf "$tmp"' EXIT
+export STARPU_SILENT=1
+fails=0 checks=0
+ok() { checks=$((checks + 1)); }
+fail() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL: $*" >&2; }
+
+model="--layers 8 --hidden 32 --heads 2 --seq 32 --m 8"
+
+# check DIR ITERS SCHEDULE POLICY ORDERED: the files of one traced run.
+check() {
+    dir=$1 iters=$2 sched=$3 policy=$4 ordered=$5
+    if ! "$plan" --schedule "$sched" --w 4 $model --format json >"$tmp/plan.json" 2>"$tmp/plan.err"; then
+        fail "bsipipe-plan $sched: $(tail -2 "$tmp/plan.err")"; return
+    fi
+    for f in paje.trace dag.dot tasks.rec trace.rec trace.json timeline.svg planned.svg index.html; do
+        if [ -s "$dir/$f" ]; then ok; else fail "$sched/$policy: no $f in $dir"; fi
+    done
+    if [ -f "$dir/starpu_fxt_tool.log" ] && ! grep -qi "error\|abort" "$dir/starpu_fxt_tool.log"; then ok; else
+        fail "$sched/$policy: starpu_fxt_tool log: $(head -3 "$dir/starpu_fxt_tool.log" 2>/dev/null)"; fi
+    if grep -q "F down mb0 s0 c0" "$dir/paje.trace"; then ok; else fail "$sched/$policy: paje.trace names no 'F down' task"; fi
+    if python3 - "$tmp/plan.json" "$dir" "$iters" "$ordered" "$sched/$policy" <<'PY'
+import json, sys, collections
+import xml.etree.ElementTree as ET
+plan_path, d, iters, ordered, label = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1", sys.argv[5]
+bad = []
+plan = json.load(open(plan_path))
+trace = json.load(open(d + "/trace.json"))
+ev = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+cfg = trace["otherData"]
+for key in ("w", "p", "k", "m"):
+    if cfg[key] != plan["config"][key]:
+        bad.append("config %s: trace %s, plan %s" % (key, cfg[key], plan["config"][key]))
+by_pos = {}
+for e in ev:
+    pos = (e["args"]["device"], e["args"]["index"])
+    if pos in by_pos:
+        bad.append("op %s twice in trace.json" % (pos,))
+    by_pos[pos] = e
+if len(ev) != len(plan["ops"]):
+    bad.append("trace.json has %d ops, the plan %d" % (len(ev), len(plan["ops"])))
+last_ts = {}
+for op in sorted(plan["ops"], key=lambda o: (o["device"], o["index"])):
+    pos = (op["device"], op["index"])
+    e = by_pos.get(pos)
+    if e is None:
+        bad.append("planned op %s %s missing from trace.json" % (pos, op["kind"]))
+        continue
+    a = e["args"]
+    for key in ("pipe", "mb", "sub", "chunk", "peer", "channel"):
+        if a[key] != op[key]:
+            bad.append("op %s: %s %s in trace, %s in plan" % (pos, key, a[key], op[key]))
+    if e["cat"] != op["kind"] or not e["name"].startswith(op["kind"] + " " if op["kind"] != "STEP" else "STEP"):
+        bad.append("op %s: kind %s / name %r, plan says %s" % (pos, e["cat"], e["name"], op["kind"]))
+    if e["tid"] != op["device"]:
+        bad.append("op %s (%s) ran on device %s, planned on %s" % (pos, e["name"], e["tid"], op["device"]))
+    if e["dur"] < 0 or e["ts"] < 0:
+        bad.append("op %s: negative time" % (pos,))
+    if ordered and op["device"] in last_ts and e["ts"] < last_ts[op["device"]]:
+        bad.append("op %s (%s) started before the op planned ahead of it on device %d" % (pos, e["name"], op["device"]))
+    last_ts[op["device"]] = e["ts"]
+# tasks.rec: every F of the plan in every iteration, on the worker trace.json names.
+names = collections.Counter(e["name"] for e in ev)
+worker_of = {e["name"]: e["args"]["worker"] for e in ev if names[e["name"]] == 1}
+recs = collections.defaultdict(list)
+cur = {}
+for line in open(d + "/tasks.rec", errors="replace"):
+    line = line.rstrip("\n")
+    if not line:
+        if "Name" in cur:
+            recs[cur["Name"]].append(cur.get("WorkerId"))
+        cur = {}
+    elif ": " in line:
+        k, v = line.split(": ", 1)
+        cur[k] = v
+if "Name" in cur:
+    recs[cur["Name"]].append(cur.get("WorkerId"))
+n_f_plan = sum(1 for o in plan["ops"] if o["kind"] == "F")
+n_f_rec = sum(len(v) for k, v in recs.items() if k.startswith("F "))
+if n_f_rec != iters * n_f_plan:
+    bad.append("tasks.rec has %d F tasks, expected %d iterations x %d planned" % (n_f_rec, iters, n_f_plan))
+for name, workers in recs.items():
+    if name in worker_of and any(w is not None and int(w) != worker_of[name] for w in workers):
+        bad.append("tasks.rec: %s ran on workers %s, trace.json says %d" % (name, workers, worker_of[name]))
+        break
+for f in ("timeline.svg", "planned.svg"):
+    try:
+        root = ET.parse(d + "/" + f).getroot()
+        if not root.tag.endswith("svg") or len(root.findall(".//{http://www.w3.org/2000/svg}rect")) < n_f_plan:
+            bad.append("%s: not an SVG with a box per op" % f)
+    except ET.ParseError as x:
+        bad.append("%s does not parse: %s" % (f, x))
+for b in bad[:10]:
+    print("%s: %s" % (label, b), file=sys.stderr)
+sys.exit(1 if bad else 0)
+PY
+    then ok; else fail "$sched/$policy: trace content (see above)"; fi
+}
+
+# BSIPipe under the in-order policy, two iterations (trace.json: the last).
+"$train" $model --iters 2 --trace "$tmp/t" >"$tmp/out" 2>&1 || fail "traced run: $(tail -3 "$tmp/out")"
+grep -q "^trace: $tmp/t: paje.trace" "$tmp/out" && ok || fail "no trace summary line: $(tail -2 "$tmp/out")"
+check "$tmp/t" 2 bsipipe bsipipe 1
+# Another schedule (split backward: W tasks) under a StarPU policy, into a nested new directory.
+"$train" $model --iters 1 --schedule zb-h1 --k 1 --p 1 --policy eager --trace "$tmp/a/b/c" >"$tmp/out2" 2>&1 ||
+    fail "traced run zb-h1/eager: $(tail -3 "$tmp/out2")"
+check "$tmp/a/b/c" 1 zb-h1 eager 0
+
+# A bad DIR is refused before training starts.
+: >"$tmp/file"
+for bad in "$tmp/file" "$tmp/file/sub"; do
+    "$train" $model --iters 1 --trace "$bad" >"$tmp/out3" 2>&1; rc=$?
+    if [ "$rc" -eq 1 ] && grep -q "not a directory" "$tmp/out3" && ! grep -q "^iter" "$tmp/out3"; then ok; else
+        fail "--trace $bad: exit $rc, $(head -2 "$tmp/out3")"; fi
+done
+# Without --trace nothing is traced (no FxT file in the prefix StarPU would use).
+mkdir "$tmp/quiet"
+STARPU_FXT_PREFIX="$tmp/quiet" "$train" $model --iters 1 >/dev/null 2>&1 || fail "untraced run"
+if [ -z "$(ls "$tmp/quiet")" ]; then ok; else fail "an untraced run wrote $(ls "$tmp/quiet")"; fi
+
+echo "test_trace: $checks checks, $fails failed"
+[ "$fails" -eq 0 ]
