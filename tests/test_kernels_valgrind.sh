@@ -25,6 +25,7 @@ status=0
 for t in test_kernel_errors test_kernel_grad test_kernel_split test_kernel_torch; do
     echo "== valgrind $t"
     $run valgrind -q --error-exitcode=42 --leak-check=full --errors-for-leak-kinds=definite \
+        --suppressions="$srcdir/tests/valgrind.supp" \
         "$top_builddir/tests/$t" || { echo "FAIL: $t under valgrind (exit $?)"; status=1; }
 done
 exit $status
