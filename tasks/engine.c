@@ -619,6 +619,7 @@ static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
     t->callback_func = record_profile;
     t->callback_arg = a;
     a->task = t;
+    t->color = bsipipe_trace_op_color(op); /* Paje / dag.dot colours like Figure 1 */
     if (e->inorder) {
         e->pos[d][i].worker = e->workerid[d];
         e->pos[d][i].slot = e->slot_base[d] + i;
