@@ -55,6 +55,6 @@ if grep -qE '^\| 1f1b \| .* emulated \| [0-9]+ \(' "$tmp/out" && grep -q "EMULAT
 # Ablation: the naive order deadlocks and is reported as such (watchdog), not hung.
 expect 0 "deadlock" --preset ablation --emulate --layers 8 --hidden 32 --heads 2 --seq 32 --m 4 --reps 1 --warmup 0 \
     --watchdog 1
-if grep -qE '^\| bsipipe, naive .*FAILED: .*deadlock' "$tmp/out"; then ok; else fail "naive order not reported as a deadlock"; fi
+if grep -qE '^\| bsipipe, naive .*DEADLOCK: .*deadlock' "$tmp/out"; then ok; else fail "naive order not reported as a deadlock"; fi
 echo "test_bench_cli: $checks checks, $fails failed"
 [ "$fails" -eq 0 ]
