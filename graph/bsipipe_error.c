@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static _Thread_local char error_detail[1024];
+static _Thread_local char error_detail[4096]; /* room for a deadlock report naming every device */
 
 const char *bsipipe_strerror(int code)
 {

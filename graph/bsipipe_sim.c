@@ -249,7 +249,7 @@ static int report_stuck(const sim_t *m)
         seen[d] = step++;
         d = waits_for(m, d);
     }
-    char msg[900] = "";
+    char msg[3000] = "";
     size_t len = 0;
     int rc;
     if (d >= 0 && seen[d] && m->pos[d] < s->n_ops[d]) {
