@@ -1,2 +1,234 @@
 #!/usr/bin/env bash
-echo "device-check: placeholder"
+# scripts/device-check.sh — the GPU check of issue 7, in one command (docs/cuda.md).
+#
+#   ./scripts/device-check.sh [--out DIR] [--build auto|carried|standalone] [--quick]
+#
+# 1. build   auto (default): use the carried autotools build (tests/test_cuda_kernels of this
+#            tree, linked against libbsipipe) when it exists and all its shared libraries
+#            resolve; otherwise build a standalone copy with nvcc + gcc only (CPU kernels with
+#            a plain-loop CBLAS, the CUDA kernels for sm_90 + compute_80 PTX, the three test
+#            programs; no StarPU, BLAS, hwloc or MPI needed), into $BUILD (default
+#            /tmp/bsipipe-devcheck).
+# 2. CPU side: the CPU reference computations of every kernel case (test_cuda_kernels
+#            --cpu-only --large); runs anywhere.
+# 3. GPU     test_cuda_probe (a saxpy kernel); test_cuda_kernels --mode all --large (every
+#            CUDA kernel vs the CPU kernel, fp32 < 1e-5, tf32 and bf16 < 1e-2, NaN fails,
+#            small shapes and the bench's layer shapes); test_cuda_bench --full (one block
+#            forward+backward, hidden 1280 / 32 heads / 8K tokens in k = 2, TFLOP/s and the
+#            fraction of the measured cublasGemmEx bf16 rate). Skipped with a message when no
+#            GPU is found.
+# 4. summary table, printed last.
+#
+# Exit: 0 all ran and passed; 1 a check failed; 2 no GPU (dry run: build + CPU side only).
+# Budget: well under 8 minutes on one H200 (standalone build ~1-2 min, tests < 1 min, bench
+# < 1 min). Files: $OUT/{kernels.tsv,bench.tsv,devcheck.log} (OUT defaults to $BUILD/out,
+# or the device tool's $OUT when set).
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=${BUILD:-/tmp/bsipipe-devcheck}
+OUTDIR=${OUT:-$BUILD/out}
+MODE=auto
+QUICK=0
+while [ $# -gt 0 ]; do
+    case $1 in
+        --out) OUTDIR=$2; shift 2 ;;
+        --build) MODE=$2; shift 2 ;;
+        --quick) QUICK=1; shift ;;
+        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+        *) echo "device-check: unknown argument $1" >&2; exit 64 ;;
+    esac
+done
+mkdir -p "$BUILD" "$OUTDIR"
+LOG="$OUTDIR/devcheck.log"
+: > "$LOG"
+T0=$SECONDS
+say() { printf '[device-check %3ds] %s\n' "$((SECONDS - T0))" "$*" | tee -a "$LOG"; }
+declare -A STATUS
+
+# ---------------------------------------------------------------------------- environment
+NVCC=$(command -v nvcc || true)
+for c in "${CUDA_HOME:-}" /usr/local/cuda /usr/local/cuda-13.0; do
+    [ -z "$NVCC" ] && [ -n "$c" ] && [ -x "$c/bin/nvcc" ] && NVCC="$c/bin/nvcc"
+done
+CUDA_HOME=${CUDA_HOME:-$( [ -n "$NVCC" ] && cd "$(dirname "$(readlink -f "$NVCC")")/.." && pwd )}
+say "tree: $ROOT; build dir: $BUILD; out: $OUTDIR"
+say "nvcc: ${NVCC:-none} $( [ -n "$NVCC" ] && "$NVCC" --version | sed -n 's/.*release \([0-9.]*\).*/(CUDA \1)/p')"
+GPU_NAME=
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    GPU_NAME=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -n1)
+    say "GPU: $GPU_NAME"
+else
+    say "GPU: none found by nvidia-smi"
+fi
+
+# ---------------------------------------------------------------------------- 1. build
+carried_ok() {
+    local t="$ROOT/tests/test_cuda_kernels" b="$ROOT/tests/test_cuda_bench"
+    [ -x "$t" ] && [ -x "$b" ] || return 1
+    # libtool wrappers: the real binaries are in tests/.libs
+    local real=$t; [ -x "$ROOT/tests/.libs/test_cuda_kernels" ] && real="$ROOT/tests/.libs/test_cuda_kernels"
+    file "$real" 2>/dev/null | grep -q ELF || head -c 4 "$real" | grep -q ELF || return 1
+    LD_LIBRARY_PATH="$ROOT/.libs:$ROOT/.deps/starpu/lib:${LD_LIBRARY_PATH:-}" ldd "$real" 2>&1 \
+        | grep -q 'not found' && return 1
+    grep -q 'BSIPIPE_HAVE_CUDA' "$ROOT/config.status" 2>/dev/null || return 1
+    return 0
+}
+
+standalone_build() {
+    [ -n "$NVCC" ] || { say "standalone build: no nvcc"; return 1; }
+    local b="$BUILD/standalone" cc=${CC:-gcc} arch=${NVCC_ARCH_FLAGS:-"-gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=compute_80"}
+    mkdir -p "$b"
+    local inc="-I$ROOT -I$ROOT/kernels/cuda/devcheck"
+    local cflags="-O2 -std=gnu11 -fPIC -DBSIPIPE_HAVE_CUDA=1 $inc -isystem $CUDA_HOME/include"
+    # the plain-loop CBLAS spreads its rows over OpenMP threads when the compiler has it
+    local omp=
+    if echo 'int main(void){return 0;}' | $cc -fopenmp -x c - -o "$b/omp-probe" >/dev/null 2>&1; then
+        omp=-fopenmp
+    fi
+    say "standalone build in $b ($cc, $NVCC $arch)"
+    (
+        set -e
+        cd "$b"
+        for f in kernels/cpu/model_dims.c kernels/cpu/config.c kernels/cpu/kernels_f32.c \
+                 kernels/cpu/kernels_f64.c kernels/cuda/devcheck/cblas_naive.c; do
+            $cc $cflags $omp -c "$ROOT/$f" -o "$(basename "$f" .c).o" &
+        done
+        $cc $cflags -c "$ROOT/tests/test_cuda_kernels.c" -o test_cuda_kernels.o &
+        $cc $cflags -c "$ROOT/tests/test_cuda_bench.c" -o test_cuda_bench.o &
+        $cc $cflags -c "$ROOT/tests/test_cuda_probe.c" -o test_cuda_probe.o &
+        # shellcheck disable=SC2086
+        "$NVCC" $arch -O2 -Xcompiler -fPIC $inc -c "$ROOT/kernels/cuda/bsipipe_cuda_probe.cu" -o probe.o &
+        # shellcheck disable=SC2086
+        "$NVCC" $arch -O2 -Xcompiler -fPIC $inc -c "$ROOT/kernels/cuda/bsipipe_cuda_kernels.cu" -o cuda_kernels.o
+        wait
+        # nvcc links (static cudart, its own library path); cuBLAS from the toolkit, or from
+        # the pip wheel nvidia-cublas if that is all there is
+        libs=""
+        for d in "$CUDA_HOME/lib64" "$CUDA_HOME/lib" "$CUDA_HOME/targets/x86_64-linux/lib" \
+                 $(python3 -c 'import nvidia.cublas, os; print(os.path.join(os.path.dirname(nvidia.cublas.__file__), "lib"))' 2>/dev/null); do
+            [ -d "$d" ] || continue
+            libs="$libs -L$d -Xlinker -rpath=$d"
+            if [ ! -e "$d/libcublas.so" ] && ls "$d"/libcublas.so.* >/dev/null 2>&1; then
+                libs="$libs $(ls "$d"/libcublas.so.[0-9]* | head -n1)"
+            fi
+        done
+        case $libs in *libcublas.so.*) cublas= ;; *) cublas=-lcublas ;; esac
+        objs="model_dims.o config.o kernels_f32.o kernels_f64.o cblas_naive.o probe.o cuda_kernels.o"
+        for t in test_cuda_kernels test_cuda_bench test_cuda_probe; do
+            # shellcheck disable=SC2086
+            "$NVCC" -o $t $t.o $objs $libs $cublas ${omp:+-Xcompiler $omp} -lm -lpthread -ldl
+        done
+    ) >>"$LOG" 2>&1 || { say "standalone build FAILED (see $LOG)"; tail -n 30 "$LOG"; return 1; }
+    TK="$b/test_cuda_kernels"; TB="$b/test_cuda_bench"; TP="$b/test_cuda_probe"
+    return 0
+}
+
+TK=; TB=; TP=; BUILT=
+case $MODE in
+    carried|auto)
+        if carried_ok; then
+            TK="$ROOT/tests/test_cuda_kernels"; TB="$ROOT/tests/test_cuda_bench"; BUILT=carried
+            # libtool wrappers hold absolute paths of the machine that built them: run the
+            # real binaries with our own library path
+            [ -x "$ROOT/tests/.libs/test_cuda_kernels" ] && TK="$ROOT/tests/.libs/test_cuda_kernels"
+            [ -x "$ROOT/tests/.libs/test_cuda_bench" ] && TB="$ROOT/tests/.libs/test_cuda_bench"
+            TP="$ROOT/tests/test_cuda_probe"
+            [ -x "$ROOT/tests/.libs/test_cuda_probe" ] && TP="$ROOT/tests/.libs/test_cuda_probe"
+            export LD_LIBRARY_PATH="$ROOT/.libs:$ROOT/.deps/starpu/lib:${LD_LIBRARY_PATH:-}"
+            say "build: using the carried autotools build (libbsipipe + tests/test_cuda_*)"
+        elif [ "$MODE" = carried ]; then
+            say "build: carried build not usable (missing, or shared libraries unresolved)"; exit 1
+        fi ;;
+esac
+if [ -z "$BUILT" ]; then
+    [ "$MODE" = auto ] && say "build: carried build not usable here; building standalone"
+    if standalone_build; then BUILT=standalone; else STATUS[build]=FAIL; fi
+fi
+[ -n "$BUILT" ] && STATUS[build]="ok ($BUILT, $((SECONDS - T0)) s)"
+if [ -z "$BUILT" ]; then
+    say "nothing to run"; exit 1
+fi
+
+# ---------------------------------------------------------------------------- 2. CPU side
+say "CPU side: reference computations of every kernel case"
+if "$TK" --cpu-only --large >>"$LOG" 2>&1; then
+    STATUS[cpu]="ok ($(tail -n 1 "$LOG" | sed -n 's/.*: \([0-9]*\) CPU reference.*/\1 tensors/p'))"
+else
+    STATUS[cpu]=FAIL
+fi
+say "CPU side: ${STATUS[cpu]}"
+
+# ---------------------------------------------------------------------------- 3. GPU
+have_gpu=1
+run_gpu() { # name, timeout, cmd...
+    local name=$1 to=$2; shift 2
+    say "GPU: $name: $*"
+    timeout "$to" "$@" 2>&1 | tee -a "$LOG"
+    local rc=${PIPESTATUS[0]}
+    case $rc in
+        0) STATUS[$name]=ok ;;
+        77) STATUS[$name]="skipped (no CUDA GPU found)"; have_gpu=0 ;;
+        124) STATUS[$name]="TIMEOUT after $to s" ;;
+        *) STATUS[$name]="FAIL (exit $rc)" ;;
+    esac
+}
+rm -f "$OUTDIR/kernels.tsv" "$OUTDIR/bench.tsv"
+run_gpu probe 60 "$TP"
+if [ $have_gpu = 1 ]; then
+    run_gpu kernels 300 "$TK" --mode all --large --table "$OUTDIR/kernels.tsv"
+else
+    STATUS[kernels]="skipped (no CUDA GPU found)"
+fi
+if [ $have_gpu = 1 ]; then
+    if [ $QUICK = 1 ]; then
+        run_gpu bench 240 "$TB" --table "$OUTDIR/bench.tsv"
+    else
+        run_gpu bench 240 "$TB" --full --table "$OUTDIR/bench.tsv"
+    fi
+else
+    STATUS[bench]="skipped (no CUDA GPU found)"
+fi
+
+# ---------------------------------------------------------------------------- 4. summary
+{
+    echo
+    echo "================ bsipipe device check: summary ================"
+    echo "GPU:        ${GPU_NAME:-none}"
+    echo "build:      ${STATUS[build]}"
+    echo "CPU side:   ${STATUS[cpu]}"
+    echo "probe:      ${STATUS[probe]}"
+    echo "kernels:    ${STATUS[kernels]}"
+    echo "bench:      ${STATUS[bench]}"
+    if [ -s "$OUTDIR/kernels.tsv" ]; then
+        echo
+        echo "per-kernel worst relative error (over configs and tensors):"
+        printf '%-24s %15s %15s %15s\n' kernel "fp32 (<1e-5)" "tf32 (<1e-2)" "bf16 (<1e-2)"
+        awk -F'\t' '{ key = $2 "\t" $1; e = ($5 ~ /nan/) ? -1 : $5 + 0;
+                      if (!(key in w) || e < 0 || (w[key] >= 0 && e > w[key])) w[key] = e;
+                      if ($7 != "ok") bad[key] = 1; names[$2] = 1 }
+             END { split("fp32 tf32 bf16", ms, " ");
+                   for (k in names) { printf "%-24s", k;
+                       for (i = 1; i <= 3; i++) { key = k "\t" ms[i];
+                           if (!(key in w)) printf " %15s", "-";
+                           else if (w[key] < 0) printf " %12s %-2s", "NaN", "!!";
+                           else printf " %12.2e %-2s", w[key], (key in bad) ? "!!" : "ok" }
+                       printf "\n" } }' "$OUTDIR/kernels.tsv" | sort
+    fi
+    if [ -s "$OUTDIR/bench.tsv" ]; then
+        echo
+        echo "block forward+backward (model FLOPs), hidden/heads/seq as given, k = 2:"
+        printf '%-6s %6s %6s %6s %9s %11s %9s %12s\n' gemm hidden heads seq fwd_ms fwdbwd_ms TFLOP/s of_bf16_gemm
+        awk -F'\t' '{ printf "%-6s %6d %6d %6d %9.2f %11.2f %9.2f %11.1f%%\n", $1, $2, $3, $4, $5, $6, $7, 100 * $8; r = $9 }
+                    END { if (r) printf "measured cublasGemmEx bf16 rate: %.1f TFLOP/s\n", r }' "$OUTDIR/bench.tsv"
+    fi
+    echo "total time: $((SECONDS - T0)) s; log: $LOG"
+} | tee -a "$LOG"
+
+fail=0
+for k in build cpu probe kernels bench; do
+    case ${STATUS[$k]:-FAIL} in ok*|skipped*) ;; *) fail=1 ;; esac
+done
+[ $fail = 1 ] && exit 1
+[ $have_gpu = 0 ] && exit 2
+exit 0

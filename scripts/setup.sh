@@ -14,7 +14,7 @@
 #   BSIPIPE_CONFIGURE_FLAGS      extra flags for bsipipe's ./configure
 #   BSIPIPE_SKIP_APT=1           skip step 1 (packages known to be present)
 #   BSIPIPE_SKIP_BUILD=1         skip step 3 (only prepare dependencies)
-#   STARPU_CUDA=1                [HOOK, not implemented yet] build StarPU with CUDA (see below)
+#   STARPU_CUDA=auto|1|0         StarPU with CUDA: auto (default) = when nvcc is found (see below)
 #   JOBS                         parallel make jobs (default: nproc)
 set -euo pipefail
 
@@ -124,7 +124,11 @@ APT_OPTS=(
 )
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
+# Blocking drivers: an idle worker sleeps instead of polling. Devices are
+# often more numerous than cores here (emulated runs put 16 on 2), and polling
+# workers starve the ones that have work.
 STARPU_CONFIGURE_OPTS=(
+    --enable-blocking-drivers
     --enable-maxcpus=64
     --with-fxt
     --enable-mpi
@@ -140,20 +144,39 @@ STARPU_CONFIGURE_OPTS=(
     --disable-leveldb
 )
 
-# ---- HOOK: CUDA-enabled StarPU ---------------------------------------------------------------
-# A later issue builds StarPU 1.3.10 against CUDA 13. It needs three source fixes (see
-# DESIGN.md §7: computeMode guard, cublas_v2.h in driver_cuda.h, no legacy cublasInit/Shutdown/
-# SetKernelStream in starpu_cublas.c). Put them as *.patch into scripts/starpu-patches/, then
-# set STARPU_CUDA=1: the patches are applied after unpacking and --enable-cuda replaces
-# --disable-cuda. The stamp includes both, so flipping the switch rebuilds StarPU.
-STARPU_CUDA=${STARPU_CUDA:-0}
+# ---- CUDA-enabled StarPU (issue 7; docs/cuda.md) ---------------------------------------------
+# StarPU 1.3.10 builds against CUDA 13 after three source fixes (DESIGN.md §7: computeMode
+# guard, cublas_v2.h in driver_cuda.h, no legacy cublasInit/Shutdown/SetKernelStream in
+# starpu_cublas.c), kept as scripts/starpu-patches/*.patch and applied after unpacking.
+#   STARPU_CUDA=auto (default)  CUDA when nvcc is found (PATH, $STARPU_CUDA_DIR/bin or
+#                               /usr/local/cuda/bin), else CPU-only. Such a build links only
+#                               the CUDA runtime libraries, so it also runs on machines without
+#                               a GPU (0 CUDA workers): one build serves both.
+#   STARPU_CUDA=1 / 0           force with / without CUDA.
+#   STARPU_CUDA_DIR=DIR         the CUDA toolkit (passed as --with-cuda-dir when nvcc is not
+#                               in PATH or when set explicitly).
+# The stamp includes the options and the patches' checksum, so a change rebuilds StarPU.
+STARPU_CUDA=${STARPU_CUDA:-auto}
 STARPU_PATCH_DIR="$ROOT/scripts/starpu-patches"
+starpu_nvcc=$(command -v nvcc 2>/dev/null || true)
+starpu_cuda_dir=${STARPU_CUDA_DIR:-}
+if [ -z "$starpu_nvcc" ]; then
+    for c in ${STARPU_CUDA_DIR:-} /usr/local/cuda; do
+        if [ -x "$c/bin/nvcc" ]; then starpu_nvcc="$c/bin/nvcc"; starpu_cuda_dir=$c; break; fi
+    done
+fi
+case "$STARPU_CUDA" in
+    auto) if [ -n "$starpu_nvcc" ]; then STARPU_CUDA=1; else STARPU_CUDA=0; fi ;;
+    1) [ -n "$starpu_nvcc" ] || { echo "[setup] STARPU_CUDA=1 but no nvcc found (set STARPU_CUDA_DIR)" >&2; exit 1; } ;;
+    0) ;;
+    *) echo "[setup] STARPU_CUDA must be auto, 1 or 0 (got '$STARPU_CUDA')" >&2; exit 1 ;;
+esac
 if [ "$STARPU_CUDA" = 1 ]; then
-    STARPU_CUDA_OPTS=(--enable-cuda ${STARPU_CUDA_DIR:+--with-cuda-dir="$STARPU_CUDA_DIR"})
+    STARPU_CUDA_OPTS=(--enable-cuda ${starpu_cuda_dir:+--with-cuda-dir="$starpu_cuda_dir"})
 else
     STARPU_CUDA_OPTS=(--disable-cuda)
 fi
-# ---- end of HOOK ----------------------------------------------------------------------------
+# ---- end of CUDA part ------------------------------------------------------------------------
 
 starpu_patches_sig() {
     if [ "$STARPU_CUDA" = 1 ] && [ -d "$STARPU_PATCH_DIR" ]; then
@@ -214,6 +237,11 @@ else
         || die "StarPU configure did not enable MPI (see .deps/logs/starpu-configure.log)"
     grep -q '^#define STARPU_MAXCPUS 64' "$STARPU_BUILD/src/common/config.h" \
         || die "StarPU configure did not set STARPU_MAXCPUS=64"
+    if [ "$STARPU_CUDA" = 1 ]; then
+        grep -q '^#define STARPU_USE_CUDA 1' "$STARPU_BUILD/src/common/config.h" \
+            || die "StarPU configure did not enable CUDA (see .deps/logs/starpu-configure.log)"
+        msg "   StarPU with CUDA ($starpu_nvcc); patches: $(ls "$STARPU_PATCH_DIR"/*.patch | wc -l)"
+    fi
     (cd "$STARPU_BUILD" && run_logged starpu-make make -j"$JOBS")
     (cd "$STARPU_BUILD" && run_logged starpu-install make install)
     for t in starpu_machine_display starpu_fxt_tool; do

@@ -6,9 +6,10 @@
  * (normwise relative); NaN or Inf never passes. Tolerances: 1e-5 with fp32 matrix products,
  * 1e-2 with bf16 (CUBLAS_COMPUTE_32F_FAST_16BF) and tf32.
  *
- *   tests/test_cuda_kernels [--mode fp32|tf32|bf16|all] [--table FILE] [--cpu-only]
+ *   tests/test_cuda_kernels [--mode fp32|tf32|bf16|all] [--table FILE] [--cpu-only] [--large]
  * Default mode: fp32 and bf16. --table also writes the table (TSV) to FILE. --cpu-only runs
- * only the CPU side (reference computations of every case) and needs no GPU.
+ * only the CPU side (reference computations of every case) and needs no GPU. --large adds
+ * two cases at the benchmark's layer shapes (hidden 1280; the device check uses it).
  * Exit: 0 pass, 1 a tensor over tolerance, 77 no CUDA GPU (or built without CUDA),
  * 99 a CUDA/API error. */
 #include <math.h>
@@ -50,7 +51,7 @@ int main(void)
 
 /* --cpu-only (no GPU needed): run every CPU reference computation of the cases, skip the
  * CUDA calls and the comparisons; the device check's dry run uses it. */
-static int g_gpu = 1, g_cpu_cases;
+static int g_gpu = 1, g_cpu_cases, g_large;
 #define GCHECK(call)                                                                        \
     do {                                                                                    \
         if (g_gpu)                                                                          \
@@ -99,13 +100,6 @@ static float *rnd(long n, double scale)
     fill(p, n, scale);
     return p;
 }
-static float *dup(const float *src, long n)
-{
-    float *p = xalloc(sizeof(float) * (size_t)n);
-    memcpy(p, src, sizeof(float) * (size_t)n);
-    return p;
-}
-
 static float *up(const float *h, long n)
 {
     float *d = NULL;
@@ -447,7 +441,13 @@ static void run_mode(bsipipe_cuda_gemm_mode_t mode)
         {"gpt-hd40", {BSIPIPE_MODEL_GPT, 1, 160, 4, 640, 64, 80}, 33},
         {"llama-hd128", {BSIPIPE_MODEL_LLAMA, 1, 256, 2, 256, 50, 72}, 31},
     };
-    GCHECK(bsipipe_cuda_set_gemm_mode(mode));
+    /* --large: the bench's layer shapes (hidden 1280, 32 heads of 40; LLaMA with heads of
+     * 128) on a short sequence, so that the GPU runs many blocks and key tiles */
+    static const struct cfg large[] = {
+        {"gpt-1280", {BSIPIPE_MODEL_GPT, 1, 1280, 32, 5120, 512, 320}, 190},
+        {"llama-1280", {BSIPIPE_MODEL_LLAMA, 1, 1280, 10, 3456, 512, 256}, 150},
+    };
+    CHECK(bsipipe_cuda_set_gemm_mode(mode)); /* host-side only: works without a GPU */
     g_mode = bsipipe_cuda_gemm_mode_name(mode);
     g_tol = mode == BSIPIPE_CUDA_GEMM_FP32 ? 1e-5 : 1e-2;
     printf("\n== matrix products: %s (tolerance %.0e) ==\n", g_mode, g_tol);
@@ -460,6 +460,8 @@ static void run_mode(bsipipe_cuda_gemm_mode_t mode)
     run_attention(2, 64, 100, 1);
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++)
         run_cfg(&cfgs[i]);
+    for (size_t i = 0; g_large && i < sizeof large / sizeof large[0]; i++)
+        run_cfg(&large[i]);
     run_optimizer();
 }
 
@@ -473,8 +475,10 @@ int main(int argc, char **argv)
             table = argv[++i];
         else if (!strcmp(argv[i], "--cpu-only"))
             g_gpu = 0;
+        else if (!strcmp(argv[i], "--large"))
+            g_large = 1;
         else {
-            fprintf(stderr, "usage: %s [--mode fp32|tf32|bf16|all] [--table FILE] [--cpu-only]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--mode fp32|tf32|bf16|all] [--table FILE] [--cpu-only] [--large]\n", argv[0]);
             return 99;
         }
     }

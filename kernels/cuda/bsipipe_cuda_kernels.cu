@@ -15,6 +15,14 @@ extern "C" {
 
 #define IX(i, j, ld) ((size_t)(i) * (size_t)(ld) + (size_t)(j))
 
+/* Launches and dynamic shared memory through macros, so that this file also builds as C++
+ * against the CPU emulation in kernels/cuda/emu/ (tests/test_cuda_emu.sh), which defines
+ * them itself. */
+#ifndef BSIPIPE_CUDA_EMU
+#define BSIPIPE_DYN_SHARED(T, name) extern __shared__ T name[]
+#define BSIPIPE_LAUNCH(k, g, b, sm, s, ...) k<<<(g), (b), (sm), (s)>>>(__VA_ARGS__)
+#endif
+
 namespace {
 
 /* ------------------------------------------------------------ error plumbing */
@@ -220,17 +228,17 @@ __global__ void k_norm_bwd_w(int n, int d, const float *x, const float *st, cons
 static int norm_fwd(cudaStream_t s, int n, int d, const float *x, const float *w,
                     const float *b, float *y, float *st)
 {
-    k_norm_fwd<<<n, NORM_NT, 0, s>>>(n, d, x, w, b, y, st);
+    BSIPIPE_LAUNCH(k_norm_fwd, n, NORM_NT, 0, s, n, d, x, w, b, y, st);
     return launched();
 }
 
 static int norm_bwd(cudaStream_t s, int n, int d, const float *x, const float *w, int has_b,
                     const float *st, const float *dy, float *dx, float *dw, float *db, int acc)
 {
-    k_norm_bwd_dx<<<n, NORM_NT, 0, s>>>(n, d, x, w, has_b, st, dy, dx, acc);
+    BSIPIPE_LAUNCH(k_norm_bwd_dx, n, NORM_NT, 0, s, n, d, x, w, has_b, st, dy, dx, acc);
     RC_TRY(launched());
     dim3 g((unsigned)((d + 31) / 32), (unsigned)((n + NORM_ROWS - 1) / NORM_ROWS));
-    k_norm_bwd_w<<<g, dim3(32, 8), 0, s>>>(n, d, x, st, dy, dw, has_b ? db : NULL);
+    BSIPIPE_LAUNCH(k_norm_bwd_w, g, dim3(32, 8), 0, s, n, d, x, st, dy, dw, has_b ? db : NULL);
     return launched();
 }
 
@@ -329,7 +337,7 @@ __global__ void k_att_fwd(int hd, int start, int len, const float *q, int ldq,
                           const float *k, const float *v, int ldk, float *o, int ldo,
                           float *lse, float scale)
 {
-    extern __shared__ float sm[];
+    BSIPIPE_DYN_SHARED(float, sm);
     int hdp = hd + 1, h = blockIdx.y, i0 = blockIdx.x * AT_B;
     int nq = min(AT_B, len - i0), kend = start + i0 + nq;
     float *Qs = sm, *KVs = Qs + AT_B * hdp, *Ss = KVs + AT_B * hdp;
@@ -456,7 +464,7 @@ __global__ void k_att_bwd_dkdv(int hd, int start, int len, const float *q, int l
                                int ldo, const float *lse, const float *dvec, float *dk,
                                float *dv, float scale)
 {
-    extern __shared__ float sm[];
+    BSIPIPE_DYN_SHARED(float, sm);
     int hdp = hd + 1, h = blockIdx.y, j0 = blockIdx.x * AT_B, nkeys = start + len;
     int nk = min(AT_B, nkeys - j0), t = threadIdx.x;
     float *Ks = sm, *Vs = Ks + AT_B * hdp, *Qs = Vs + AT_B * hdp, *dOs = Qs + AT_B * hdp;
@@ -513,7 +521,7 @@ __global__ void k_att_bwd_dq(int hd, int start, int len, const float *q, int ldq
                              const float *lse, const float *dvec, float *dq, int lddq,
                              float scale)
 {
-    extern __shared__ float sm[];
+    BSIPIPE_DYN_SHARED(float, sm);
     int hdp = hd + 1, h = blockIdx.y, i0 = blockIdx.x * AT_B, t = threadIdx.x;
     int nq = min(AT_B, len - i0), kend = start + i0 + nq;
     float *Ks = sm, *Vs = Ks + AT_B * hdp, *Qs = Vs + AT_B * hdp, *dOs = Qs + AT_B * hdp;
@@ -722,7 +730,7 @@ static void wst_layout(const bsipipe_model_dims_t *dm, int len, wst_off *o)
 static int rope(cudaStream_t s, int n, int H, int hd, int pos0, float *x, int ld, int dir)
 {
     size_t tot = (size_t)n * (hd / 2) * H;
-    k_rope<<<nblocks(tot, 256), 256, 0, s>>>(n, H, hd, pos0, x, ld, dir);
+    BSIPIPE_LAUNCH(k_rope, nblocks(tot, 256), 256, 0, s, n, H, hd, pos0, x, ld, dir);
     return launched();
 }
 
@@ -730,9 +738,9 @@ static int act_fwd(cudaStream_t s, bool llama, int n, int f, const float *a1, fl
 {
     size_t tot = (size_t)n * f;
     if (llama)
-        k_swiglu_fwd<<<nblocks(tot, 256), 256, 0, s>>>(n, f, a1, a2);
+        BSIPIPE_LAUNCH(k_swiglu_fwd, nblocks(tot, 256), 256, 0, s, n, f, a1, a2);
     else
-        k_gelu_fwd<<<nblocks(tot, 256), 256, 0, s>>>(tot, a1, a2);
+        BSIPIPE_LAUNCH(k_gelu_fwd, nblocks(tot, 256), 256, 0, s, tot, a1, a2);
     return launched();
 }
 
@@ -741,9 +749,9 @@ static int act_bwd(cudaStream_t s, bool llama, int n, int f, const float *a1, co
 {
     size_t tot = (size_t)n * f;
     if (llama)
-        k_swiglu_bwd<<<nblocks(tot, 256), 256, 0, s>>>(n, f, a1, da2, da1);
+        BSIPIPE_LAUNCH(k_swiglu_bwd, nblocks(tot, 256), 256, 0, s, n, f, a1, da2, da1);
     else
-        k_gelu_bwd<<<nblocks(tot, 256), 256, 0, s>>>(tot, a1, da2, da1);
+        BSIPIPE_LAUNCH(k_gelu_bwd, nblocks(tot, 256), 256, 0, s, tot, a1, da2, da1);
     return launched();
 }
 
@@ -962,7 +970,7 @@ extern "C" int bsipipe_cuda_embed_forward(const bsipipe_model_dims_t *d, const f
         return -EINVAL;
     bsipipe__embed_off(d, &eo);
     size_t tot = (size_t)len * d->hidden;
-    k_embed_fwd<<<nblocks(tot, 256), 256, 0, s>>>(d->hidden, d->vocab, embed + eo.wte,
+    BSIPIPE_LAUNCH(k_embed_fwd, nblocks(tot, 256), 256, 0, s, d->hidden, d->vocab, embed + eo.wte,
                                                   eo.wpe >= 0 ? embed + eo.wpe : NULL, tokens,
                                                   start, len, x_out);
     return launched();
@@ -978,7 +986,7 @@ extern "C" int bsipipe_cuda_embed_backward(const bsipipe_model_dims_t *d, float 
         return -EINVAL;
     bsipipe__embed_off(d, &eo);
     size_t tot = (size_t)len * d->hidden;
-    k_embed_bwd<<<nblocks(tot, 256), 256, 0, s>>>(d->hidden, d->vocab, embed_grad + eo.wte,
+    BSIPIPE_LAUNCH(k_embed_bwd, nblocks(tot, 256), 256, 0, s, d->hidden, d->vocab, embed_grad + eo.wte,
                                                   eo.wpe >= 0 ? embed_grad + eo.wpe : NULL,
                                                   tokens, start, len, dx);
     return launched();
@@ -995,7 +1003,7 @@ extern "C" int bsipipe_cuda_attention_forward(int n_heads, int head_dim, int sta
     size_t sm = att_fwd_smem(head_dim);
     RC_TRY(allow_smem(k_att_fwd, sm));
     dim3 grid((unsigned)((len + AT_B - 1) / AT_B), (unsigned)n_heads);
-    k_att_fwd<<<grid, AT_NT, sm, s>>>(head_dim, start, len, q, ldq, k, v, ldk, o, ldo, lse,
+    BSIPIPE_LAUNCH(k_att_fwd, grid, AT_NT, sm, s, head_dim, start, len, q, ldq, k, v, ldk, o, ldo, lse,
                                       (float)(1.0 / sqrt((double)head_dim)));
     return launched();
 }
@@ -1018,7 +1026,7 @@ extern "C" int bsipipe_cuda_attention_backward(int n_heads, int head_dim, int st
     }
     float scale = (float)(1.0 / sqrt((double)head_dim));
     size_t sm = att_bwd_smem(head_dim);
-    k_att_dvec<<<nblocks(nd, 256), 256, 0, s>>>(n_heads, head_dim, len, o, do_, ldo, dvec);
+    BSIPIPE_LAUNCH(k_att_dvec, nblocks(nd, 256), 256, 0, s, n_heads, head_dim, len, o, do_, ldo, dvec);
     rc = launched();
     if (!rc)
         rc = allow_smem(k_att_bwd_dkdv, sm);
@@ -1026,13 +1034,13 @@ extern "C" int bsipipe_cuda_attention_backward(int n_heads, int head_dim, int st
         rc = allow_smem(k_att_bwd_dq, sm);
     if (!rc) {
         dim3 gk((unsigned)((start + len + AT_B - 1) / AT_B), (unsigned)n_heads);
-        k_att_bwd_dkdv<<<gk, AT_NT, sm, s>>>(head_dim, start, len, q, ldq, k, v, ldk, do_, ldo,
+        BSIPIPE_LAUNCH(k_att_bwd_dkdv, gk, AT_NT, sm, s, head_dim, start, len, q, ldq, k, v, ldk, do_, ldo,
                                              lse, dvec, dk, dv, scale);
         rc = launched();
     }
     if (!rc) {
         dim3 gq((unsigned)((len + AT_B - 1) / AT_B), (unsigned)n_heads);
-        k_att_bwd_dq<<<gq, AT_NT, sm, s>>>(head_dim, start, len, q, ldq, k, v, ldk, do_, ldo,
+        BSIPIPE_LAUNCH(k_att_bwd_dq, gq, AT_NT, sm, s, head_dim, start, len, q, ldq, k, v, ldk, do_, ldo,
                                            lse, dvec, dq, lddq, scale);
         rc = launched();
     }
@@ -1132,7 +1140,7 @@ extern "C" int bsipipe_cuda_head_forward(const bsipipe_model_dims_t *d, const fl
         RC_TRY(copy_d2d(logits, lgt, (size_t)len * d->vocab, s));
     if (targets && loss) {
         CU_TRY(cudaMemsetAsync(loss, 0, sizeof(double), s));
-        k_ce<<<len, CE_NT, 0, s>>>(d->vocab, lgt, targets, 0.0, 0, loss);
+        BSIPIPE_LAUNCH(k_ce, len, CE_NT, 0, s, d->vocab, lgt, targets, 0.0, 0, loss);
         RC_TRY(launched());
     }
     return 0;
@@ -1156,7 +1164,7 @@ extern "C" int bsipipe_cuda_head_forward_backward(const bsipipe_model_dims_t *d,
     bsipipe__head_off(d, &ho);
     RC_TRY(head_logits(d, head, len, x, work, &xn, &lgt, &st, s, hb));
     CU_TRY(cudaMemsetAsync(loss, 0, sizeof(double), s));
-    k_ce<<<len, CE_NT, 0, s>>>(V, lgt, targets, grad_scale, 1, loss);
+    BSIPIPE_LAUNCH(k_ce, len, CE_NT, 0, s, V, lgt, targets, grad_scale, 1, loss);
     RC_TRY(launched());
     RC_TRY(lin_bwd_w(hb, len, V, h, lgt, V, xn, h, head_grad + ho.wlm, h));
     RC_TRY(lin_bwd_x(hb, len, V, h, lgt, V, head + ho.wlm, h, 0.0f, xn, h));
@@ -1174,7 +1182,7 @@ extern "C" int bsipipe_cuda_sumsq(long n, const float *g, double *out, cudaStrea
     unsigned nb = nblocks((size_t)n, 256);
     if (nb > 4096)
         nb = 4096;
-    k_sumsq<<<nb, 256, 0, s>>>(n, g, out);
+    BSIPIPE_LAUNCH(k_sumsq, nb, 256, 0, s, n, g, out);
     return launched();
 }
 
@@ -1189,7 +1197,7 @@ extern "C" int bsipipe_cuda_adamw_update(const bsipipe_adamw_t *hp, long t, long
     double bc1 = 1.0 - pow(hp->beta1, (double)t), bc2 = 1.0 - pow(hp->beta2, (double)t);
     float step = (float)(hp->lr / bc1), bc2s = (float)sqrt(bc2);
     float dec = (float)(1.0 - hp->lr * (decay ? hp->weight_decay : 0.0));
-    k_adamw<<<nblocks((size_t)n, 256), 256, 0, s>>>(n, p, g, (float)grad_mul,
+    BSIPIPE_LAUNCH(k_adamw, nblocks((size_t)n, 256), 256, 0, s, n, p, g, (float)grad_mul,
                                                      grad_mul != 1.0, dec, (float)hp->beta1,
                                                      (float)hp->beta2, step, bc2s,
                                                      (float)hp->eps, m, v);

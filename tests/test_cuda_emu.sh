@@ -1,0 +1,38 @@
+#!/bin/sh
+# tests/test_cuda_emu.sh — runs tests/test_cuda_kernels.c against the CUDA kernels compiled
+# for the CPU: kernels/cuda/bsipipe_cuda_kernels.cu is built as C++ with the emulated CUDA
+# runtime, launches and cuBLAS of kernels/cuda/emu/ (blocks one after another, threads as
+# fibers, so __syncthreads / __shfl_xor_sync keep their meaning; device memory starts as NaN).
+# This checks the kernels' indexing, tiling, masking and buffer layouts on a machine without
+# a GPU (it says nothing about speed, races between blocks or real-GPU rounding).
+# Needs only a C and a C++ compiler; skips (77) without g++.
+#   BSIPIPE_CUDA_EMU_MODE=fp32|bf16|tf32|all   (default fp32)
+set -eu
+top=${top_srcdir:-$(cd "$(dirname "$0")/.." && pwd)}
+CC=${CC:-gcc}
+CXX=${CXX:-g++}
+if ! command -v "$CXX" >/dev/null 2>&1; then
+    echo "SKIP: no C++ compiler ($CXX) for the CUDA emulation build"
+    exit 77
+fi
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/bsipipe-cuda-emu.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+emu="$top/kernels/cuda/emu"
+warn="-Wall -Wextra -Werror"
+cflags="-O2 $warn -I$emu -I$top/kernels/cuda/devcheck -I$top"
+echo "building the CUDA kernels for the CPU emulation in $tmp"
+$CXX -std=c++17 $cflags -x c++ -c "$top/kernels/cuda/bsipipe_cuda_kernels.cu" -o "$tmp/cuda_kernels.o" &
+$CXX -std=c++17 $cflags -c "$emu/cuda_emu.cc" -o "$tmp/cuda_emu.o" &
+for f in kernels/cpu/model_dims.c kernels/cpu/config.c kernels/cpu/kernels_f32.c \
+         kernels/cpu/kernels_f64.c kernels/cuda/devcheck/cblas_naive.c \
+         kernels/cuda/emu/probe_emu.c; do
+    $CC -std=gnu11 $cflags -c "$top/$f" -o "$tmp/$(basename "$f" .c).o"
+done
+$CC -std=gnu11 $cflags -DBSIPIPE_HAVE_CUDA=1 -c "$top/tests/test_cuda_kernels.c" -o "$tmp/test.o"
+wait
+for o in cuda_kernels cuda_emu; do
+    [ -s "$tmp/$o.o" ] || { echo "FAIL: compiling $o for the emulation"; exit 1; }
+done
+$CXX -o "$tmp/test_cuda_kernels_emu" "$tmp"/*.o -lm -lpthread -ldl
+echo "running tests/test_cuda_kernels on the emulated GPU"
+"$tmp/test_cuda_kernels_emu" --mode "${BSIPIPE_CUDA_EMU_MODE:-fp32}"
