@@ -214,6 +214,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "bsipipe-train: unexpected argument '%s'; see --help\n", argv[optind]);
         return 2;
     }
+    if (ckpt && emulate) {
+        fprintf(stderr, "bsipipe-train: --checkpoint with --emulate would save parameters nothing computed; "
+                        "drop one of them\n");
+        return 2;
+    }
     if (resume && !ckpt) {
         fprintf(stderr, "bsipipe-train: --resume needs --checkpoint DIR (where the checkpoint is)\n");
         return 2;
