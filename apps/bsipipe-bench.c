@@ -2,6 +2,7 @@
  * data, in one process, interleaved A B C A B C ... over repetitions; each
  * measurement next to the planner's prediction. Prints Markdown tables and
  * writes CSV and an SVG bar chart (docs/benchmarks.md). */
+#include "apps/cli.h"
 #include "tasks/bsipipe_engine.h"
 #include "graph/bsipipe_error.h"
 #include "graph/bsipipe_sim.h"
@@ -54,31 +55,6 @@ static void usage(FILE *out)
 "  --csv FILE        one row per (configuration, schedule)\n"
 "  --svg FILE        bar chart of tokens/s (median, min-max whiskers)\n"
 "  -h, --help\n", out);
-}
-
-static int parse_int(const char *opt, const char *arg, int lo, int hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(arg, &end, 10);
-    if (*arg == '\0' || *end != '\0' || errno || v < lo || v > hi) {
-        fprintf(stderr, PROG ": %s expects an integer in %d..%d, got '%s'\n", opt, lo, hi, arg);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
-}
-
-static int parse_double(const char *opt, const char *arg, double lo, double hi, double *out)
-{
-    char *end;
-    double v = strtod(arg, &end);
-    if (*arg == '\0' || *end != '\0' || !(v >= lo && v <= hi)) {
-        fprintf(stderr, PROG ": %s expects a number in %g..%g, got '%s'\n", opt, lo, hi, arg);
-        return -1;
-    }
-    *out = v;
-    return 0;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -526,13 +502,13 @@ int main(int argc, char **argv)
         switch (c) {
         case 'h': usage(stdout); return 0;
         case O_SCHEDS: schedules = optarg; break;
-        case O_REPS: bad = parse_int("--reps", optarg, 1, 1000, &reps); break;
-        case O_WARMUP: bad = parse_int("--warmup", optarg, 0, 1000, &warmup); break;
-        case O_ITERS: bad = parse_int("--iters", optarg, 1, 1000, &iters); break;
-        case O_W: bad = parse_int("--w", optarg, 1, 64, &w); set_w = 1; break;
-        case O_P: bad = parse_int("--p", optarg, 1, 64, &p); break;
-        case O_K: bad = parse_int("--k", optarg, 1, 4096, &k); break;
-        case O_M: bad = parse_int("--m", optarg, 1, 4096, &m); set_m = 1; break;
+        case O_REPS: bad = cli_parse_int(PROG, "--reps", optarg, 1, 1000, &reps); break;
+        case O_WARMUP: bad = cli_parse_int(PROG, "--warmup", optarg, 0, 1000, &warmup); break;
+        case O_ITERS: bad = cli_parse_int(PROG, "--iters", optarg, 1, 1000, &iters); break;
+        case O_W: bad = cli_parse_int(PROG, "--w", optarg, 1, 64, &w); set_w = 1; break;
+        case O_P: bad = cli_parse_int(PROG, "--p", optarg, 1, 64, &p); break;
+        case O_K: bad = cli_parse_int(PROG, "--k", optarg, 1, 4096, &k); break;
+        case O_M: bad = cli_parse_int(PROG, "--m", optarg, 1, 4096, &m); set_m = 1; break;
         case O_POLICY: policy = optarg; break;
         case O_COMM:
             if (bsipipe_comm_order_parse(optarg, &comm) < 0) {
@@ -540,20 +516,20 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
-        case O_WATCHDOG: bad = parse_double("--watchdog", optarg, 0.01, 86400, &watchdog); set_watchdog = 1; break;
+        case O_WATCHDOG: bad = cli_parse_double(PROG, "--watchdog", optarg, 0.01, 86400, &watchdog); set_watchdog = 1; break;
         case O_MODEL:
             if (strcmp(optarg, "gpt") == 0) dims.family = BSIPIPE_MODEL_GPT;
             else if (strcmp(optarg, "llama") == 0) dims.family = BSIPIPE_MODEL_LLAMA;
             else { fprintf(stderr, PROG ": --model expects 'gpt' or 'llama', got '%s'\n", optarg); return 2; }
             break;
-        case O_LAYERS: bad = parse_int("--layers", optarg, 1, 4096, &dims.n_layers); set_layers = 1; break;
-        case O_HIDDEN: bad = parse_int("--hidden", optarg, 1, 65536, &dims.hidden); break;
-        case O_HEADS: bad = parse_int("--heads", optarg, 1, 4096, &dims.n_heads); break;
-        case O_FFN: bad = parse_int("--ffn", optarg, 1, 1 << 20, &dims.ffn_hidden); break;
-        case O_SEQ: bad = parse_int("--seq", optarg, 1, 1 << 20, &dims.seq_len); set_seq = 1; break;
-        case O_SEED: bad = parse_int("--seed", optarg, 0, 1 << 30, &seed); break;
+        case O_LAYERS: bad = cli_parse_int(PROG, "--layers", optarg, 1, 4096, &dims.n_layers); set_layers = 1; break;
+        case O_HIDDEN: bad = cli_parse_int(PROG, "--hidden", optarg, 1, 65536, &dims.hidden); break;
+        case O_HEADS: bad = cli_parse_int(PROG, "--heads", optarg, 1, 4096, &dims.n_heads); break;
+        case O_FFN: bad = cli_parse_int(PROG, "--ffn", optarg, 1, 1 << 20, &dims.ffn_hidden); break;
+        case O_SEQ: bad = cli_parse_int(PROG, "--seq", optarg, 1, 1 << 20, &dims.seq_len); set_seq = 1; break;
+        case O_SEED: bad = cli_parse_int(PROG, "--seed", optarg, 0, 1 << 30, &seed); break;
         case O_EMULATE: emulate = 1; break;
-        case O_TFLOPS: bad = parse_double("--device-tflops", optarg, 1e-6, 1e6, &tflops); break;
+        case O_TFLOPS: bad = cli_parse_double(PROG, "--device-tflops", optarg, 1e-6, 1e6, &tflops); break;
         case O_PRESET: preset = optarg; break;
         case O_CSV: csv = optarg; break;
         case O_SVG: svg = optarg; break;

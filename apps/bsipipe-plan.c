@@ -1,6 +1,7 @@
 /* bsipipe-plan: the planner on the command line. Builds the schedules of a
  * configuration, simulates them, prints a comparison table, draws one
  * schedule in the terminal and as SVG, or exports it as JSON. */
+#include "apps/cli.h"
 #include "graph/bsipipe_draw.h"
 #include "graph/bsipipe_error.h"
 #include "graph/bsipipe_sim.h"
@@ -53,19 +54,6 @@ static int die(const char *what)
 {
     fprintf(stderr, "bsipipe-plan: %s\n", what);
     return 2;
-}
-
-/* Strict positive integer option. */
-static int parse_int(const char *opt, const char *arg, int lo, int hi, int *out)
-{
-    char *end;
-    long v = strtol(arg, &end, 10);
-    if (*arg == '\0' || *end != '\0' || v < lo || v > hi) {
-        fprintf(stderr, "bsipipe-plan: %s expects an integer in %d..%d, got '%s'\n", opt, lo, hi, arg);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
 }
 
 typedef struct options {
@@ -286,11 +274,11 @@ int main(int argc, char **argv)
             else if (bsipipe_schedule_kind_parse(optarg, &o.kind) < 0) return die(bsipipe_error_detail());
             else o.all = 0;
             break;
-        case O_W: bad |= parse_int("--w", optarg, 1, 4096, &o.w); o.set_w = 1; break;
-        case O_P: bad |= parse_int("--p", optarg, 1, 64, &o.p); o.set_p = 1; break;
-        case O_K: bad |= parse_int("--k", optarg, 1, 65536, &o.k); o.set_k = 1; break;
-        case O_M: bad |= parse_int("--m", optarg, 1, 1 << 20, &o.m); o.set_m = 1; break;
-        case O_TP: bad |= parse_int("--tp", optarg, 1, 1024, &o.tp); break;
+        case O_W: bad |= cli_parse_int("bsipipe-plan", "--w", optarg, 1, 4096, &o.w); o.set_w = 1; break;
+        case O_P: bad |= cli_parse_int("bsipipe-plan", "--p", optarg, 1, 64, &o.p); o.set_p = 1; break;
+        case O_K: bad |= cli_parse_int("bsipipe-plan", "--k", optarg, 1, 65536, &o.k); o.set_k = 1; break;
+        case O_M: bad |= cli_parse_int("bsipipe-plan", "--m", optarg, 1, 1 << 20, &o.m); o.set_m = 1; break;
+        case O_TP: bad |= cli_parse_int("bsipipe-plan", "--tp", optarg, 1, 1024, &o.tp); break;
         case O_PART:
             if (strcmp(optarg, "balanced") == 0) o.partition = BSIPIPE_PARTITION_BALANCED;
             else if (strcmp(optarg, "even") == 0) o.partition = BSIPIPE_PARTITION_EVEN;
@@ -303,12 +291,12 @@ int main(int argc, char **argv)
             else if (strcmp(optarg, "llama") == 0) o.dims.family = BSIPIPE_MODEL_LLAMA;
             else return die("--model expects 'gpt' or 'llama'");
             break;
-        case O_LAYERS: bad |= parse_int("--layers", optarg, 1, 65536, &o.dims.n_layers); break;
-        case O_HIDDEN: bad |= parse_int("--hidden", optarg, 1, 1 << 20, &o.dims.hidden); break;
-        case O_HEADS: bad |= parse_int("--heads", optarg, 1, 1 << 20, &o.dims.n_heads); break;
-        case O_FFN: bad |= parse_int("--ffn", optarg, 1, 1 << 22, &o.dims.ffn_hidden); ffn_set = 1; break;
-        case O_VOCAB: bad |= parse_int("--vocab", optarg, 2, 1 << 24, &o.dims.vocab); break;
-        case O_SEQ: bad |= parse_int("--seq", optarg, 1, 1 << 24, &o.dims.seq_len); break;
+        case O_LAYERS: bad |= cli_parse_int("bsipipe-plan", "--layers", optarg, 1, 65536, &o.dims.n_layers); break;
+        case O_HIDDEN: bad |= cli_parse_int("bsipipe-plan", "--hidden", optarg, 1, 1 << 20, &o.dims.hidden); break;
+        case O_HEADS: bad |= cli_parse_int("bsipipe-plan", "--heads", optarg, 1, 1 << 20, &o.dims.n_heads); break;
+        case O_FFN: bad |= cli_parse_int("bsipipe-plan", "--ffn", optarg, 1, 1 << 22, &o.dims.ffn_hidden); ffn_set = 1; break;
+        case O_VOCAB: bad |= cli_parse_int("bsipipe-plan", "--vocab", optarg, 2, 1 << 24, &o.dims.vocab); break;
+        case O_SEQ: bad |= cli_parse_int("bsipipe-plan", "--seq", optarg, 1, 1 << 24, &o.dims.seq_len); break;
         case O_COST:
             if (strcmp(optarg, "unit") == 0) o.unit_cost = 1;
             else if (strcmp(optarg, "flops") == 0) o.unit_cost = 0;
@@ -320,7 +308,7 @@ int main(int argc, char **argv)
             if (*end || !(o.tflops > 0 && o.tflops < 1e6)) return die("--device-tflops expects a positive number");
             break;
         }
-        case O_DPN: bad |= parse_int("--devices-per-node", optarg, 1, 4096, &o.dpn); break;
+        case O_DPN: bad |= cli_parse_int("bsipipe-plan", "--devices-per-node", optarg, 1, 4096, &o.dpn); break;
         case O_PRESET:
             if (strcmp(optarg, "paper") != 0) return die("--preset expects 'paper'");
             o.paper = 1;
@@ -328,7 +316,7 @@ int main(int argc, char **argv)
         case O_DRAW: o.draw = 1; break;
         case O_TOPOLOGY: o.topology = optarg; break;
         case O_NAIVE_MAPPING: o.naive_mapping = 1; break;
-        case O_WIDTH: bad |= parse_int("--width", optarg, 10, 4096, &o.width); break;
+        case O_WIDTH: bad |= cli_parse_int("bsipipe-plan", "--width", optarg, 10, 4096, &o.width); break;
         case O_SVG: o.svg = optarg; break;
         case O_FORMAT:
             if (strcmp(optarg, "json") == 0) o.json = 1;

@@ -2,6 +2,7 @@
  * scheduling policy, every op of the plan a StarPU task on CPU workers (one
  * worker per device). Byte-level tokens from a text file (default: the GPL
  * text every Debian system ships, or a generated corpus). */
+#include "apps/cli.h"
 #include "tasks/bsipipe_engine.h"
 #include "graph/bsipipe_error.h"
 #include "graph/bsipipe_sim.h"
@@ -50,30 +51,6 @@ static void usage(FILE *out)
 "                    (measured) next to planned.svg; see docs/tracing.md.\n"
 "                    Without --trace, FxT is off unless STARPU_FXT_TRACE is set\n"
 "  -h, --help\n", out);
-}
-
-static int parse_int(const char *opt, const char *arg, int lo, int hi, int *out)
-{
-    char *end;
-    long v = strtol(arg, &end, 10);
-    if (*arg == '\0' || *end != '\0' || v < lo || v > hi) {
-        fprintf(stderr, "bsipipe-train: %s expects an integer in %d..%d, got '%s'\n", opt, lo, hi, arg);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
-}
-
-static int parse_double(const char *opt, const char *arg, double lo, double hi, double *out)
-{
-    char *end;
-    double v = strtod(arg, &end);
-    if (*arg == '\0' || *end != '\0' || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "bsipipe-train: %s expects a number in %g..%g, got '%s'\n", opt, lo, hi, arg);
-        return -1;
-    }
-    *out = v;
-    return 0;
 }
 
 /* Reads a text file as bytes. Refuses missing, empty, binary and too short
@@ -172,23 +149,23 @@ int main(int argc, char **argv)
             }
             break;
         case O_POLICY: policy = optarg; break;
-        case O_W: bad = parse_int("--w", optarg, 1, 64, &w); break;
-        case O_P: bad = parse_int("--p", optarg, 1, 64, &p); break;
-        case O_K: bad = parse_int("--k", optarg, 1, 4096, &k); break;
-        case O_M: bad = parse_int("--m", optarg, 1, 4096, &m); break;
+        case O_W: bad = cli_parse_int("bsipipe-train", "--w", optarg, 1, 64, &w); break;
+        case O_P: bad = cli_parse_int("bsipipe-train", "--p", optarg, 1, 64, &p); break;
+        case O_K: bad = cli_parse_int("bsipipe-train", "--k", optarg, 1, 4096, &k); break;
+        case O_M: bad = cli_parse_int("bsipipe-train", "--m", optarg, 1, 4096, &m); break;
         case O_MODEL:
             if (strcmp(optarg, "gpt") == 0) dims.family = BSIPIPE_MODEL_GPT;
             else if (strcmp(optarg, "llama") == 0) dims.family = BSIPIPE_MODEL_LLAMA;
             else { fprintf(stderr, "bsipipe-train: --model expects 'gpt' or 'llama'\n"); return 2; }
             break;
-        case O_LAYERS: bad = parse_int("--layers", optarg, 1, 4096, &dims.n_layers); break;
-        case O_HIDDEN: bad = parse_int("--hidden", optarg, 1, 65536, &dims.hidden); break;
-        case O_HEADS: bad = parse_int("--heads", optarg, 1, 4096, &dims.n_heads); break;
-        case O_FFN: bad = parse_int("--ffn", optarg, 1, 1 << 20, &dims.ffn_hidden); break;
-        case O_SEQ: bad = parse_int("--seq", optarg, 1, 1 << 20, &dims.seq_len); break;
-        case O_ITERS: bad = parse_int("--iters", optarg, 1, 1000000, &iters); break;
-        case O_SEED: bad = parse_int("--seed", optarg, 0, 1 << 30, &seed); break;
-        case O_LR: bad = parse_double("--lr", optarg, 0, 10, &lr); break;
+        case O_LAYERS: bad = cli_parse_int("bsipipe-train", "--layers", optarg, 1, 4096, &dims.n_layers); break;
+        case O_HIDDEN: bad = cli_parse_int("bsipipe-train", "--hidden", optarg, 1, 65536, &dims.hidden); break;
+        case O_HEADS: bad = cli_parse_int("bsipipe-train", "--heads", optarg, 1, 4096, &dims.n_heads); break;
+        case O_FFN: bad = cli_parse_int("bsipipe-train", "--ffn", optarg, 1, 1 << 20, &dims.ffn_hidden); break;
+        case O_SEQ: bad = cli_parse_int("bsipipe-train", "--seq", optarg, 1, 1 << 20, &dims.seq_len); break;
+        case O_ITERS: bad = cli_parse_int("bsipipe-train", "--iters", optarg, 1, 1000000, &iters); break;
+        case O_SEED: bad = cli_parse_int("bsipipe-train", "--seed", optarg, 0, 1 << 30, &seed); break;
+        case O_LR: bad = cli_parse_double("bsipipe-train", "--lr", optarg, 0, 10, &lr); break;
         case O_DATA: data = optarg; break;
         case O_COMM:
             if (bsipipe_comm_order_parse(optarg, &comm) < 0) {
@@ -196,10 +173,10 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
-        case O_WATCHDOG: bad = parse_double("--watchdog", optarg, 0.01, 86400, &watchdog); break;
+        case O_WATCHDOG: bad = cli_parse_double("bsipipe-train", "--watchdog", optarg, 0.01, 86400, &watchdog); break;
         case O_UNCHECKED: unchecked = 1; break;
         case O_EMULATE: emulate = 1; break;
-        case O_TFLOPS: bad = parse_double("--device-tflops", optarg, 1e-6, 1e6, &tflops); break;
+        case O_TFLOPS: bad = cli_parse_double("bsipipe-train", "--device-tflops", optarg, 1e-6, 1e6, &tflops); break;
         case O_CKPT: ckpt = optarg; break;
         case O_RESUME: resume = 1; break;
         case O_TRACE: trace = optarg; break;

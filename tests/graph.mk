@@ -8,5 +8,5 @@ tests_test_config_LDADD = libbsipipe.la
 tests_test_schedules_LDADD = libbsipipe.la
 tests_test_comm_order_LDADD = libbsipipe.la
 noinst_HEADERS += tests/check.h
-EXTRA_DIST += tests/test_plan_cli.sh
+EXTRA_DIST += tests/test_plan_cli.sh tests/cli_util.sh
 tests_test_mapping_LDADD = libbsipipe.la

@@ -5,19 +5,9 @@
 # assertion on timings.
 set -u
 bench="${top_builddir:-.}/apps/bsipipe-bench"
-tmp=$(mktemp -d) || exit 99
-trap 'rm -rf "$tmp"' EXIT
 export STARPU_SILENT=1
-fails=0 checks=0
-ok() { checks=$((checks + 1)); }
-fail() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL: $*" >&2; }
-expect() {
-    want=$1 needle=$2; shift 2
-    "$bench" "$@" >"$tmp/out" 2>&1; got=$?
-    if [ "$got" -ne "$want" ]; then fail "bsipipe-bench $*: exit $got, expected $want"; tail -5 "$tmp/out" >&2; return; fi
-    if ! grep -qF -- "$needle" "$tmp/out"; then fail "bsipipe-bench $*: no '$needle'"; tail -5 "$tmp/out" >&2; return; fi
-    ok
-}
+prog=$bench
+. "${srcdir:-.}/tests/cli_util.sh"
 tiny="--layers 4 --hidden 32 --heads 2 --seq 32 --w 2 --m 4 --reps 2 --warmup 0"
 expect 0 "Usage: bsipipe-bench" --help
 expect 2 "--reps expects an integer" --reps zero
@@ -56,5 +46,4 @@ if grep -qE '^\| 1f1b \| .* emulated \| [0-9]+ \(' "$tmp/out" && grep -q "EMULAT
 expect 0 "deadlock" --preset ablation --emulate --layers 8 --hidden 32 --heads 2 --seq 32 --m 4 --reps 1 --warmup 0 \
     --watchdog 1
 if grep -qE '^\| bsipipe, naive .*DEADLOCK: .*deadlock' "$tmp/out"; then ok; else fail "naive order not reported as a deadlock"; fi
-echo "test_bench_cli: $checks checks, $fails failed"
-[ "$fails" -eq 0 ]
+finish test_bench_cli

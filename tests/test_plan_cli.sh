@@ -4,20 +4,8 @@
 # for bad flags and invalid configurations.
 set -u
 plan="${top_builddir:-.}/apps/bsipipe-plan"
-tmp=$(mktemp -d) || exit 99
-trap 'rm -rf "$tmp"' EXIT
-fails=0 checks=0
-ok() { checks=$((checks + 1)); }
-fail() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL: $*" >&2; }
-
-# expect STATUS NEEDLE ARGS...: exit status and a phrase of stdout+stderr
-expect() {
-    want=$1 needle=$2; shift 2
-    "$plan" "$@" >"$tmp/out" 2>&1; got=$?
-    if [ "$got" -ne "$want" ]; then fail "bsipipe-plan $*: exit $got, expected $want"; cat "$tmp/out" >&2; return; fi
-    if ! grep -qF -- "$needle" "$tmp/out"; then fail "bsipipe-plan $*: no '$needle' in output"; cat "$tmp/out" >&2; return; fi
-    ok
-}
+prog=$plan
+. "${srcdir:-.}/tests/cli_util.sh"
 
 expect 0 "Usage: bsipipe-plan" --help
 for s in gpipe 1f1b 1f1b-i zb-h1 chimera terapipe seq1f1b seq1f1b-i bsipipe; do
@@ -72,5 +60,4 @@ else
     echo "python3 not found: JSON/SVG content not parsed (setup installs it)" >&2
     fail "python3 missing"
 fi
-echo "test_plan_cli: $checks checks, $fails failed"
-[ "$fails" -eq 0 ]
+finish test_plan_cli

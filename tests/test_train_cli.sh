@@ -4,19 +4,9 @@
 # binary, too short); nothing hangs.
 set -u
 train="${top_builddir:-.}/apps/bsipipe-train"
-tmp=$(mktemp -d) || exit 99
-trap 'rm -rf "$tmp"' EXIT
 export STARPU_SILENT=1
-fails=0 checks=0
-ok() { checks=$((checks + 1)); }
-fail() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL: $*" >&2; }
-expect() {
-    want=$1 needle=$2; shift 2
-    "$train" "$@" >"$tmp/out" 2>&1; got=$?
-    if [ "$got" -ne "$want" ]; then fail "bsipipe-train $*: exit $got, expected $want"; tail -5 "$tmp/out" >&2; return; fi
-    if ! grep -qF -- "$needle" "$tmp/out"; then fail "bsipipe-train $*: no '$needle'"; tail -5 "$tmp/out" >&2; return; fi
-    ok
-}
+prog=$train
+. "${srcdir:-.}/tests/cli_util.sh"
 tiny="--layers 8 --hidden 32 --heads 2 --seq 32 --m 8 --iters 6 --lr 3e-3"
 expect 0 "Usage: bsipipe-train" --help
 expect 0 "summary: 6 iterations" $tiny
@@ -53,5 +43,4 @@ yes "the pipeline runs forward and backward over every chunk" | head -c 20000 >"
 "$train" $tiny --data "$tmp/text.txt" >"$tmp/out" 2>&1 || fail "training on a text file"
 if awk '/^summary/ { split($0, a, "loss "); split(a[2], b, " -> "); exit !(b[2] + 0 < b[1] + 0) }' "$tmp/out"; then ok; else
     fail "loss did not fall: $(grep summary "$tmp/out")"; fi
-echo "test_train_cli: $checks checks, $fails failed"
-[ "$fails" -eq 0 ]
+finish test_train_cli

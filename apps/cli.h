@@ -1,0 +1,12 @@
+/* apps/cli.h: strict command-line number parsing shared by the apps. On a
+ * bad value both print "PROG: OPT expects ..., got 'ARG'" to stderr and
+ * return -1; *out is untouched. */
+#ifndef BSIPIPE_APPS_CLI_H
+#define BSIPIPE_APPS_CLI_H
+
+/* An integer in lo..hi, the whole argument (no trailing characters). */
+int cli_parse_int(const char *prog, const char *opt, const char *arg, int lo, int hi, int *out);
+/* A finite number in lo..hi, the whole argument. */
+int cli_parse_double(const char *prog, const char *opt, const char *arg, double lo, double hi, double *out);
+
+#endif
