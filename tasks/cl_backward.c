@@ -18,7 +18,6 @@ static void backward_cpu(void *buffers[], void *cl_arg)
     if (engine_failed(e))
         return;
     const bsipipe_model_dims_t *D = &e->dims;
-    const replica_t *r = &e->rep[a->op.pipe * e->C + a->op.chunk];
     const float *params = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
     float *grads = (float *)STARPU_VECTOR_GET_PTR(buffers[1]);
     const float *dy = (const float *)STARPU_VECTOR_GET_PTR(buffers[2]);
@@ -26,7 +25,7 @@ static void backward_cpu(void *buffers[], void *cl_arg)
     const float *kv = (const float *)STARPU_VECTOR_GET_PTR(buffers[5]);
     float *dkv = (float *)STARPU_VECTOR_GET_PTR(buffers[6]);
     float *work = (float *)STARPU_VECTOR_GET_PTR(buffers[7]);
-    long lay = engine_layer_offset(e, a->l0) - r->base;
+    long lay = engine_replica_offset(e, a, a->l0);
     float *dx;
     if (a->op.chunk == 0) /* the input gradient only feeds the embedding */
         dx = work + bsipipe_model_work_size(D, a->len);

@@ -15,7 +15,6 @@ static void forward_cpu(void *buffers[], void *cl_arg)
     if (engine_failed(e))
         return;
     const bsipipe_model_dims_t *D = &e->dims;
-    const replica_t *r = &e->rep[a->op.pipe * e->C + a->op.chunk];
     const float *params = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
     float *x_out = (float *)STARPU_VECTOR_GET_PTR(buffers[2]);
     float *stash = (float *)STARPU_VECTOR_GET_PTR(buffers[3]);
@@ -39,13 +38,13 @@ static void forward_cpu(void *buffers[], void *cl_arg)
     }
     if (rc == 0)
         rc = bsipipe_chunk_forward(D, a->l0, a->l1, a->start, a->len,
-                                   params + (engine_layer_offset(e, a->l0) - r->base), x_in, x_out, stash, kv);
+                                   params + engine_replica_offset(e, a, a->l0), x_in, x_out, stash, kv);
     if (rc == 0 && a->op.chunk == e->C - 1) {
         const int *targets = (const int *)STARPU_VECTOR_GET_PTR(buffers[6]);
         float *grads = (float *)STARPU_VECTOR_GET_PTR(buffers[7]);
         float *dy = (float *)STARPU_VECTOR_GET_PTR(buffers[8]);
         double *loss = (double *)STARPU_VECTOR_GET_PTR(buffers[9]);
-        long head = engine_layer_offset(e, D->n_layers) - r->base;
+        long head = engine_replica_offset(e, a, D->n_layers);
         double piece_loss = 0;
         /* The loss is the mean over the iteration's m*S tokens. */
         rc = bsipipe_head_forward_backward(D, params + head, grads + head, a->len, x_out, targets + a->start,

@@ -16,10 +16,9 @@ static void wgrad_cpu(void *buffers[], void *cl_arg)
     struct bsipipe_engine *e = a->e;
     int rc = 0;
     if (!engine_emulate(e, &a->op)) {
-        const replica_t *r = &e->rep[a->op.pipe * e->C + a->op.chunk];
         float *grads = (float *)STARPU_VECTOR_GET_PTR(buffers[0]);
         rc = bsipipe_chunk_backward_weight(&e->dims, a->l0, a->l1, a->start, a->len,
-                                           grads + (engine_layer_offset(e, a->l0) - r->base),
+                                           grads + engine_replica_offset(e, a, a->l0),
                                            (const float *)STARPU_VECTOR_GET_PTR(buffers[1]),
                                            (const float *)STARPU_VECTOR_GET_PTR(buffers[2]));
     }

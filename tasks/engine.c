@@ -45,6 +45,11 @@ void engine_report(struct bsipipe_engine *e, const op_args_t *a, int rc)
     engine_fail(e, rc);
 }
 
+long engine_replica_offset(const struct bsipipe_engine *e, const op_args_t *a, int l)
+{
+    return engine_layer_offset(e, l) - e->rep[a->op.pipe * e->C + a->op.chunk].base;
+}
+
 long engine_layer_offset(const struct bsipipe_engine *e, int l)
 {
     return bsipipe_model_layer_offset(&e->dims, l);
@@ -261,6 +266,7 @@ static int create_args(bsipipe_engine_t *e)
             a->e = e;
             a->op = ops[i];
             a->rec = &e->rec[d][i];
+            a->in_channel = -1;
             if (ops[i].sub >= 0) {
                 a->start = st[ops[i].sub];
                 a->len = st[ops[i].sub + 1] - st[ops[i].sub];
@@ -279,6 +285,35 @@ static int create_args(bsipipe_engine_t *e)
             }
         }
     }
+    /* Which RECV feeds which F or B: an activation leaving chunk c feeds the
+     * forward of chunk c+1, a gradient leaving chunk c the backward of c-1. */
+    long n_act = (long)e->m * e->k * e->C;
+    int *feeds = malloc(sizeof(int) * (size_t)(2 * n_act));
+    if (!feeds)
+        return -ENOMEM;
+    for (long i = 0; i < 2 * n_act; i++)
+        feeds[i] = -1;
+    for (int d = 0; d < e->W; d++) {
+        int n;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
+        for (int i = 0; i < n; i++)
+            if (ops[i].kind == BSIPIPE_OP_RECV) {
+                int act = ops[i].tensor == BSIPIPE_TENSOR_ACT;
+                feeds[(act ? 0 : n_act) + act_index(e, ops[i].mb, ops[i].sub, ops[i].chunk + (act ? 1 : -1))] =
+                    ops[i].channel;
+            }
+    }
+    for (int d = 0; d < e->W; d++) {
+        int n;
+        bsipipe_schedule_device_ops(e->sched, d, &n);
+        for (int i = 0; i < n; i++) {
+            op_args_t *a = &e->args[d][i];
+            if (a->op.kind == BSIPIPE_OP_F || a->op.kind == BSIPIPE_OP_B)
+                a->in_channel = feeds[(a->op.kind == BSIPIPE_OP_F ? 0 : n_act) +
+                                      act_index(e, a->op.mb, a->op.sub, a->op.chunk)];
+        }
+    }
+    free(feeds);
     return 0;
 }
 
@@ -434,24 +469,19 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
     return 0;
 }
 
-/* Handles of the piece's activation entering chunk c (F) or its gradient
- * entering chunk c (B): the local producer's buffer or the receive buffer. */
-static starpu_data_handle_t input_handle(bsipipe_engine_t *e, const bsipipe_op_t *op, int d)
+/* Handle of the piece's activation entering chunk c (F) or its gradient
+ * entering chunk c (B): the receive buffer (channel found at creation), or
+ * the local producer's buffer. */
+static starpu_data_handle_t input_handle(bsipipe_engine_t *e, const op_args_t *a)
 {
+    const bsipipe_op_t *op = &a->op;
+    if (a->in_channel >= 0)
+        return e->h_recv[a->in_channel];
     int from = op->kind == BSIPIPE_OP_F ? op->chunk - 1 : op->chunk + 1;
-    int src_dev = bsipipe_schedule_chunk_device(e->sched, (bsipipe_pipe_t)op->pipe, from);
-    if (src_dev == d)
-        return op->kind == BSIPIPE_OP_F ? e->h_x_out[act_index(e, op->mb, op->sub, from)]
-                                        : e->h_dx[act_index(e, op->mb, op->sub, from)];
-    /* The RECV on d whose producer is (kind, mb, sub, from). */
-    int n;
-    const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
-    int tensor = op->kind == BSIPIPE_OP_F ? BSIPIPE_TENSOR_ACT : BSIPIPE_TENSOR_GRAD;
-    for (int i = 0; i < n; i++)
-        if (ops[i].kind == BSIPIPE_OP_RECV && ops[i].tensor == tensor && ops[i].mb == op->mb &&
-            ops[i].sub == op->sub && ops[i].chunk == from)
-            return e->h_recv[ops[i].channel];
-    return NULL;
+    if (bsipipe_schedule_chunk_device(e->sched, (bsipipe_pipe_t)op->pipe, from) != op->device)
+        return NULL; /* remote producer but no receive: the plan is inconsistent */
+    return op->kind == BSIPIPE_OP_F ? e->h_x_out[act_index(e, op->mb, op->sub, from)]
+                                    : e->h_dx[act_index(e, op->mb, op->sub, from)];
 }
 
 /* Registers the iteration's buffers (StarPU allocates each at its first
@@ -524,7 +554,7 @@ static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
     case BSIPIPE_OP_F:
         cl = &bsipipe_cl_forward;
         ADD(r->h_params, STARPU_R);
-        ADD(op->chunk == 0 ? e->h_tokens[op->mb] : input_handle(e, op, d), STARPU_R);
+        ADD(op->chunk == 0 ? e->h_tokens[op->mb] : input_handle(e, a), STARPU_R);
         ADD(e->h_x_out[ai], STARPU_W);
         ADD(e->h_stash[ai], STARPU_W);
         /* The first piece only writes the K/V cache (its buffer is fresh). */
@@ -541,7 +571,7 @@ static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
         cl = &bsipipe_cl_backward;
         ADD(r->h_params, STARPU_R);
         ADD(r->h_grads, STARPU_RW);
-        ADD(op->chunk == e->C - 1 ? e->h_dy[ai] : input_handle(e, op, d), STARPU_R);
+        ADD(op->chunk == e->C - 1 ? e->h_dy[ai] : input_handle(e, a), STARPU_R);
         if (op->chunk == 0)
             ADD(e->h_tokens[op->mb], STARPU_R);
         else

@@ -14,6 +14,7 @@ typedef struct op_args {
     bsipipe_op_t op;
     int start, len;      /* piece tokens */
     int l0, l1;          /* layers of the chunk */
+    int in_channel;      /* F/B: channel of the RECV bringing the input, -1 = local producer */
     int do_step;         /* STEP: 0 = keep its slot but change nothing */
     int n_own, *own_rep; /* STEP: replicas (pipe * C + chunk) held by the device */
     char name[64];       /* for reports */
@@ -114,6 +115,11 @@ extern struct starpu_codelet bsipipe_cl_forward, bsipipe_cl_backward, bsipipe_cl
 /* Emulated device time: sleeps for the op's cost-model duration. Returns 1
  * when the engine emulates (the caller then skips its compute). */
 int engine_emulate(struct bsipipe_engine *e, const bsipipe_op_t *op);
+
+/* Offset of layer l (l = L: the head part) inside the replica that op a
+ * works on: where its parameters and gradients start in the replica's
+ * buffers. */
+long engine_replica_offset(const struct bsipipe_engine *e, const op_args_t *a, int l);
 
 /* Whole-model offset of the head part and of layer l. */
 long engine_layer_offset(const struct bsipipe_engine *e, int l);
