@@ -44,6 +44,12 @@ static void usage(FILE *out)
 "  --checkpoint DIR  save DIR/checkpoint.bin after every iteration (atomic)\n"
 "  --resume          continue from DIR/checkpoint.bin (bit-identical to an\n"
 "                    uninterrupted run); --iters is the total\n"
+"  --mpi             run as one StarPU-MPI rank (node) of an mpirun job: every\n"
+"                    rank runs its share of the devices (mirrored pairs of the\n"
+"                    two pipes on one rank); only rank 0 prints. E.g.\n"
+"                    mpirun -np 2 bsipipe-train --mpi; see docs/scaleout.md\n"
+"  --naive-mapping   with --mpi: consecutive devices per rank (the ablation:\n"
+"                    gradient sync then crosses ranks)\n"
 "  --trace DIR       trace the run into DIR (created if needed): StarPU's FxT\n"
 "                    trace converted by starpu_fxt_tool (paje.trace for ViTE,\n"
 "                    dag.dot, tasks.rec, trace.rec), and from the last\n"
@@ -121,13 +127,14 @@ int main(int argc, char **argv)
     bsipipe_schedule_kind_t kind = BSIPIPE_SCHED_BSIPIPE;
     int w = 4, p = -1, k = -1, m = 8, iters = 30, seed = 1, unchecked = 0;
     double lr = 3e-3, watchdog = 30, tflops = 0.05;
-    int emulate = 0, resume = 0;
+    int emulate = 0, resume = 0, mpi = 0, naive_mapping = 0;
     const char *ckpt = NULL, *trace = NULL;
     const char *policy = getenv("BSIPIPE_POLICY") ? getenv("BSIPIPE_POLICY") : "bsipipe";
     const char *data = NULL;
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
     enum { O_SCHED = 256, O_POLICY, O_W, O_P, O_K, O_M, O_MODEL, O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_ITERS,
-           O_SEED, O_LR, O_DATA, O_COMM, O_WATCHDOG, O_UNCHECKED, O_EMULATE, O_TFLOPS, O_CKPT, O_RESUME, O_TRACE };
+           O_SEED, O_LR, O_DATA, O_COMM, O_WATCHDOG, O_UNCHECKED, O_EMULATE, O_TFLOPS, O_CKPT, O_RESUME, O_TRACE,
+           O_MPI, O_NAIVE_MAPPING };
     static const struct option longopts[] = {
         {"schedule", 1, 0, O_SCHED}, {"policy", 1, 0, O_POLICY}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P},
         {"k", 1, 0, O_K}, {"m", 1, 0, O_M}, {"model", 1, 0, O_MODEL}, {"layers", 1, 0, O_LAYERS},
@@ -135,8 +142,8 @@ int main(int argc, char **argv)
         {"iters", 1, 0, O_ITERS}, {"seed", 1, 0, O_SEED}, {"lr", 1, 0, O_LR}, {"data", 1, 0, O_DATA},
         {"comm", 1, 0, O_COMM}, {"watchdog", 1, 0, O_WATCHDOG}, {"unchecked", 0, 0, O_UNCHECKED},
         {"emulate", 0, 0, O_EMULATE}, {"device-tflops", 1, 0, O_TFLOPS}, {"checkpoint", 1, 0, O_CKPT},
-        {"resume", 0, 0, O_RESUME}, {"trace", 1, 0, O_TRACE},
-        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"resume", 0, 0, O_RESUME}, {"trace", 1, 0, O_TRACE}, {"mpi", 0, 0, O_MPI},
+        {"naive-mapping", 0, 0, O_NAIVE_MAPPING}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1 && !bad) {
@@ -180,6 +187,8 @@ int main(int argc, char **argv)
         case O_CKPT: ckpt = optarg; break;
         case O_RESUME: resume = 1; break;
         case O_TRACE: trace = optarg; break;
+        case O_MPI: mpi = 1; break;
+        case O_NAIVE_MAPPING: naive_mapping = 1; break;
         default:
             fprintf(stderr, "bsipipe-train: unknown or incomplete option '%s'; see --help\n", argv[optind - 1]);
             return 2;
@@ -194,6 +203,23 @@ int main(int argc, char **argv)
     if (ckpt && emulate) {
         fprintf(stderr, "bsipipe-train: --checkpoint with --emulate would save parameters nothing computed; "
                         "drop one of them\n");
+        return 2;
+    }
+    /* Under mpirun without --mpi every rank would train the whole model
+     * alone, fighting for the cores: say so instead. */
+    const char *world = getenv("OMPI_COMM_WORLD_SIZE") ? getenv("OMPI_COMM_WORLD_SIZE") : getenv("PMI_SIZE");
+    if (!mpi && world && atoi(world) > 1) {
+        fprintf(stderr, "bsipipe-train: started by mpirun with %s ranks but without --mpi; add --mpi so the ranks "
+                        "share one plan (or run a single process)\n", world);
+        return 2;
+    }
+    if (naive_mapping && !mpi) {
+        fprintf(stderr, "bsipipe-train: --naive-mapping maps devices onto MPI ranks; it needs --mpi\n");
+        return 2;
+    }
+    if (mpi && (ckpt || trace)) {
+        fprintf(stderr, "bsipipe-train: --%s is not supported with --mpi yet (each rank holds only its replicas); "
+                        "run it in one process\n", ckpt ? "checkpoint" : "trace");
         return 2;
     }
     if (resume && !ckpt) {
@@ -242,6 +268,8 @@ int main(int argc, char **argv)
     o.watchdog_s = watchdog;
     o.unchecked_plan = unchecked;
     o.emulate_flops = emulate ? tflops * 1e12 : 0;
+    o.mpi = mpi;
+    o.naive_mapping = naive_mapping;
     bsipipe_engine_t *e;
     int rc = bsipipe_engine_create(&o, &e);
     if (rc < 0) {
@@ -249,6 +277,11 @@ int main(int argc, char **argv)
         free(corpus);
         return 1;
     }
+    int rank = 0, nranks = 1;
+    int *dev_rank = calloc((size_t)pc.w, sizeof *dev_rank);
+    bsipipe_engine_ranks(e, &rank, &nranks, dev_rank);
+    if (rank != 0 && !freopen("/dev/null", "w", stdout)) /* rank 0 speaks for the job */
+        fprintf(stderr, "bsipipe-train: rank %d: cannot silence stdout\n", rank);
     const bsipipe_schedule_t *s = bsipipe_engine_schedule(e);
     /* The plan's bubble: under unit costs, or under the emulated device's FLOPs
      * costs (free transfers) when emulating. */
@@ -265,6 +298,13 @@ int main(int argc, char **argv)
            "data: %s (%ld bytes)\n", dims.family == BSIPIPE_MODEL_LLAMA ? "LLaMA" : "GPT", dims.n_layers, dims.hidden,
            dims.n_heads, dims.seq_len, bsipipe_engine_n_params(e) / 1e6, bsipipe_schedule_kind_name(kind), pc.w, pc.p,
            pc.k, pc.m, policy, source, len);
+    if (mpi) {
+        printf("StarPU-MPI: %d ranks; rank of each device:", nranks);
+        for (int d = 0; d < pc.w; d++)
+            printf(" %d", dev_rank[d]);
+        printf(" (%s)\n", naive_mapping ? "naive: consecutive devices" : "topology-aware: mirrored pairs together");
+    }
+    free(dev_rank);
     const char *emu = emulate ? " [EMULATED]" : "";
     if (emulate)
         printf("EMULATED: compute tasks sleep for their FLOPs at %g TFLOP/s per device; no loss is computed\n",
@@ -317,6 +357,11 @@ int main(int argc, char **argv)
         tok_s += st.tokens_per_s;
         bubble += st.bubble_ratio;
     }
+    double act[2], sync[2];
+    if (mpi && rc == 0 && done > 0 && bsipipe_engine_traffic(e, act, sync) == 0)
+        printf("traffic per iteration: activations %.2f MB inside ranks, %.2f MB between ranks; gradient sync "
+               "%.2f MB inside ranks, %.2f MB between ranks\n", act[0] / 1e6, act[1] / 1e6, sync[0] / 1e6,
+               sync[1] / 1e6);
     if (rc == 0 && done > 0)
         printf("summary: %d iterations, loss %.4f -> %.4f, mean %.0f tokens/s, mean measured bubble %.1f%% "
                "(planned %.1f%%, %s)%s\n", done, first, last, tok_s / done, 100 * bubble / done,

@@ -35,6 +35,15 @@ typedef struct bsipipe_engine_options {
                                  their FLOPs / emulate_flops seconds instead of computing
                                  (so many devices fit on few cores); loss and gradients
                                  are then meaningless. 0: real compute */
+    /* Scale-out (docs/scaleout.md). mpi = 1: this process is one StarPU-MPI
+     * rank (node) of a run started by mpirun; every rank creates the engine
+     * with the same options and runs the same iterations on the same data.
+     * Device d runs on rank device_rank[d] (pc.w entries; NULL: the hwloc
+     * mapper with one node per rank, mirrored pairs on one rank unless
+     * naive_mapping). */
+    int mpi;
+    const int *device_rank;
+    int naive_mapping;
 } bsipipe_engine_options_t;
 
 /* Defaults: the given model and config, AdamW lr 1e-3 (0.9, 0.95), eps 1e-8,
@@ -61,7 +70,8 @@ int bsipipe_engine_iteration(bsipipe_engine_t *e, const int *tokens, const int *
                              double *gnorm);
 
 /* Whole-model vectors (bsipipe_model_params(dims) floats, the layout of
- * bsipipe_model.h), read from the down pipe's replicas. */
+ * bsipipe_model.h), read from the down pipe's replicas. With MPI every rank
+ * gets the whole vector (collective calls). */
 long bsipipe_engine_n_params(const bsipipe_engine_t *e);
 int bsipipe_engine_params(bsipipe_engine_t *e, float *out);
 int bsipipe_engine_grads(bsipipe_engine_t *e, float *out);
@@ -77,7 +87,8 @@ typedef struct bsipipe_engine_op_record {
  * by the engine, valid until the next iteration. -EINVAL for a bad device. */
 int bsipipe_engine_records(const bsipipe_engine_t *e, int device, const bsipipe_engine_op_record_t **rec, int *n);
 
-/* Measured statistics of the last iteration. */
+/* Measured statistics of the last iteration (with MPI: over every rank's
+ * devices; records stay per rank, remote devices' records are zero). */
 typedef struct bsipipe_engine_stats {
     double wall_s;          /* submission to completion */
     double makespan_s;      /* first task start to last compute end */
@@ -97,6 +108,18 @@ int bsipipe_engine_device_busy(const bsipipe_engine_t *e, double *busy_s);
  * KV cache and its gradient per micro-batch and chunk), the quantities the
  * planner's simulator predicts. bytes has one entry per device. */
 int bsipipe_engine_peak_memory(const bsipipe_engine_t *e, double *bytes);
+
+/* Traffic of the last iteration by link class ([0] inside a rank, [1]
+ * between ranks), summed over every rank: activations and their gradients
+ * moved by SEND/RECV, and gradient sync (each side of a SYNC sends its
+ * replica's gradient once, as the planner counts it). Cross-rank bytes are
+ * counted when StarPU-MPI completes each send. With MPI a collective call:
+ * every rank must make it. */
+int bsipipe_engine_traffic(bsipipe_engine_t *e, double act_bytes[2], double sync_bytes[2]);
+
+/* This process's rank and the number of ranks (0 and 1 without MPI), and
+ * the rank of each device (w entries, may be NULL). */
+int bsipipe_engine_ranks(const bsipipe_engine_t *e, int *rank, int *nranks, int *device_rank);
 
 /* The schedule the engine runs (owned by the engine). */
 const bsipipe_schedule_t *bsipipe_engine_schedule(const bsipipe_engine_t *e);

@@ -3,9 +3,11 @@
  * once, read from the down pipe's replicas after SYNC), then AdamW per tensor
  * with weight decay on matrices (the reference trainer's semantics).
  *
- * Buffers: 0..C-1 grads of chunk c (down replica) R; then for each own
- * replica: params RW, m RW, v RW, and its grads R when it is an up replica
- * (a down replica's grads are already among the first C). */
+ * Buffers: 0..C-1 grads of chunk c (down replica) R — across MPI ranks the
+ * chunk's squared norm instead (one double, computed where the chunk lives);
+ * then for each own replica: params RW, m RW, v RW, and its grads R when it
+ * is an up replica or across ranks (otherwise a down replica's grads are
+ * already among the first C). */
 #include "tasks/engine_internal.h"
 
 #include <math.h>
@@ -20,7 +22,9 @@ static void step_cpu(void *buffers[], void *cl_arg)
     const bsipipe_model_dims_t *D = &e->dims;
     double sumsq = 0;
     for (int c = 0; c < e->C; c++)
-        sumsq += bsipipe_sumsq((long)STARPU_VECTOR_GET_NX(buffers[c]), (const float *)STARPU_VECTOR_GET_PTR(buffers[c]));
+        sumsq += e->mpi ? *(const double *)STARPU_VECTOR_GET_PTR(buffers[c])
+                        : bsipipe_sumsq((long)STARPU_VECTOR_GET_NX(buffers[c]),
+                                        (const float *)STARPU_VECTOR_GET_PTR(buffers[c]));
     double norm = sqrt(sumsq), mul = 1.0;
     if (e->o.opt.grad_clip > 0 && e->o.opt.grad_clip / (norm + 1e-6) < 1.0)
         mul = e->o.opt.grad_clip / (norm + 1e-6);
@@ -39,9 +43,10 @@ static void step_cpu(void *buffers[], void *cl_arg)
         float *p = (float *)STARPU_VECTOR_GET_PTR(buffers[b]);
         float *m = (float *)STARPU_VECTOR_GET_PTR(buffers[b + 1]);
         float *v = (float *)STARPU_VECTOR_GET_PTR(buffers[b + 2]);
-        const float *g = a->own_rep[j] < e->C ? (const float *)STARPU_VECTOR_GET_PTR(buffers[a->own_rep[j]])
-                                               : (const float *)STARPU_VECTOR_GET_PTR(buffers[b + 3]);
-        b += a->own_rep[j] < e->C ? 3 : 4;
+        int own_grads = a->own_rep[j] >= e->C || e->mpi;
+        const float *g = own_grads ? (const float *)STARPU_VECTOR_GET_PTR(buffers[b + 3])
+                                   : (const float *)STARPU_VECTOR_GET_PTR(buffers[a->own_rep[j]]);
+        b += own_grads ? 4 : 3;
         for (int i = 0; i < nt && rc == 0; i++) {
             long off = ti[i].offset - r->base, n = (long)ti[i].rows * ti[i].cols;
             if (off < 0 || off >= r->n)

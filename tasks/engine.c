@@ -156,7 +156,10 @@ void bsipipe_engine_destroy(bsipipe_engine_t *e)
     free(e->order_device); free(e->order_index);
     bsipipe_transport_destroy(e->transport);
     if (e->started)
-        starpu_shutdown();
+        engine_mpi_shutdown(e);
+    engine_mpi_free(e);
+    free(e->dev_rank);
+    free(e->busy);
     bsipipe_schedule_destroy(e->sched);
     free(e);
 }
@@ -183,6 +186,8 @@ static int create_buffers(bsipipe_engine_t *e)
             r->device = bsipipe_schedule_chunk_device(e->sched, (bsipipe_pipe_t)pipe, c);
             r->base = c == 0 ? 0 : engine_layer_offset(e, l0);
             r->n = (c == e->C - 1 ? total : engine_layer_offset(e, l1)) - r->base;
+            if (!engine_local(e, r->device))
+                continue; /* another rank holds it */
             r->params = alloc_vector(r->n, &r->h_params);
             r->grads = alloc_vector(r->n, &r->h_grads);
             r->m = alloc_vector(r->n, &r->h_m);
@@ -203,7 +208,7 @@ static int create_buffers(bsipipe_engine_t *e)
         !ALLOC(e->h_x_out, n_act) || !ALLOC(e->h_stash, n_act) || !ALLOC(e->h_dx, n_act) || !ALLOC(e->h_dy, n_act) ||
         !ALLOC(e->n_kv, n_kv) || !ALLOC(e->h_kv, n_kv) || !ALLOC(e->h_dkv, n_kv) || !ALLOC(e->n_recv, nch) ||
         !ALLOC(e->h_recv, nch) || !ALLOC(e->uses, 5 * n_act + 2 * n_kv + nch) || !ALLOC(e->live_bytes, e->W) ||
-        !ALLOC(e->peak_bytes, e->W))
+        !ALLOC(e->peak_bytes, e->W) || !ALLOC(e->busy, e->W))
         return -ENOMEM;
     for (int mb = 0; mb < e->m; mb++)
         for (int c = 0; c < e->C; c++) {
@@ -416,9 +421,15 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
     sim->order_device = sim->order_index = NULL;
     bsipipe_sim_result_destroy(sim);
 
+    if ((rc = engine_mpi_setup(e)) < 0) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", bsipipe_error_detail());
+        bsipipe_engine_destroy(e);
+        return bsipipe_error_set(rc, "%s", why);
+    }
     struct starpu_conf conf;
     starpu_conf_init(&conf);
-    conf.ncpus = e->W;
+    conf.ncpus = e->n_local;
     conf.ncuda = 0;
     conf.nopencl = 0;
     setenv("STARPU_WORKERS_NOBIND", "1", 0); /* more devices than cores is the normal case here */
@@ -427,23 +438,31 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
         return rc;
     }
     e->inorder = bsipipe_policy_is_inorder(e->o.policy);
-    if (starpu_init(&conf) != 0) {
+    if ((rc = engine_mpi_start(e, &conf)) < 0) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", bsipipe_error_detail());
         bsipipe_engine_destroy(e);
-        return bsipipe_error_set(-EIO, "engine: starpu_init failed");
+        return bsipipe_error_set(rc, "%s", why);
     }
     e->started = 1;
-    if ((int)starpu_cpu_worker_get_count() != e->W) {
+    if ((int)starpu_cpu_worker_get_count() != e->n_local) {
         int got = (int)starpu_cpu_worker_get_count();
         bsipipe_engine_destroy(e);
-        return bsipipe_error_set(-EINVAL, "engine: the plan has %d devices but StarPU started %d CPU workers "
+        return bsipipe_error_set(-EINVAL, "engine: the plan has %d devices here but StarPU started %d CPU workers "
                                  "(unset STARPU_NCPU, or build StarPU with --enable-maxcpus >= %d)",
-                                 e->W, got, e->W);
+                                 e->n_local, got, e->n_local);
     }
-    if (!ALLOC(e->workerid, e->W) ||
-        starpu_worker_get_ids_by_type(STARPU_CPU_WORKER, e->workerid, (unsigned)e->W) != (unsigned)e->W) {
+    /* The local devices, in order, get the CPU workers in order. */
+    int *cpu_ids = calloc((size_t)e->n_local, sizeof *cpu_ids);
+    if (!cpu_ids || !ALLOC(e->workerid, e->W) ||
+        starpu_worker_get_ids_by_type(STARPU_CPU_WORKER, cpu_ids, (unsigned)e->n_local) != (unsigned)e->n_local) {
+        free(cpu_ids);
         bsipipe_engine_destroy(e);
         return bsipipe_error_set(-EIO, "engine: cannot list StarPU's CPU workers");
     }
+    for (int d = 0, j = 0; d < e->W; d++)
+        e->workerid[d] = engine_local(e, d) ? cpu_ids[j++] : 0;
+    free(cpu_ids);
     e->wmask_len = starpu_worker_get_count() / 32 + 1;
     if (!ALLOC(e->wmask, e->W)) {
         bsipipe_engine_destroy(e);
@@ -542,6 +561,11 @@ static void release_iteration(bsipipe_engine_t *e, int all)
  * that every buffer it needs exists. */
 static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
 {
+    int handled = engine_mpi_submit_op(e, d, i, dry_run);
+    if (handled != 0)
+        return handled < 0 ? handled : 0;
+    if (!engine_local(e, d))
+        return 0; /* another rank's op */
     op_args_t *a = &e->args[d][i];
     const bsipipe_op_t *op = &a->op;
     struct starpu_data_descr descr[MAX_DESCR];
@@ -611,16 +635,18 @@ static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
         break;
     }
     case BSIPIPE_OP_STEP:
+        /* The global norm from every chunk's gradient, or (across ranks)
+         * from every chunk's squared norm. */
         cl = &bsipipe_cl_step;
         a->do_step = step;
         for (int c = 0; c < e->C; c++)
-            ADD(e->rep[c].h_grads, STARPU_R);
+            ADD(e->mpi ? engine_mpi_sumsq(e, c) : e->rep[c].h_grads, STARPU_R);
         for (int j = 0; j < a->n_own && n + 4 <= MAX_DESCR; j++) {
             replica_t *o = &e->rep[a->own_rep[j]];
             ADD(o->h_params, STARPU_RW);
             ADD(o->h_m, STARPU_RW);
             ADD(o->h_v, STARPU_RW);
-            if (a->own_rep[j] >= e->C)
+            if (a->own_rep[j] >= e->C || e->mpi)
                 ADD(o->h_grads, STARPU_R);
         }
         break;
@@ -633,44 +659,66 @@ static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
             return bsipipe_error_set(-EINVAL, "engine: %s has no input buffer (plan and transfers disagree)",
                                      a->name);
     if (dry_run) { /* count the uses of the iteration's buffers */
-        for (int j = 0; j < n; j++) {
-            struct buffer_use *use = starpu_data_get_user_data(descr[j].handle);
-            if (use)
-                use->left++;
-        }
+        for (int j = 0; j < n; j++)
+            engine_buffer_use(e, descr[j].handle, 1);
         return 0;
     }
-    struct starpu_task *t = starpu_task_build(cl, STARPU_DATA_MODE_ARRAY, descr, n, STARPU_NAME, a->name, 0);
+    if (op->kind == BSIPIPE_OP_SEND)
+        e->act_bytes_local += (double)starpu_vector_get_nx(descr[0].handle) * sizeof(float);
+    else if (op->kind == BSIPIPE_OP_SYNC && op->pipe == 0) /* each side sends its replica once */
+        e->sync_bytes_local += 2.0 * (double)starpu_vector_get_nx(descr[0].handle) * sizeof(float);
+    return engine_task_submit(e, d, i, cl, descr, n);
+}
+
+void engine_buffer_use(bsipipe_engine_t *e, starpu_data_handle_t h, int dry_run)
+{
+    (void)e;
+    struct buffer_use *use = starpu_data_get_user_data(h);
+    if (!use)
+        return;
+    if (dry_run) {
+        use->left++;
+    } else if (--use->left == 0) { /* freed once the tasks using it end */
+        *use->slot = NULL;
+        starpu_data_unregister_submit(h);
+    }
+}
+
+int engine_task_submit(bsipipe_engine_t *e, int d, int i, struct starpu_codelet *cl, struct starpu_data_descr *descr,
+                       int n)
+{
+    op_args_t *a = i >= 0 ? &e->args[d][i] : NULL;
+    const char *name = a ? a->name : cl->name;
+    struct starpu_task *t = starpu_task_build(cl, STARPU_DATA_MODE_ARRAY, descr, n, STARPU_NAME, name, 0);
     if (!t)
-        return bsipipe_error_set(-ENOMEM, "engine: cannot build the task of %s", a->name);
-    t->cl_arg = a;
+        return bsipipe_error_set(-ENOMEM, "engine: cannot build the task of %s", name);
     t->cl_arg_size = 0;
     t->cl_arg_free = 0;
-    t->callback_func = record_profile;
-    t->callback_arg = a;
-    a->task = t;
-    t->color = bsipipe_trace_op_color(op); /* Paje / dag.dot colours like Figure 1 */
-    if (e->inorder) {
+    if (a) {
+        t->cl_arg = a;
+        t->callback_func = record_profile;
+        t->callback_arg = a;
+        a->task = t;
+        t->color = bsipipe_trace_op_color(&a->op); /* Paje / dag.dot colours like Figure 1 */
+    } else {
+        t->cl_arg = e;
+    }
+    if (e->inorder && a) {
         e->pos[d][i].worker = e->workerid[d];
         e->pos[d][i].slot = e->slot_base[d] + i;
         t->sched_data = &e->pos[d][i];
-    } else { /* built-in policies order the tasks; placement kept to the device */
+    } else if (!e->inorder) { /* built-in policies order the tasks; placement kept to the device */
         t->workerids = e->wmask[d];
         t->workerids_len = e->wmask_len;
-    }
-    if (op->kind == BSIPIPE_OP_RECV)
+    } /* else: a task outside the plan under bsipipe: any worker, in arrival order */
+    if (a && a->op.kind == BSIPIPE_OP_RECV && cl == &bsipipe_cl_recv)
         starpu_task_end_dep_add(t, 1);
     int rc = starpu_task_submit(t);
     if (rc != 0)
-        return bsipipe_error_set(-EIO, "engine: StarPU refused the task of %s (%d)", a->name, rc);
+        return bsipipe_error_set(-EIO, "engine: StarPU refused the task of %s (%d)", name, rc);
     /* A buffer whose last use is now submitted is freed once that task ends. */
-    for (int j = 0; j < n; j++) {
-        struct buffer_use *use = starpu_data_get_user_data(descr[j].handle);
-        if (use && --use->left == 0) {
-            *use->slot = NULL;
-            starpu_data_unregister_submit(descr[j].handle);
-        }
-    }
+    for (int j = 0; j < n; j++)
+        engine_buffer_use(e, descr[j].handle, 0);
     return 0;
 }
 
@@ -700,7 +748,8 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
     e->failed = 0;
     int pipes = bsipipe_schedule_n_pipes(e->sched);
     for (int r = 0; r < pipes * e->C; r++)
-        set_vector(e->rep[r].h_grads, NULL, sizeof(float) * (size_t)e->rep[r].n);
+        if (e->rep[r].grads)
+            set_vector(e->rep[r].h_grads, NULL, sizeof(float) * (size_t)e->rep[r].n);
     for (int d = 0; d < e->W; d++)
         set_vector(e->h_loss[d], NULL, sizeof(double));
     for (int mb = 0; mb < e->m; mb++) {
@@ -709,20 +758,23 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
     }
     int rc = 0;
     e->rec_seq = 0;
+    e->act_bytes_local = e->sync_bytes_local = 0;
     for (int d = 0; d < e->W; d++)
         e->live_bytes[d] = e->peak_bytes[d] = 0;
     register_iteration(e);
     double t0 = starpu_timing_now();
     /* A half-submitted plan could leave an in-order worker waiting for a slot
-     * that never comes: check every op before submitting any. */
+     * that never comes: check every op before submitting any (on every rank:
+     * they all go on, or all stop). */
     for (long j = 0; j < e->n_order && rc == 0; j++)
         rc = submit_op(e, e->order_device[j], e->order_index[j], step, 1);
-    if (rc < 0) {
+    if ((rc = engine_mpi_agree(e, rc)) < 0) {
         release_iteration(e, 1);
         starpu_task_wait_for_all();
         return rc;
     }
     release_iteration(e, 0); /* buffers no op uses */
+    engine_mpi_iteration_begin(e);
     /* Every op but STEP in dependency order, then the STEPs (each reads every
      * chunk's gradient, so it must follow every SYNC). */
     for (long j = 0; j < e->n_order && rc == 0; j++) {
@@ -730,6 +782,8 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
         if (e->args[d][i].op.kind != BSIPIPE_OP_STEP)
             rc = submit_op(e, d, i, step, 0);
     }
+    if (rc == 0)
+        rc = engine_mpi_submit_norms(e);
     for (int d = 0; d < e->W && rc == 0; d++) {
         int n;
         const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
@@ -745,7 +799,7 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
         bsipipe_error_set(rc, "%s", why);
     }
     release_iteration(e, 1);
-    starpu_task_wait_for_all();
+    rc = engine_mpi_iteration_end(e, rc); /* every task and message of every rank */
     for (int d = 0; d < e->W; d++) {
         int n;
         bsipipe_schedule_device_ops(e->sched, d, &n);
@@ -759,40 +813,94 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
     if (e->failed)
         return bsipipe_error_set(e->failed, "engine: a task failed (%s); see the messages above",
                                  bsipipe_strerror(e->failed));
-    double sum = 0;
+    /* Per-device losses (other ranks' devices are 0 here), summed over the
+     * ranks exactly, then added in device order as in one process. */
+    double *dev_loss = calloc((size_t)e->W, sizeof *dev_loss);
+    if (!dev_loss)
+        return bsipipe_error_set(-ENOMEM, "out of memory");
+    for (int d = 0; d < e->W; d++)
+        if (engine_local(e, d)) {
+            starpu_data_acquire(e->h_loss[d], STARPU_R);
+            dev_loss[d] = e->loss[d];
+            starpu_data_release(e->h_loss[d]);
+        }
+    /* Measured statistics from the records of this rank's devices. */
+    double first = INFINITY, last = -INFINITY;
     for (int d = 0; d < e->W; d++) {
-        starpu_data_acquire(e->h_loss[d], STARPU_R);
-        sum += e->loss[d];
-        starpu_data_release(e->h_loss[d]);
+        int n;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
+        e->busy[d] = 0;
+        for (int i = 0; i < n && engine_local(e, d); i++) {
+            const bsipipe_engine_op_record_t *r = &e->rec[d][i];
+            if (r->start_us < first)
+                first = r->start_us;
+            if (ops[i].kind <= BSIPIPE_OP_W) {
+                e->busy[d] += r->end_us - r->start_us;
+                if (r->end_us > last)
+                    last = r->end_us;
+            }
+        }
     }
+    /* Over the ranks: losses, busy and peak memory are per device (exact
+     * sums), the span is the earliest start and the latest end. */
+    double span[2] = {-first, last};
+    if ((rc = engine_mpi_sum(e, dev_loss, e->W)) < 0 || (rc = engine_mpi_sum(e, e->busy, e->W)) < 0 ||
+        (rc = engine_mpi_sum(e, e->peak_bytes, e->W)) < 0 || (rc = engine_mpi_max(e, span, 2)) < 0) {
+        free(dev_loss);
+        return rc;
+    }
+    first = -span[0];
+    last = span[1];
+    double sum = 0, busy = 0;
+    for (int d = 0; d < e->W; d++) {
+        sum += dev_loss[d];
+        busy += e->busy[d];
+    }
+    free(dev_loss);
     if (e->o.emulate_flops > 0)
         sum = NAN; /* nothing was computed */
     if (loss)
         *loss = sum / (double)ntok;
     if (step)
         e->steps++;
-    /* Measured statistics from the records. */
-    double first = -1, last = 0, busy = 0;
-    for (int d = 0; d < e->W; d++) {
-        int n;
-        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
-        for (int i = 0; i < n; i++) {
-            const bsipipe_engine_op_record_t *r = &e->rec[d][i];
-            if (first < 0 || r->start_us < first)
-                first = r->start_us;
-            if (ops[i].kind <= BSIPIPE_OP_W) {
-                busy += r->end_us - r->start_us;
-                if (r->end_us > last)
-                    last = r->end_us;
-            }
-        }
-    }
     e->stats.wall_s = (starpu_timing_now() - t0) * 1e-6;
-    e->stats.makespan_s = (last - first) * 1e-6;
+    e->stats.makespan_s = last > first ? (last - first) * 1e-6 : 0;
     e->stats.bubble_ratio = last > first ? 1.0 - busy / (e->W * (last - first)) : 0;
     e->stats.tokens_per_s = e->stats.wall_s > 0 ? ntok / e->stats.wall_s : 0;
     e->stats.loss = sum / (double)ntok;
     e->stats.gnorm = step ? e->gnorm : 0;
+    return 0;
+}
+
+int bsipipe_engine_traffic(bsipipe_engine_t *e, double act_bytes[2], double sync_bytes[2])
+{
+    if (!e || !act_bytes || !sync_bytes)
+        return bsipipe_error_set(-EINVAL, "engine: no output buffer");
+    double v[4] = {e->act_bytes_local, 0, e->sync_bytes_local, 0};
+    double act[2] = {0, 0}, sync[2] = {0, 0};
+    engine_mpi_local_traffic(e, act, sync);
+    v[1] = act[1];
+    v[3] = sync[1];
+    int rc = engine_mpi_sum(e, v, 4);
+    if (rc < 0)
+        return rc;
+    act_bytes[0] = v[0];
+    act_bytes[1] = v[1];
+    sync_bytes[0] = v[2];
+    sync_bytes[1] = v[3];
+    return 0;
+}
+
+int bsipipe_engine_ranks(const bsipipe_engine_t *e, int *rank, int *nranks, int *device_rank)
+{
+    if (!e)
+        return bsipipe_error_set(-EINVAL, "engine: no engine");
+    if (rank)
+        *rank = e->rank;
+    if (nranks)
+        *nranks = e->nranks;
+    for (int d = 0; device_rank && d < e->W; d++)
+        device_rank[d] = e->dev_rank ? e->dev_rank[d] : 0;
     return 0;
 }
 
@@ -809,14 +917,8 @@ int bsipipe_engine_device_busy(const bsipipe_engine_t *e, double *busy_s)
 {
     if (!e || !busy_s)
         return bsipipe_error_set(-EINVAL, "engine: no output buffer");
-    for (int d = 0; d < e->W; d++) {
-        int n;
-        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
-        busy_s[d] = 0;
-        for (int i = 0; i < n; i++)
-            if (ops[i].kind <= BSIPIPE_OP_W)
-                busy_s[d] += (e->rec[d][i].end_us - e->rec[d][i].start_us) * 1e-6;
-    }
+    for (int d = 0; d < e->W; d++)
+        busy_s[d] = e->busy[d] * 1e-6;
     return 0;
 }
 
@@ -851,19 +953,24 @@ int bsipipe_engine_iteration(bsipipe_engine_t *e, const int *tokens, const int *
     return rc;
 }
 
-/* Copies the down replicas' `which` vectors into a whole-model vector. */
+/* Copies the down replicas' gradients or parameters into a whole-model
+ * vector (across ranks: each rank its own, then an exact sum). */
 static int gather(bsipipe_engine_t *e, float *out, int grads)
 {
     if (!out)
         return bsipipe_error_set(-EINVAL, "engine: no output buffer");
+    if (e->mpi)
+        memset(out, 0, sizeof(float) * (size_t)bsipipe_model_params(&e->dims));
     for (int c = 0; c < e->C; c++) {
         replica_t *r = &e->rep[c];
+        if (!r->params)
+            continue; /* on another rank */
         starpu_data_handle_t h = grads ? r->h_grads : r->h_params;
         starpu_data_acquire(h, STARPU_R);
         memcpy(out + r->base, grads ? r->grads : r->params, sizeof(float) * (size_t)r->n);
         starpu_data_release(h);
     }
-    return 0;
+    return engine_mpi_sum_floats(e, out, bsipipe_model_params(&e->dims));
 }
 
 int bsipipe_engine_params(bsipipe_engine_t *e, float *out) { return gather(e, out, 0); }

@@ -319,6 +319,9 @@ int bsipipe_engine_save(bsipipe_engine_t *e, const char *dir, long iteration)
 {
     if (!e || !dir || !*dir)
         return bsipipe_error_set(-EINVAL, "checkpoint: no engine or no directory");
+    if (e->mpi)
+        return bsipipe_error_set(-ENOTSUP, "checkpoint: not supported across MPI ranks yet (each rank holds only its "
+                                           "own replicas and records); run in one process");
     if (iteration < 0)
         return bsipipe_error_set(-EINVAL, "checkpoint: iteration %ld is negative", iteration);
     struct stat st;
@@ -572,6 +575,9 @@ int bsipipe_engine_load(bsipipe_engine_t *e, const char *dir, long *iteration)
 {
     if (!e || !dir || !*dir)
         return bsipipe_error_set(-EINVAL, "checkpoint: no engine or no directory");
+    if (e->mpi)
+        return bsipipe_error_set(-ENOTSUP, "checkpoint: not supported across MPI ranks yet (each rank holds only its "
+                                           "own replicas and records); run in one process");
     char *path = join(dir, CKPT_FILE);
     if (!path)
         return bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");

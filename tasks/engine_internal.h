@@ -77,7 +77,20 @@ struct bsipipe_engine {
     long steps;
     double gnorm;
     int failed;                        /* first error of the iteration; compute is skipped once set */
+    /* Scale-out (engine_mpi.c): this process is StarPU-MPI rank `rank` of
+     * `nranks` and runs the devices d with dev_rank[d] == rank; without MPI
+     * nranks is 1 and every device is local. */
+    int rank, nranks, *dev_rank, n_local;
+    struct engine_mpi *mpi;            /* NULL without MPI */
+    double act_bytes_local, sync_bytes_local; /* last iteration, inside this rank */
+    double *busy;                      /* per device, last iteration (all ranks') */
 };
+
+/* 1 when device d runs in this process. */
+static inline int engine_local(const struct bsipipe_engine *e, int d)
+{
+    return !e->dev_rank || e->dev_rank[d] == e->rank;
+}
 
 /* Records the first failure of the iteration (codelets run concurrently). */
 static inline void engine_fail(struct bsipipe_engine *e, int rc)
@@ -109,6 +122,17 @@ static inline long act_index(const struct bsipipe_engine *e, int mb, int sub, in
     return ((long)mb * e->k + sub) * e->C + chunk;
 }
 
+/* Builds the task of op i of device d (i < 0: a task outside the plan, such
+ * as a gradient norm, cl_arg = the engine) with these buffers, places it on
+ * the device's worker in plan order, submits it, and counts the use of each
+ * per-iteration buffer (one whose last use this is gets unregistered once
+ * the task ends). 0, or a negative error with a detail. */
+int engine_task_submit(struct bsipipe_engine *e, int d, int i, struct starpu_codelet *cl,
+                       struct starpu_data_descr *descr, int n);
+/* One use of a per-iteration buffer: counted (dry_run) or consumed (the
+ * buffer is unregistered after its last use). Other handles: nothing. */
+void engine_buffer_use(struct bsipipe_engine *e, starpu_data_handle_t h, int dry_run);
+
 extern struct starpu_codelet bsipipe_cl_forward, bsipipe_cl_backward, bsipipe_cl_send, bsipipe_cl_recv,
     bsipipe_cl_sync, bsipipe_cl_sync_peer, bsipipe_cl_step, bsipipe_cl_wgrad;
 
@@ -123,5 +147,48 @@ long engine_replica_offset(const struct bsipipe_engine *e, const op_args_t *a, i
 
 /* Whole-model offset of the head part and of layer l. */
 long engine_layer_offset(const struct bsipipe_engine *e, int l);
+
+/* ---- Scale-out across StarPU-MPI ranks (engine_mpi.c, docs/scaleout.md) ----
+ * Every rank plans the same schedule and walks the whole submission order;
+ * it submits the tasks of its own devices, and each transfer or SYNC whose
+ * two ends are on different ranks becomes StarPU-MPI isend/irecv calls with
+ * tags derived from the op's identity. Without MPI these are no-ops. */
+
+/* Maps the plan's devices onto the ranks (o.device_rank, else the hwloc
+ * mapper with one node per rank) and sets rank, nranks, dev_rank, n_local.
+ * Initialises MPI (MPI_THREAD_MULTIPLE) when nobody has. Before StarPU. */
+int engine_mpi_setup(struct bsipipe_engine *e);
+/* Starts StarPU (starpu_mpi_init_conf with MPI, else starpu_init). */
+int engine_mpi_start(struct bsipipe_engine *e, struct starpu_conf *conf);
+/* Stops StarPU(-MPI) and frees the MPI state. */
+void engine_mpi_shutdown(struct bsipipe_engine *e);
+
+/* Op i of device d in submission order, when one end of it is on another
+ * rank (SEND, RECV, SYNC with a remote peer): submits this rank's part.
+ * Returns 1 when it handled the op (the caller submits nothing), 0 when the
+ * op is an ordinary local one, or a negative error. dry_run: count uses. */
+int engine_mpi_submit_op(struct bsipipe_engine *e, int d, int i, int dry_run);
+/* Per-chunk squared gradient norms, computed on the chunk's down replica
+ * and sent to every rank, for the STEPs (which read e->mpi->h_sumsq). */
+int engine_mpi_submit_norms(struct bsipipe_engine *e);
+/* Around an iteration: registers its MPI buffers and starts the no-progress
+ * watchdog; waits for every task and message of every rank, stops the
+ * watchdog and agrees on the outcome (the first failure of any rank). */
+void engine_mpi_iteration_begin(struct bsipipe_engine *e);
+int engine_mpi_iteration_end(struct bsipipe_engine *e, int rc);
+/* Sums a vector over the ranks, in place (entries of remote devices are 0
+ * on this rank, so the result is exact). */
+int engine_mpi_sum(struct bsipipe_engine *e, double *v, int n);
+/* The most negative of every rank's rc (so all ranks take the same path). */
+int engine_mpi_agree(struct bsipipe_engine *e, int rc);
+/* Adds this rank's cross-rank bytes sent in the last iteration. */
+void engine_mpi_local_traffic(struct bsipipe_engine *e, double act[2], double sync[2]);
+void engine_mpi_free(struct bsipipe_engine *e);
+int engine_mpi_sum_floats(struct bsipipe_engine *e, float *v, long n);
+int engine_mpi_max(struct bsipipe_engine *e, double *v, int n);
+/* Handle of chunk c's squared gradient norm (MPI), NULL without MPI. */
+starpu_data_handle_t engine_mpi_sumsq(struct bsipipe_engine *e, int c);
+
+extern struct starpu_codelet bsipipe_cl_mpi_marker, bsipipe_cl_mpi_send, bsipipe_cl_mpi_sync_up, bsipipe_cl_norm;
 
 #endif

@@ -530,6 +530,9 @@ int bsipipe_engine_trace_write(bsipipe_engine_t *e, const char *dir, const struc
 {
     if (!e || !dir || !*dir)
         return bsipipe_error_set(-EINVAL, "trace: no engine or no directory");
+    if (e->mpi)
+        return bsipipe_error_set(-ENOTSUP, "trace: not supported across MPI ranks yet (each rank holds only its "
+                                           "own replicas and records); run in one process");
     bsipipe_cost_model_t unit = bsipipe_cost_model_unit();
     if (!cost)
         cost = &unit;

@@ -34,6 +34,10 @@ b=$(grep -E '^iter +[456]/6' "$tmp/resumed" | awk '{print $3, $4, $5}')
 if [ -n "$a" ] && [ "$a" = "$b" ]; then ok; else fail "resumed losses differ: [$a] vs [$b]"; fi
 expect 2 "--resume needs --checkpoint DIR" $tiny --resume
 expect 2 "--checkpoint with --emulate" $tiny --emulate --checkpoint "$tmp/ck"
+# Scale-out flags (the runs themselves are in test_mpi.sh).
+expect 2 "it needs --mpi" $tiny --naive-mapping
+expect 2 "--trace is not supported with --mpi" $tiny --mpi --trace "$tmp/tr"
+OMPI_COMM_WORLD_SIZE=2 expect 2 "without --mpi" $tiny
 head -c 100 "$tmp/ck/checkpoint.bin" >"$tmp/ck/cut" && mkdir -p "$tmp/ck2" && mv "$tmp/ck/cut" "$tmp/ck2/checkpoint.bin"
 expect 1 "cannot resume" $tiny --checkpoint "$tmp/ck2" --resume
 # Emulated device time: 16 devices on this machine; every line says so.

@@ -1,0 +1,57 @@
+/* cl_mpi.c: the codelets of ops whose two ends are on different StarPU-MPI
+ * ranks (engine_mpi.c moves the data). The SEND, RECV and up-side SYNC
+ * tasks only hold their op's slot in the device's plan order; NORM is the
+ * squared norm of a chunk's gradient that every rank's STEP needs.
+ *
+ * Buffers: marker none; SEND 0 source RW (so the isend that follows waits
+ * for the slot); SYNC up 0 grads RW (same); NORM 0 grads R, 1 sumsq (one
+ * double) W. */
+#include "tasks/engine_internal.h"
+
+static void slot_only(void *buffers[], void *cl_arg)
+{
+    (void)buffers;
+    (void)cl_arg;
+}
+
+static void norm_cpu(void *buffers[], void *cl_arg)
+{
+    struct bsipipe_engine *e = cl_arg;
+    double *out = (double *)STARPU_VECTOR_GET_PTR(buffers[1]);
+    if (engine_failed(e) || e->o.emulate_flops > 0) {
+        *out = 0;
+        return;
+    }
+    *out = bsipipe_sumsq((long)STARPU_VECTOR_GET_NX(buffers[0]), (const float *)STARPU_VECTOR_GET_PTR(buffers[0]));
+}
+
+struct starpu_codelet bsipipe_cl_mpi_marker = {
+    .cpu_funcs = {slot_only},
+    .cpu_funcs_name = {"slot_only"},
+    .nbuffers = 0,
+    .name = "RECV",
+};
+
+struct starpu_codelet bsipipe_cl_mpi_send = {
+    .cpu_funcs = {slot_only},
+    .cpu_funcs_name = {"slot_only"},
+    .nbuffers = 1,
+    .modes = {STARPU_RW},
+    .name = "SEND",
+};
+
+struct starpu_codelet bsipipe_cl_mpi_sync_up = {
+    .cpu_funcs = {slot_only},
+    .cpu_funcs_name = {"slot_only"},
+    .nbuffers = 1,
+    .modes = {STARPU_RW},
+    .name = "SYNC",
+};
+
+struct starpu_codelet bsipipe_cl_norm = {
+    .cpu_funcs = {norm_cpu},
+    .cpu_funcs_name = {"norm_cpu"},
+    .nbuffers = 2,
+    .modes = {STARPU_R, STARPU_W},
+    .name = "NORM",
+};

@@ -1,0 +1,627 @@
+/* engine_mpi.c: the engine across StarPU-MPI ranks (the `mpi` transport of
+ * DESIGN.md §6–§7, docs/scaleout.md).
+ *
+ * Every rank plans the same schedule and walks the same submission order.
+ * A rank submits the tasks of its own devices; when the two ends of a
+ * transfer or a SYNC are on different ranks, each rank submits its part:
+ *   SEND  a marker task in the device's plan slot (RW on the source, so
+ *         StarPU orders the send after it), then starpu_mpi_isend_detached;
+ *   RECV  starpu_mpi_irecv_detached into the receive buffer, posted at
+ *         submission (the earliest possible receive: StarPU-MPI matches the
+ *         message whenever it arrives), then a marker task in the RECV's
+ *         slot; the consumer's data dependency waits for the data;
+ *   SYNC  the up replica's rank sends its gradient to the down replica's
+ *         rank, which sums (the same codelet as a local SYNC, so the result
+ *         is bit-identical) and sends the sum back;
+ *   norms each chunk's squared gradient norm is computed once on the down
+ *         replica's rank and sent to every rank, for the STEPs' global-norm
+ *         clipping (instead of shipping whole gradients).
+ * Tags are derived from the op's identity (channel or chunk) and the
+ * iteration, so they are the same on every rank and never reused while a
+ * message may be in flight.
+ *
+ * MPI is initialised with MPI_THREAD_MULTIPLE (by us, unless the program
+ * did it), so the main thread may call MPI collectives while StarPU-MPI's
+ * progress thread runs; it is finalised at exit, after every engine.
+ *
+ * Failure: a watchdog thread aborts the whole job (MPI_Abort) when this
+ * rank makes no progress for the engine's watchdog time, naming the rank
+ * and device it waits for; a rank that dies makes mpirun stop the others
+ * and name it. */
+#include "tasks/engine_internal.h"
+#include "graph/bsipipe_error.h"
+#include "graph/bsipipe_topology.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef BSIPIPE_HAVE_STARPUMPI
+#include <mpi.h>
+#include <starpu_mpi.h>
+
+enum { TAG_CHANNEL = 1, TAG_SYNC_UP = 2, TAG_SYNC_DOWN = 3, TAG_NORM = 4 };
+
+/* One message this rank waits for (for the watchdog's report). */
+struct pending_recv {
+    struct engine_mpi *m;
+    int done;
+    int peer_rank, device, peer_device;
+    char what[64];
+};
+
+/* Bytes of one cross-rank send, counted when StarPU-MPI completes it. */
+struct sent_bytes {
+    struct engine_mpi *m;
+    double bytes;
+    int sync;
+};
+
+struct engine_mpi {
+    struct bsipipe_engine *e;
+    long iter;                           /* for tags */
+    double *sumsq;                       /* per chunk */
+    starpu_data_handle_t *h_sumsq;
+    /* Per iteration: */
+    struct pending_recv *recv;           /* one per cross-rank message */
+    long n_recv, cap_recv;
+    struct sent_bytes *sent;
+    long n_sent, cap_sent;
+    double act_bytes[2], sync_bytes[2];  /* this rank's, last iteration */
+    long progress;                       /* completed receives */
+    /* End of iteration: a barrier that knows who has not arrived. */
+    MPI_Comm comm;                       /* a duplicate, for our own messages */
+    int *arrived;                        /* per rank, this iteration */
+    int in_barrier;
+    /* Watchdog. */
+    pthread_t watchdog;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int watching, stop;
+};
+
+static int mpi_initialized_here;
+
+static void mpi_finalize_at_exit(void)
+{
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin)
+        MPI_Finalize();
+}
+
+static starpu_mpi_tag_t make_tag(const struct engine_mpi *m, int kind, long index)
+{
+    return ((starpu_mpi_tag_t)(m->iter & 0xffffff) << 32) | ((starpu_mpi_tag_t)kind << 28) | (starpu_mpi_tag_t)index;
+}
+
+static int setup_ranks(struct bsipipe_engine *e);
+
+/* Every rank learns whether some rank failed, so none goes on to wait for a
+ * rank that has given up. */
+int engine_mpi_setup(struct bsipipe_engine *e)
+{
+    int rc = setup_ranks(e);
+    if (!e->mpi)
+        return rc;
+    char why[512];
+    snprintf(why, sizeof why, "%s", bsipipe_error_detail());
+    int worst = rc, who[2] = {rc < 0, e->rank}, first[2];
+    MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(who, first, 1, MPI_2INT, MPI_MAXLOC, MPI_COMM_WORLD);
+    if (rc < 0)
+        return bsipipe_error_set(rc, "%s", why);
+    if (worst < 0)
+        return bsipipe_error_set(worst, "engine: rank %d could not start (%s); see its message", first[1],
+                                 bsipipe_strerror(worst));
+    return 0;
+}
+
+static int setup_ranks(struct bsipipe_engine *e)
+{
+    e->rank = 0;
+    e->nranks = 1;
+    e->n_local = e->W;
+    if (!e->o.mpi)
+        return 0;
+    int inited = 0, level = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &level) != MPI_SUCCESS)
+            return bsipipe_error_set(-EIO, "engine: MPI_Init_thread failed");
+        if (!mpi_initialized_here)
+            atexit(mpi_finalize_at_exit);
+        mpi_initialized_here = 1;
+    } else {
+        MPI_Query_thread(&level);
+    }
+    if (level < MPI_THREAD_MULTIPLE)
+        return bsipipe_error_set(-ENOTSUP, "engine: this MPI gives thread level %d, the engine needs "
+                                           "MPI_THREAD_MULTIPLE (Open MPI built with thread support)", level);
+    MPI_Comm_rank(MPI_COMM_WORLD, &e->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &e->nranks);
+    if (!(e->dev_rank = calloc((size_t)e->W, sizeof *e->dev_rank)) || !(e->mpi = calloc(1, sizeof *e->mpi)))
+        return bsipipe_error_set(-ENOMEM, "out of memory");
+    e->mpi->e = e;
+    e->mpi->comm = MPI_COMM_NULL;
+    if (!(e->mpi->arrived = calloc((size_t)e->nranks, sizeof *e->mpi->arrived)) ||
+        MPI_Comm_dup(MPI_COMM_WORLD, &e->mpi->comm) != MPI_SUCCESS)
+        return bsipipe_error_set(-ENOMEM, "engine: cannot set up the end-of-iteration barrier");
+    pthread_mutex_init(&e->mpi->lock, NULL);
+    pthread_cond_init(&e->mpi->cond, NULL);
+    if (e->nranks > e->W)
+        return bsipipe_error_set(BSIPIPE_ECONFIG, "engine: %d MPI ranks for %d devices: every rank needs a device "
+                                 "(run with -np %d or fewer, or a larger --w)", e->nranks, e->W, e->W);
+    if (e->o.device_rank) {
+        for (int d = 0; d < e->W; d++) {
+            if (e->o.device_rank[d] < 0 || e->o.device_rank[d] >= e->nranks)
+                return bsipipe_error_set(BSIPIPE_ECONFIG, "engine: device %d mapped to rank %d, but ranks are "
+                                         "0..%d", d, e->o.device_rank[d], e->nranks - 1);
+            e->dev_rank[d] = e->o.device_rank[d];
+        }
+    } else {
+        /* One node per rank, room for its share of the devices. */
+        int per_node = (e->W * e->o.pc.tp + e->nranks - 1) / e->nranks;
+        if (!e->o.naive_mapping && bsipipe_schedule_n_pipes(e->sched) > 1 && per_node % (2 * e->o.pc.tp))
+            per_node += 2 * e->o.pc.tp - per_node % (2 * e->o.pc.tp); /* mirrored pairs fit together */
+        int rc = bsipipe_map_devices(&e->o.pc, e->nranks, per_node, !e->o.naive_mapping, e->dev_rank);
+        if (rc < 0)
+            return rc;
+    }
+    e->n_local = 0;
+    for (int d = 0; d < e->W; d++)
+        e->n_local += e->dev_rank[d] == e->rank;
+    if (e->n_local == 0)
+        return bsipipe_error_set(BSIPIPE_ECONFIG, "engine: the mapping leaves rank %d without devices (use fewer "
+                                 "ranks)", e->rank);
+    return 0;
+}
+
+int engine_mpi_start(struct bsipipe_engine *e, struct starpu_conf *conf)
+{
+    if (!e->mpi)
+        return starpu_init(conf) == 0 ? 0 : bsipipe_error_set(-EIO, "engine: starpu_init failed");
+    if (starpu_mpi_init_conf(NULL, NULL, 0, MPI_COMM_WORLD, conf) != 0)
+        return bsipipe_error_set(-EIO, "engine: starpu_mpi_init_conf failed on rank %d", e->rank);
+    struct engine_mpi *m = e->mpi;
+    if (!(m->sumsq = calloc((size_t)e->C, sizeof *m->sumsq)) || !(m->h_sumsq = calloc((size_t)e->C, sizeof *m->h_sumsq)))
+        return bsipipe_error_set(-ENOMEM, "out of memory");
+    for (int c = 0; c < e->C; c++)
+        starpu_vector_data_register(&m->h_sumsq[c], STARPU_MAIN_RAM, (uintptr_t)&m->sumsq[c], 1, sizeof(double));
+    return 0;
+}
+
+void engine_mpi_shutdown(struct bsipipe_engine *e)
+{
+    struct engine_mpi *m = e->mpi;
+    if (!m) {
+        starpu_shutdown();
+        return;
+    }
+    for (int c = 0; m->h_sumsq && c < e->C; c++)
+        if (m->h_sumsq[c])
+            starpu_data_unregister(m->h_sumsq[c]);
+    starpu_mpi_shutdown();
+}
+
+static void free_mpi(struct bsipipe_engine *e)
+{
+    struct engine_mpi *m = e->mpi;
+    if (!m)
+        return;
+    pthread_mutex_destroy(&m->lock);
+    pthread_cond_destroy(&m->cond);
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (m->comm != MPI_COMM_NULL && !fin)
+        MPI_Comm_free(&m->comm);
+    free(m->arrived);
+    free(m->sumsq);
+    free(m->h_sumsq);
+    free(m->recv);
+    free(m->sent);
+    free(m);
+    e->mpi = NULL;
+}
+
+starpu_data_handle_t engine_mpi_sumsq(struct bsipipe_engine *e, int c)
+{
+    return e->mpi ? e->mpi->h_sumsq[c] : NULL;
+}
+
+/* ---- per-iteration bookkeeping (arrays sized once per iteration, so the
+ * completion callbacks get stable pointers) ---- */
+
+static struct pending_recv *add_recv(struct engine_mpi *m, int peer_rank, int device, int peer_device,
+                                     const char *what)
+{
+    if (m->n_recv == m->cap_recv)
+        return NULL;
+    struct pending_recv *r = &m->recv[m->n_recv++];
+    *r = (struct pending_recv){.m = m, .peer_rank = peer_rank, .device = device, .peer_device = peer_device};
+    snprintf(r->what, sizeof r->what, "%s", what);
+    return r;
+}
+
+static void recv_done(void *arg)
+{
+    struct pending_recv *r = arg;
+    __atomic_store_n(&r->done, 1, __ATOMIC_SEQ_CST);
+    __atomic_fetch_add(&r->m->progress, 1, __ATOMIC_SEQ_CST);
+}
+
+static void send_done(void *arg)
+{
+    struct sent_bytes *s = arg;
+    pthread_mutex_lock(&s->m->lock);
+    if (s->sync > 0)
+        s->m->sync_bytes[1] += s->bytes;
+    else if (s->sync == 0)
+        s->m->act_bytes[1] += s->bytes;
+    pthread_mutex_unlock(&s->m->lock);
+}
+
+static size_t handle_bytes(starpu_data_handle_t h)
+{
+    return starpu_vector_get_nx(h) * starpu_vector_get_elemsize(h);
+}
+
+/* sync: 0 activation traffic, 1 gradient sync, -1 not plan traffic (norms). */
+static int post_send(struct engine_mpi *m, starpu_data_handle_t h, int dest, int kind, long index, int sync)
+{
+    if (m->n_sent == m->cap_sent)
+        return bsipipe_error_set(-ENOMEM, "engine: more cross-rank sends than counted");
+    struct sent_bytes *s = &m->sent[m->n_sent++];
+    *s = (struct sent_bytes){.m = m, .bytes = (double)handle_bytes(h), .sync = sync};
+    if (starpu_mpi_isend_detached(h, dest, make_tag(m, kind, index), MPI_COMM_WORLD, send_done, s) != 0)
+        return bsipipe_error_set(-EIO, "engine: starpu_mpi_isend_detached to rank %d failed", dest);
+    return 0;
+}
+
+static int post_recv(struct engine_mpi *m, starpu_data_handle_t h, int src, int kind, long index, int device,
+                     int peer_device, const char *what)
+{
+    struct pending_recv *r = add_recv(m, src, device, peer_device, what);
+    if (!r)
+        return bsipipe_error_set(-ENOMEM, "engine: more cross-rank receives than counted");
+    if (starpu_mpi_irecv_detached(h, src, make_tag(m, kind, index), MPI_COMM_WORLD, recv_done, r) != 0)
+        return bsipipe_error_set(-EIO, "engine: starpu_mpi_irecv_detached from rank %d failed", src);
+    return 0;
+}
+
+/* Sizes the per-iteration arrays: at most one message per transfer, two per
+ * SYNC side, and nranks per chunk norm. */
+static int size_iteration(struct bsipipe_engine *e)
+{
+    struct engine_mpi *m = e->mpi;
+    long n = 0;
+    for (int d = 0; d < e->W; d++) {
+        int n_ops;
+        bsipipe_schedule_device_ops(e->sched, d, &n_ops);
+        n += 2L * n_ops;
+    }
+    n += (long)e->C * e->nranks;
+    if (n > m->cap_recv) {
+        free(m->recv);
+        free(m->sent);
+        m->recv = calloc((size_t)n, sizeof *m->recv);
+        m->sent = calloc((size_t)n, sizeof *m->sent);
+        if (!m->recv || !m->sent)
+            return -ENOMEM;
+        m->cap_recv = m->cap_sent = n;
+    }
+    m->n_recv = m->n_sent = 0;
+    return 0;
+}
+
+/* ---- submission ---- */
+
+int engine_mpi_submit_op(struct bsipipe_engine *e, int d, int i, int dry_run)
+{
+    struct engine_mpi *m = e->mpi;
+    if (!m)
+        return 0;
+    const bsipipe_op_t *op = &e->args[d][i].op;
+    if (op->kind != BSIPIPE_OP_SEND && op->kind != BSIPIPE_OP_RECV && op->kind != BSIPIPE_OP_SYNC)
+        return 0;
+    if (op->peer < 0 || e->dev_rank[op->peer] == e->dev_rank[d])
+        return 0; /* both ends here (or both elsewhere): an ordinary op */
+    if (!engine_local(e, d))
+        return 1; /* the other rank's part */
+    int peer_rank = e->dev_rank[op->peer], rc = 0;
+    const char *name = e->args[d][i].name;
+    long ai = op->sub >= 0 ? act_index(e, op->mb, op->sub, op->chunk) : 0;
+    struct starpu_data_descr descr[2];
+    switch (op->kind) {
+    case BSIPIPE_OP_SEND: {
+        starpu_data_handle_t src = op->tensor == BSIPIPE_TENSOR_ACT ? e->h_x_out[ai] : e->h_dx[ai];
+        if (!src)
+            return bsipipe_error_set(-EINVAL, "engine: %s has no source buffer", name);
+        if (dry_run) {
+            engine_buffer_use(e, src, 1);
+            return 1;
+        }
+        /* The marker holds the plan slot; RW orders the isend after it. */
+        descr[0] = (struct starpu_data_descr){src, STARPU_RW};
+        if ((rc = engine_task_submit(e, d, i, &bsipipe_cl_mpi_send, descr, 1)) < 0)
+            return rc;
+        if ((rc = post_send(m, src, peer_rank, TAG_CHANNEL, op->channel, 0)) < 0)
+            return rc;
+        engine_buffer_use(e, src, 0);
+        return 1;
+    }
+    case BSIPIPE_OP_RECV: {
+        starpu_data_handle_t dst = e->h_recv[op->channel];
+        if (!dst)
+            return bsipipe_error_set(-EINVAL, "engine: %s has no receive buffer", name);
+        if (dry_run)
+            return 1; /* its consumer's use is counted there */
+        if ((rc = post_recv(m, dst, peer_rank, TAG_CHANNEL, op->channel, d, op->peer, name)) < 0)
+            return rc;
+        rc = engine_task_submit(e, d, i, &bsipipe_cl_mpi_marker, descr, 0);
+        return rc < 0 ? rc : 1;
+    }
+    default: { /* SYNC of mirrored replicas on two ranks */
+        if (dry_run)
+            return 1;
+        replica_t *down = &e->rep[op->chunk], *up = &e->rep[e->C + op->chunk];
+        if (op->pipe == 1) { /* up side: send the gradient, get the sum back */
+            descr[0] = (struct starpu_data_descr){up->h_grads, STARPU_RW};
+            if ((rc = engine_task_submit(e, d, i, &bsipipe_cl_mpi_sync_up, descr, 1)) < 0 ||
+                (rc = post_send(m, up->h_grads, peer_rank, TAG_SYNC_UP, op->chunk, 1)) < 0 ||
+                (rc = post_recv(m, up->h_grads, peer_rank, TAG_SYNC_DOWN, op->chunk, d, op->peer, name)) < 0)
+                return rc;
+            return 1;
+        }
+        /* down side: receive the up gradient into a buffer, sum, send back */
+        starpu_data_handle_t in;
+        starpu_vector_data_register(&in, -1, 0, (uint32_t)up->n, sizeof(float));
+        if ((rc = post_recv(m, in, peer_rank, TAG_SYNC_UP, op->chunk, d, op->peer, name)) < 0)
+            return rc;
+        descr[0] = (struct starpu_data_descr){down->h_grads, STARPU_RW};
+        descr[1] = (struct starpu_data_descr){in, STARPU_RW};
+        if ((rc = engine_task_submit(e, d, i, &bsipipe_cl_sync, descr, 2)) < 0 ||
+            (rc = post_send(m, in, peer_rank, TAG_SYNC_DOWN, op->chunk, 1)) < 0)
+            return rc;
+        starpu_data_unregister_submit(in);
+        return 1;
+    }
+    }
+}
+
+int engine_mpi_submit_norms(struct bsipipe_engine *e)
+{
+    struct engine_mpi *m = e->mpi;
+    if (!m)
+        return 0;
+    for (int c = 0; c < e->C; c++) {
+        int owner_dev = e->rep[c].device, owner = e->dev_rank[owner_dev], rc;
+        if (owner != e->rank) {
+            char what[64];
+            snprintf(what, sizeof what, "gradient norm of chunk %d", c);
+            if ((rc = post_recv(m, m->h_sumsq[c], owner, TAG_NORM, c, -1, owner_dev, what)) < 0)
+                return rc;
+            continue;
+        }
+        struct starpu_data_descr descr[2] = {{e->rep[c].h_grads, STARPU_R}, {m->h_sumsq[c], STARPU_W}};
+        if ((rc = engine_task_submit(e, owner_dev, -1, &bsipipe_cl_norm, descr, 2)) < 0)
+            return rc;
+        for (int r = 0; r < e->nranks; r++)
+            if (r != e->rank && (rc = post_send(m, m->h_sumsq[c], r, TAG_NORM, c, -1)) < 0)
+                return rc;
+    }
+    return 0;
+}
+
+/* ---- watchdog ---- */
+
+static void *watchdog_main(void *arg)
+{
+    struct bsipipe_engine *e = arg;
+    struct engine_mpi *m = e->mpi;
+    long last = -1;
+    double still = 0, tick = 0.05;
+    pthread_mutex_lock(&m->lock);
+    while (!m->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += (long)(tick * 1e9);
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&m->cond, &m->lock, &ts);
+        if (m->stop)
+            break;
+        long now = __atomic_load_n(&e->rec_seq, __ATOMIC_SEQ_CST) + __atomic_load_n(&m->progress, __ATOMIC_SEQ_CST);
+        if (now != last) {
+            last = now;
+            still = 0;
+            continue;
+        }
+        if ((still += tick) < e->o.watchdog_s)
+            continue;
+        /* No task ended and no message arrived for watchdog_s: name what
+         * this rank waits for. */
+        const struct pending_recv *w = NULL;
+        for (long j = 0; j < m->n_recv && !w; j++)
+            if (!__atomic_load_n(&m->recv[j].done, __ATOMIC_SEQ_CST))
+                w = &m->recv[j];
+        if (w && w->device >= 0)
+            fprintf(stderr, "bsipipe engine: rank %d made no progress for %.1f s: device %d waits for data from "
+                            "rank %d (device %d) in %s; rank %d has died or hangs. Aborting the job.\n",
+                    e->rank, still, w->device, w->peer_rank, w->peer_device, w->what, w->peer_rank);
+        else if (w)
+            fprintf(stderr, "bsipipe engine: rank %d made no progress for %.1f s: waits for the %s from rank %d "
+                            "(device %d); rank %d has died or hangs. Aborting the job.\n",
+                    e->rank, still, w->what, w->peer_rank, w->peer_device, w->peer_rank);
+        else if (__atomic_load_n(&m->in_barrier, __ATOMIC_SEQ_CST)) {
+            char who[256] = "";
+            for (int r = 0; r < e->nranks; r++)
+                if (r != e->rank && !__atomic_load_n(&m->arrived[r], __ATOMIC_SEQ_CST) && strlen(who) < 200)
+                    snprintf(who + strlen(who), sizeof who - strlen(who), "%s%d", *who ? ", " : "", r);
+            fprintf(stderr, "bsipipe engine: rank %d waited %.1f s at the end of iteration %ld for rank %s, which "
+                            "has died or hangs. Aborting the job.\n", e->rank, still, m->iter, who);
+        } else
+            fprintf(stderr, "bsipipe engine: rank %d made no progress for %.1f s in iteration %ld (no task ended, "
+                            "no message arrived). Aborting the job.\n", e->rank, still, m->iter);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+    pthread_mutex_unlock(&m->lock);
+    return NULL;
+}
+
+void engine_mpi_iteration_begin(struct bsipipe_engine *e)
+{
+    struct engine_mpi *m = e->mpi;
+    if (!m)
+        return;
+    m->iter++;
+    m->act_bytes[0] = m->act_bytes[1] = m->sync_bytes[0] = m->sync_bytes[1] = 0;
+    if (size_iteration(e) < 0)
+        m->cap_recv = m->cap_sent = 0; /* every post then fails with a clear error */
+    m->stop = 0;
+    m->watching = pthread_create(&m->watchdog, NULL, watchdog_main, e) == 0;
+}
+
+int engine_mpi_iteration_end(struct bsipipe_engine *e, int rc)
+{
+    struct engine_mpi *m = e->mpi;
+    if (!m) {
+        starpu_task_wait_for_all();
+        return rc;
+    }
+    /* Local tasks first (every receive feeds a task, so they are done too),
+     * then a barrier that records who arrived, for the watchdog's report;
+     * then StarPU-MPI's own wait, which finds every send completed. */
+    starpu_task_wait_for_all();
+    int n = e->nranks, token = 1, *in = calloc((size_t)2 * n, sizeof *in);
+    MPI_Request *req = calloc((size_t)2 * n, sizeof *req);
+    if (in && req) {
+        for (int r = 0; r < n; r++) {
+            m->arrived[r] = r == e->rank;
+            req[r] = req[n + r] = MPI_REQUEST_NULL;
+            if (r != e->rank) {
+                MPI_Irecv(&in[r], 1, MPI_INT, r, 1, m->comm, &req[r]);
+                MPI_Isend(&token, 1, MPI_INT, r, 1, m->comm, &req[n + r]);
+            }
+        }
+        __atomic_store_n(&m->in_barrier, 1, __ATOMIC_SEQ_CST);
+        for (int left = n - 1; left > 0;) {
+            int idx = MPI_UNDEFINED, flag = 0;
+            MPI_Testany(n, req, &idx, &flag, MPI_STATUS_IGNORE);
+            if (flag && idx != MPI_UNDEFINED) {
+                __atomic_store_n(&m->arrived[idx], 1, __ATOMIC_SEQ_CST);
+                __atomic_fetch_add(&m->progress, 1, __ATOMIC_SEQ_CST);
+                left--;
+            } else {
+                struct timespec ts = {0, 200000}; /* 0.2 ms: a barrier, not a busy loop */
+                nanosleep(&ts, NULL);
+            }
+        }
+        MPI_Waitall(n, req + n, MPI_STATUSES_IGNORE);
+        __atomic_store_n(&m->in_barrier, 0, __ATOMIC_SEQ_CST);
+    }
+    free(in);
+    free(req);
+    starpu_mpi_wait_for_all(MPI_COMM_WORLD);
+    if (m->watching) {
+        pthread_mutex_lock(&m->lock);
+        m->stop = 1;
+        pthread_cond_signal(&m->cond);
+        pthread_mutex_unlock(&m->lock);
+        pthread_join(m->watchdog, NULL);
+        m->watching = 0;
+    }
+    /* Every rank returns the same outcome: the most negative code. */
+    int v[2] = {rc, e->failed}, out[2];
+    MPI_Allreduce(v, out, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    e->failed = out[1];
+    return out[0];
+}
+
+int engine_mpi_agree(struct bsipipe_engine *e, int rc)
+{
+    int out = rc;
+    if (e->mpi)
+        MPI_Allreduce(&rc, &out, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return out;
+}
+
+int engine_mpi_sum(struct bsipipe_engine *e, double *v, int n)
+{
+    if (e->mpi && MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
+        return bsipipe_error_set(-EIO, "engine: MPI_Allreduce failed");
+    return 0;
+}
+
+int engine_mpi_max(struct bsipipe_engine *e, double *v, int n)
+{
+    if (e->mpi && MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS)
+        return bsipipe_error_set(-EIO, "engine: MPI_Allreduce failed");
+    return 0;
+}
+
+int engine_mpi_sum_floats(struct bsipipe_engine *e, float *v, long n)
+{
+    for (long done = 0; e->mpi && done < n;) {
+        int part = n - done > (1L << 30) ? 1 << 30 : (int)(n - done);
+        if (MPI_Allreduce(MPI_IN_PLACE, v + done, part, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
+            return bsipipe_error_set(-EIO, "engine: MPI_Allreduce failed");
+        done += part;
+    }
+    return 0;
+}
+
+void engine_mpi_local_traffic(struct bsipipe_engine *e, double act[2], double sync[2])
+{
+    struct engine_mpi *m = e->mpi;
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->lock);
+    act[1] += m->act_bytes[1];
+    sync[1] += m->sync_bytes[1];
+    pthread_mutex_unlock(&m->lock);
+}
+
+void engine_mpi_free(struct bsipipe_engine *e)
+{
+    free_mpi(e);
+}
+
+#else /* StarPU without MPI: one process only */
+
+int engine_mpi_setup(struct bsipipe_engine *e)
+{
+    e->rank = 0;
+    e->nranks = 1;
+    e->n_local = e->W;
+    if (e->o.mpi)
+        return bsipipe_error_set(-ENOTSUP, "engine: this build has no StarPU-MPI; rebuild StarPU with --enable-mpi "
+                                           "(scripts/setup.sh does) or run without --mpi");
+    return 0;
+}
+int engine_mpi_start(struct bsipipe_engine *e, struct starpu_conf *conf)
+{
+    (void)e;
+    return starpu_init(conf) == 0 ? 0 : bsipipe_error_set(-EIO, "engine: starpu_init failed");
+}
+void engine_mpi_shutdown(struct bsipipe_engine *e) { (void)e; starpu_shutdown(); }
+int engine_mpi_submit_op(struct bsipipe_engine *e, int d, int i, int dry_run) { (void)e; (void)d; (void)i; (void)dry_run; return 0; }
+int engine_mpi_submit_norms(struct bsipipe_engine *e) { (void)e; return 0; }
+void engine_mpi_iteration_begin(struct bsipipe_engine *e) { (void)e; }
+int engine_mpi_iteration_end(struct bsipipe_engine *e, int rc) { (void)e; starpu_task_wait_for_all(); return rc; }
+int engine_mpi_agree(struct bsipipe_engine *e, int rc) { (void)e; return rc; }
+int engine_mpi_sum(struct bsipipe_engine *e, double *v, int n) { (void)e; (void)v; (void)n; return 0; }
+int engine_mpi_sum_floats(struct bsipipe_engine *e, float *v, long n) { (void)e; (void)v; (void)n; return 0; }
+int engine_mpi_max(struct bsipipe_engine *e, double *v, int n) { (void)e; (void)v; (void)n; return 0; }
+void engine_mpi_local_traffic(struct bsipipe_engine *e, double act[2], double sync[2]) { (void)e; (void)act; (void)sync; }
+starpu_data_handle_t engine_mpi_sumsq(struct bsipipe_engine *e, int c) { (void)e; (void)c; return NULL; }
+void engine_mpi_free(struct bsipipe_engine *e) { (void)e; }
+
+#endif

@@ -1,0 +1,10 @@
+# tasks/mpi.mk: the engine across StarPU-MPI ranks (docs/scaleout.md) and its
+# multi-rank tests (run under mpirun by tests/test_mpi.sh).
+libbsipipe_la_SOURCES += tasks/engine_mpi.c tasks/cl_mpi.c
+if HAVE_STARPUMPI
+check_PROGRAMS += tests/test_mpi_equiv
+tests_test_mpi_equiv_LDADD = libbsipipe.la $(STARPUMPI_LIBS) $(STARPU_LIBS) $(MPI_LIBS)
+TESTS += tests/test_mpi.sh
+endif
+EXTRA_DIST += tests/test_mpi.sh tests/mpi_util.sh
+EXTRA_DIST += docs/scaleout.md

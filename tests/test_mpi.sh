@@ -1,0 +1,77 @@
+#!/bin/sh
+# test_mpi.sh: the engine across StarPU-MPI ranks on this machine
+# (tests/test_mpi_equiv.c says what is compared: bit-identical to one
+# process, traffic equal to the plan), then a rank that stops responding and
+# a rank that dies mid-run: the job ends with an error naming it, never hangs.
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
+set -u
+build=${top_builddir:-.}
+. "${srcdir:-.}/tests/mpi_util.sh"
+equiv=$build/tests/test_mpi_equiv
+train=$build/apps/bsipipe-train
+tmp=$(mktemp -d) || exit 99
+trap 'pkill -9 -f "seed 4242" 2>/dev/null; rm -rf "$tmp"' EXIT
+fails=0
+
+run() { # label, then the command
+    local label=$1; shift
+    echo "== $label"
+    if ! timeout 400 "$@" >"$tmp/out" 2>&1; then
+        echo "FAIL: $label" >&2; grep -v "^\[starpu\]" "$tmp/out" | tail -25 >&2; fails=$((fails + 1))
+    else
+        grep -E "ranks|reference|checks" "$tmp/out"
+    fi
+}
+run "one process" "$equiv" single "$tmp/single.bin"
+for np in 2 4; do
+    for map in aware naive; do
+        run "$np ranks, $map mapping" "${MPIRUN[@]}" -np $np "$equiv" mpi "$tmp/single.bin" $map
+    done
+done
+
+# Fault injection into a running 2-rank training (small model, watchdog 3 s).
+rank1_pid() {
+    local p
+    for p in $(pgrep -f "seed 4242"); do
+        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && echo "$p"
+    done
+}
+fault() { # signal, pattern expected in the output
+    local sig=$1 want=$2 victim= job status start
+    echo "== rank 1 gets SIG$sig mid-run"
+    "${MPIRUN[@]}" -np 2 "$train" --mpi --iters 100000 --layers 8 --hidden 32 --heads 2 --seq 32 --m 8 \
+        --watchdog 3 --seed 4242 >"$tmp/fault" 2>&1 &
+    job=$!
+    for _ in $(seq 1 900); do # up to 90 s for two iterations to pass
+        kill -0 "$job" 2>/dev/null || break
+        if grep -q "iter    2/" "$tmp/fault"; then
+            victim=$(rank1_pid | head -1)
+            [ -n "$victim" ] && break
+        fi
+        sleep 0.1
+    done
+    if [ -z "$victim" ]; then
+        echo "FAIL: SIG$sig: the run did not start" >&2; tail -20 "$tmp/fault" >&2
+        fails=$((fails + 1)); kill -9 "$job" 2>/dev/null; return
+    fi
+    start=$(date +%s)
+    kill -"$sig" "$victim"
+    for _ in $(seq 1 600); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$job" 2>/dev/null; then
+        echo "FAIL: SIG$sig: the job still runs 60 s after rank 1 stopped (a hang)" >&2
+        fails=$((fails + 1)); kill -9 "$victim" "$job" 2>/dev/null; pkill -9 -f "seed 4242"; return
+    fi
+    wait "$job"; status=$?
+    kill -9 "$victim" 2>/dev/null; pkill -9 -f "seed 4242"
+    echo "   the job ended $(( $(date +%s) - start )) s after the signal, exit status $status:"
+    grep -E "rank 1" "$tmp/fault" | head -2 | sed 's/^/   | /'
+    if [ "$status" -eq 0 ]; then echo "FAIL: SIG$sig: exit status 0" >&2; fails=$((fails + 1)); fi
+    if ! grep -qE "$want" "$tmp/fault"; then
+        echo "FAIL: SIG$sig: nothing matches '$want' in the output" >&2; tail -20 "$tmp/fault" >&2
+        fails=$((fails + 1))
+    fi
+}
+fault STOP "rank 1.*(died or hangs)"
+fault KILL "process rank 1 .*exited|rank 1.*died or hangs"
+echo "test_mpi: $fails failed"
+[ "$fails" -eq 0 ]
