@@ -7,6 +7,6 @@ tests_test_partition_LDADD = libbsipipe.la
 tests_test_config_LDADD = libbsipipe.la
 tests_test_schedules_LDADD = libbsipipe.la
 tests_test_comm_order_LDADD = libbsipipe.la
-noinst_HEADERS += tests/check.h
+noinst_HEADERS += tests/check.h tests/test_data.h
 EXTRA_DIST += tests/test_plan_cli.sh tests/cli_util.sh
 tests_test_mapping_LDADD = libbsipipe.la

@@ -12,6 +12,7 @@
 #include "tasks/bsipipe_engine.h"
 #include "graph/bsipipe_error.h"
 #include "tests/check.h"
+#include "tests/test_data.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -23,16 +24,6 @@ static const bsipipe_model_dims_t gpt = {BSIPIPE_MODEL_GPT, 8, 32, 2, 64, 64, 32
 enum { M = 4, ITERS = 6, HALF = 3 };
 
 /* The tiny data generator of tests/test_engine_run.c. */
-static void make_data(int m, int S, int V, unsigned seed, int *tokens, int *targets)
-{
-    unsigned x = seed * 2654435761u + 12345u;
-    for (long i = 0; i < (long)m * S; i++) {
-        x = x * 1664525u + 1013904223u;
-        tokens[i] = (int)((x >> 8) % (unsigned)V);
-        targets[i] = (tokens[i] * 7 + 3) % V;
-    }
-}
-
 static bsipipe_engine_t *make(int w)
 {
     bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(BSIPIPE_SCHED_BSIPIPE);
@@ -51,7 +42,7 @@ static int run(bsipipe_engine_t *e, int from, int to, double *loss)
 {
     int S = gpt.seq_len, tokens[M * 32], targets[M * 32];
     for (int it = from; it < to; it++) {
-        make_data(M, S, gpt.vocab, 100 + (unsigned)it, tokens, targets);
+        test_data_make(M, S, gpt.vocab, 100 + (unsigned)it, tokens, targets);
         int rc = bsipipe_engine_iteration(e, tokens, targets, &loss[it], NULL);
         CHECK(rc == 0, "iteration %d: %s", it, bsipipe_error_detail());
         if (rc)

@@ -7,20 +7,11 @@
 #include "graph/bsipipe_error.h"
 #include "graph/bsipipe_sim.h"
 #include "tests/check.h"
+#include "tests/test_data.h"
 
 #include <stdlib.h>
 
 static const bsipipe_model_dims_t gpt = {BSIPIPE_MODEL_GPT, 8, 32, 2, 64, 64, 32};
-
-static void make_data(int m, int S, int V, unsigned seed, int *tokens, int *targets)
-{
-    unsigned x = seed * 2654435761u + 12345u;
-    for (long i = 0; i < (long)m * S; i++) {
-        x = x * 1664525u + 1013904223u;
-        tokens[i] = (int)((x >> 8) % (unsigned)V);
-        targets[i] = (tokens[i] * 7 + 3) % V; /* learnable: a fixed map */
-    }
-}
 
 static bsipipe_engine_t *make_m(bsipipe_comm_order_t comm, double watchdog, int m)
 {
@@ -51,7 +42,7 @@ static void check_memory(void)
     for (int m = 4; m <= 16; m *= 2) {
         int S = gpt.seq_len;
         int *tokens = malloc(sizeof(int) * (size_t)(m * S)), *targets = malloc(sizeof(int) * (size_t)(m * S));
-        make_data(m, S, gpt.vocab, 5, tokens, targets);
+        test_data_make(m, S, gpt.vocab, 5, tokens, targets);
         bsipipe_engine_t *e = make_m(BSIPIPE_COMM_BSIPIPE, 20, m);
         if (e && bsipipe_engine_forward_backward(e, tokens, targets, NULL) == 0) {
             double peak[4];
@@ -81,7 +72,7 @@ int main(void)
 {
     int m = 4, S = gpt.seq_len;
     int *tokens = malloc(sizeof(int) * (size_t)(m * S)), *targets = malloc(sizeof(int) * (size_t)(m * S));
-    make_data(m, S, gpt.vocab, 3, tokens, targets);
+    test_data_make(m, S, gpt.vocab, 3, tokens, targets);
 
     /* 1. Plan order on the planned worker. */
     bsipipe_engine_t *e = make(BSIPIPE_COMM_BSIPIPE, 20);
@@ -147,7 +138,7 @@ int main(void)
         double worst = 0, first = 0, last = 0;
         for (int it = 0; it < 20; it++) {
             double le, lr, ge, gr;
-            make_data(m, S, gpt.vocab, 100 + it % 4, tokens, targets);
+            test_data_make(m, S, gpt.vocab, 100 + it % 4, tokens, targets);
             CHECK(bsipipe_engine_iteration(e, tokens, targets, &le, &ge) == 0, "iteration %d: %s", it,
                   bsipipe_error_detail());
             bsipipe_ref_trainer_iteration(ref, m, tokens, targets, 2, starts, &lr, &gr);

@@ -21,6 +21,7 @@
 #include "graph/bsipipe_error.h"
 #include "graph/bsipipe_sim.h"
 #include "tests/check.h"
+#include "tests/test_data.h"
 
 #include <float.h>
 #include <mpi.h>
@@ -28,17 +29,6 @@
 
 /* 16 layers: Seq1F1B-I's two chunks per device on 8 devices. */
 static const bsipipe_model_dims_t dims = {BSIPIPE_MODEL_GPT, 16, 32, 2, 64, 64, 32};
-
-static void make_data(int m, int S, int V, unsigned seed, int *tokens, int *targets)
-{
-    unsigned x = seed * 2654435761u + 12345u;
-    for (long i = 0; i < (long)m * S; i++) {
-        x = x * 1664525u + 1013904223u;
-        tokens[i] = (int)((x >> 8) % (unsigned)V);
-        x = x * 1664525u + 1013904223u;
-        targets[i] = (int)((x >> 8) % (unsigned)V);
-    }
-}
 
 /* Largest |a - b| / max|b| over the model. */
 static double rel_diff(long n, const float *a, const float *b)
@@ -80,13 +70,13 @@ static int run_engine(bsipipe_schedule_kind_t kind, int w, int mpi, int naive, s
     int *tokens = malloc(sizeof(int) * (size_t)ntok), *targets = malloc(sizeof(int) * (size_t)ntok);
     out->grads = malloc(sizeof(float) * (size_t)np);
     out->params = malloc(sizeof(float) * (size_t)np);
-    make_data(pc.m, dims.seq_len, dims.vocab, 7, tokens, targets);
+    test_data_make(pc.m, dims.seq_len, dims.vocab, 7, tokens, targets);
     rc = bsipipe_engine_forward_backward(e, tokens, targets, &out->loss);
     CHECK(rc == 0, "forward/backward %s: %s", bsipipe_schedule_kind_name(kind), bsipipe_error_detail());
     if (rc == 0)
         rc = bsipipe_engine_grads(e, out->grads);
     for (int it = 0; it < 2 && rc == 0; it++) {
-        make_data(pc.m, dims.seq_len, dims.vocab, 11 + (unsigned)it, tokens, targets);
+        test_data_make(pc.m, dims.seq_len, dims.vocab, 11 + (unsigned)it, tokens, targets);
         double l;
         rc = bsipipe_engine_iteration(e, tokens, targets, &l, NULL);
         CHECK(rc == 0, "iteration %s: %s", bsipipe_schedule_kind_name(kind), bsipipe_error_detail());
@@ -226,7 +216,7 @@ static int multi(const char *path, int naive)
             CHECK(bsipipe_ref_trainer_create(&dims, &opt, 1, &ref) == 0, "reference");
             int m = w, k = bsipipe_parallel_config_default(kinds[i]).k;
             int *tokens = malloc(sizeof(int) * (size_t)(m * dims.seq_len)), *targets = malloc(sizeof(int) * (size_t)(m * dims.seq_len));
-            make_data(m, dims.seq_len, dims.vocab, 7, tokens, targets);
+            test_data_make(m, dims.seq_len, dims.vocab, 7, tokens, targets);
             double ref_loss;
             const int *starts = bsipipe_schedule_sub_starts(bsipipe_engine_schedule(e));
             CHECK(bsipipe_ref_trainer_forward_backward(ref, m, tokens, targets, k, k > 1 ? starts : NULL, &ref_loss) == 0,
