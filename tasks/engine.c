@@ -155,6 +155,7 @@ void bsipipe_engine_destroy(bsipipe_engine_t *e)
     free(e->workerid);
     free(e->order_device); free(e->order_index);
     bsipipe_transport_destroy(e->transport);
+    engine_devices_stop(e);
     if (e->started)
         starpu_shutdown();
     bsipipe_schedule_destroy(e->sched);
@@ -418,9 +419,10 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
 
     struct starpu_conf conf;
     starpu_conf_init(&conf);
-    conf.ncpus = e->W;
-    conf.ncuda = 0;
-    conf.nopencl = 0;
+    if ((rc = engine_devices_configure(e, &conf)) < 0) { /* CPU or CUDA workers */
+        bsipipe_engine_destroy(e);
+        return rc;
+    }
     setenv("STARPU_WORKERS_NOBIND", "1", 0); /* more devices than cores is the normal case here */
     if ((rc = bsipipe_policy_configure(&conf, e->o.policy)) < 0) {
         bsipipe_engine_destroy(e);
@@ -432,17 +434,9 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
         return bsipipe_error_set(-EIO, "engine: starpu_init failed");
     }
     e->started = 1;
-    if ((int)starpu_cpu_worker_get_count() != e->W) {
-        int got = (int)starpu_cpu_worker_get_count();
+    if ((rc = engine_devices_start(e)) < 0) { /* e->workerid: the worker of each device */
         bsipipe_engine_destroy(e);
-        return bsipipe_error_set(-EINVAL, "engine: the plan has %d devices but StarPU started %d CPU workers "
-                                 "(unset STARPU_NCPU, or build StarPU with --enable-maxcpus >= %d)",
-                                 e->W, got, e->W);
-    }
-    if (!ALLOC(e->workerid, e->W) ||
-        starpu_worker_get_ids_by_type(STARPU_CPU_WORKER, e->workerid, (unsigned)e->W) != (unsigned)e->W) {
-        bsipipe_engine_destroy(e);
-        return bsipipe_error_set(-EIO, "engine: cannot list StarPU's CPU workers");
+        return rc;
     }
     e->wmask_len = starpu_worker_get_count() / 32 + 1;
     if (!ALLOC(e->wmask, e->W)) {
@@ -600,6 +594,13 @@ static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
         break;
     case BSIPIPE_OP_SYNC: {
         replica_t *mine = &e->rep[op->pipe * e->C + op->chunk];
+#ifdef BSIPIPE_HAVE_NCCL
+        if (engine_uses_nccl(e, op->device, op->peer)) { /* mirrors on two GPUs: each side all-reduces */
+            cl = &bsipipe_cl_sync_nccl;
+            ADD(mine->h_grads, STARPU_RW);
+            break;
+        }
+#endif
         if (op->pipe == 0) {
             cl = &bsipipe_cl_sync;
             ADD(mine->h_grads, STARPU_RW);
