@@ -24,6 +24,7 @@ EXTRA_DIST += tests/test_cuda_emu.sh \
 	kernels/cuda/emu/cublas_v2.h kernels/cuda/emu/cuda_emu_device.h \
 	kernels/cuda/emu/cuda_emu.cc kernels/cuda/emu/probe_emu.c \
 	kernels/cuda/devcheck/cblas.h kernels/cuda/devcheck/cblas_naive.c
+EXTRA_DIST += scripts/device-bundle.sh
 EXTRA_DIST += scripts/device-check.sh docs/cuda.md scripts/starpu-patches/0001-computemode.patch \
 	scripts/starpu-patches/0002-cublas-v2-header.patch \
 	scripts/starpu-patches/0003-no-legacy-cublas.patch

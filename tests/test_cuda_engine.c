@@ -180,7 +180,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "test_cuda_engine: cannot write %s\n", table_path);
         return 1;
     }
-    /* hd 16 (GPT) and 8 (LLaMA, even); 8 layers: p*w = 8 for BSIPipe w = 4 */
+    /* vocab 64, S 256; head dim 16 (GPT) and 8 (LLaMA, even); 8 layers: p*w = 8 for BSIPipe w = 4 */
     const bsipipe_model_dims_t gpt = {BSIPIPE_MODEL_GPT, 8, 64, 4, 256, 64, 256};
     const bsipipe_model_dims_t llama = {BSIPIPE_MODEL_LLAMA, 8, 64, 8, 176, 64, 256};
     char name[64];
