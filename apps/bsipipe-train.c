@@ -1,6 +1,6 @@
 /* bsipipe-train: trains a GPT or LLaMA-style model with any schedule and any
- * scheduling policy, every op of the plan a StarPU task on CPU workers (one
- * worker per device). Byte-level tokens from a text file (default: the GPL
+ * scheduling policy, every op of the plan a StarPU task on CPU workers, or on
+ * CUDA workers with --devices cuda (one worker per device). Byte-level tokens from a text file (default: the GPL
  * text every Debian system ships, or a generated corpus). */
 #include "apps/cli.h"
 #include "tasks/bsipipe_engine.h"
@@ -128,13 +128,15 @@ int main(int argc, char **argv)
     int w = 4, p = -1, k = -1, m = 8, iters = 30, seed = 1, unchecked = 0;
     double lr = 3e-3, watchdog = 30, tflops = 0.05;
     int emulate = 0, resume = 0, mpi = 0, naive_mapping = 0;
-    const char *ckpt = NULL, *trace = NULL;
+    const char *ckpt = NULL, *trace = NULL, *transport = NULL;
+    bsipipe_engine_devices_t devices = BSIPIPE_DEVICES_CPU;
+    int gpus = 0;
     const char *policy = getenv("BSIPIPE_POLICY") ? getenv("BSIPIPE_POLICY") : "bsipipe";
     const char *data = NULL;
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
     enum { O_SCHED = 256, O_POLICY, O_W, O_P, O_K, O_M, O_MODEL, O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_ITERS,
            O_SEED, O_LR, O_DATA, O_COMM, O_WATCHDOG, O_UNCHECKED, O_EMULATE, O_TFLOPS, O_CKPT, O_RESUME, O_TRACE,
-           O_MPI, O_NAIVE_MAPPING };
+           O_MPI, O_NAIVE_MAPPING, O_DEVICES, O_GPUS, O_TRANSPORT };
     static const struct option longopts[] = {
         {"schedule", 1, 0, O_SCHED}, {"policy", 1, 0, O_POLICY}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P},
         {"k", 1, 0, O_K}, {"m", 1, 0, O_M}, {"model", 1, 0, O_MODEL}, {"layers", 1, 0, O_LAYERS},
@@ -143,7 +145,9 @@ int main(int argc, char **argv)
         {"comm", 1, 0, O_COMM}, {"watchdog", 1, 0, O_WATCHDOG}, {"unchecked", 0, 0, O_UNCHECKED},
         {"emulate", 0, 0, O_EMULATE}, {"device-tflops", 1, 0, O_TFLOPS}, {"checkpoint", 1, 0, O_CKPT},
         {"resume", 0, 0, O_RESUME}, {"trace", 1, 0, O_TRACE}, {"mpi", 0, 0, O_MPI},
-        {"naive-mapping", 0, 0, O_NAIVE_MAPPING}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"naive-mapping", 0, 0, O_NAIVE_MAPPING}, {"devices", 1, 0, O_DEVICES},
+        {"gpus", 1, 0, O_GPUS}, {"transport", 1, 0, O_TRANSPORT},
+        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1 && !bad) {
@@ -189,6 +193,20 @@ int main(int argc, char **argv)
         case O_TRACE: trace = optarg; break;
         case O_MPI: mpi = 1; break;
         case O_NAIVE_MAPPING: naive_mapping = 1; break;
+        case O_DEVICES:
+            if (bsipipe_engine_devices_parse(optarg, &devices) < 0) {
+                fprintf(stderr, "bsipipe-train: --devices: %s\n", bsipipe_error_detail());
+                return 2;
+            }
+            break;
+        case O_GPUS: bad = cli_parse_int("bsipipe-train", "--gpus", optarg, 1, 64, &gpus); break;
+        case O_TRANSPORT:
+            if (strcmp(optarg, "local") != 0 && strcmp(optarg, "nccl") != 0) {
+                fprintf(stderr, "bsipipe-train: --transport expects 'local' or 'nccl'\n");
+                return 2;
+            }
+            transport = optarg;
+            break;
         default:
             fprintf(stderr, "bsipipe-train: unknown or incomplete option '%s'; see --help\n", argv[optind - 1]);
             return 2;
@@ -270,6 +288,9 @@ int main(int argc, char **argv)
     o.emulate_flops = emulate ? tflops * 1e12 : 0;
     o.mpi = mpi;
     o.naive_mapping = naive_mapping;
+    o.devices = devices;
+    o.gpus = gpus;
+    o.transport = transport;
     bsipipe_engine_t *e;
     int rc = bsipipe_engine_create(&o, &e);
     if (rc < 0) {
@@ -305,6 +326,9 @@ int main(int argc, char **argv)
         printf(" (%s)\n", naive_mapping ? "naive: consecutive devices" : "topology-aware: mirrored pairs together");
     }
     free(dev_rank);
+    if (devices == BSIPIPE_DEVICES_CUDA)
+        printf("bsipipe-train: devices: CUDA workers (one per device), transport %s\n",
+               transport ? transport : "local");
     const char *emu = emulate ? " [EMULATED]" : "";
     if (emulate)
         printf("EMULATED: compute tasks sleep for their FLOPs at %g TFLOP/s per device; no loss is computed\n",

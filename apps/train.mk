@@ -4,3 +4,5 @@ apps_bsipipe_train_SOURCES = apps/bsipipe-train.c apps/cli.c apps/cli.h
 apps_bsipipe_train_LDADD = libbsipipe.la $(STARPU_LIBS)
 TESTS += tests/test_train_cli.sh
 EXTRA_DIST += tests/test_train_cli.sh
+TESTS += tests/test_devices_cli.sh
+EXTRA_DIST += tests/test_devices_cli.sh

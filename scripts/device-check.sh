@@ -17,9 +17,18 @@
 #            forward+backward, hidden 1280 / 32 heads / 8K tokens in k = 2, TFLOP/s and the
 #            fraction of the measured cublasGemmEx bf16 rate). Skipped with a message when no
 #            GPU is found.
+#            engine: test_cuda_engine — one BSIPipe iteration (and ZB-H1, LLaMA) on CUDA
+#            workers (w = 4 on the GPUs found, several workers per GPU) against the CPU
+#            engine: loss, every gradient, gnorm, fp32 relative 1e-5, NaN fails. It needs the
+#            autotools build (StarPU): carry devbundle/ (scripts/device-bundle.sh), or a
+#            carried tree whose libraries resolve; else skipped with a message. With two or
+#            more GPUs also --transport nccl.
 # 4. summary table, printed last.
 #
 # Exit: 0 all ran and passed; 1 a check failed; 2 no GPU (dry run: build + CPU side only).
+#
+# Engine step in a device session: first, here, `scripts/device-bundle.sh`, then
+#   run(command="bash scripts/device-check.sh", carry=["devbundle"], timeout_s=480)
 # Budget: well under 8 minutes on one H200 (standalone build ~1-2 min, tests < 1 min, bench
 # < 1 min). Files: $OUT/{kernels.tsv,bench.tsv,devcheck.log} (OUT defaults to $BUILD/out,
 # or the device tool's $OUT when set).
@@ -150,6 +159,30 @@ if [ -z "$BUILT" ]; then
     say "nothing to run"; exit 1
 fi
 
+# The engine test needs StarPU: the carried bundle (scripts/device-bundle.sh) or the carried
+# autotools build, when every shared library it needs resolves here.
+TE=
+engine_libs_ok() { # binary, library path
+    local miss
+    miss=$(LD_LIBRARY_PATH="$2" ldd "$1" 2>&1 | grep 'not found' | awk '{print $1}' | tr '\n' ' ')
+    [ -z "$miss" ] && return 0
+    say "engine: $1 lacks shared libraries here: $miss"
+    return 1
+}
+CUDA_LIBDIRS="$CUDA_HOME/lib64:$CUDA_HOME/lib:$CUDA_HOME/targets/x86_64-linux/lib"
+if [ -x "$ROOT/devbundle/bin/test_cuda_engine" ] &&
+   engine_libs_ok "$ROOT/devbundle/bin/test_cuda_engine" "$ROOT/devbundle/lib:$CUDA_LIBDIRS:${LD_LIBRARY_PATH:-}"; then
+    TE="$ROOT/devbundle/bin/test_cuda_engine"; TE_LD="$ROOT/devbundle/lib:$CUDA_LIBDIRS:${LD_LIBRARY_PATH:-}"
+    say "engine: using the carried bundle devbundle/"
+elif [ -x "$ROOT/tests/.libs/test_cuda_engine" ] &&
+     engine_libs_ok "$ROOT/tests/.libs/test_cuda_engine" "$ROOT/.libs:$ROOT/.deps/starpu/lib:$CUDA_LIBDIRS:${LD_LIBRARY_PATH:-}"; then
+    TE="$ROOT/tests/.libs/test_cuda_engine"; TE_LD="$ROOT/.libs:$ROOT/.deps/starpu/lib:$CUDA_LIBDIRS:${LD_LIBRARY_PATH:-}"
+    say "engine: using the carried autotools build"
+else
+    say "engine: no runnable test_cuda_engine (needs StarPU): run scripts/device-bundle.sh and carry devbundle"
+fi
+te() { env "LD_LIBRARY_PATH=$TE_LD" STARPU_SILENT=1 "$TE" "$@"; }
+
 # ---------------------------------------------------------------------------- 2. CPU side
 say "CPU side: reference computations of every kernel case"
 if "$TK" --cpu-only --large >>"$LOG" 2>&1; then
@@ -158,6 +191,13 @@ else
     STATUS[cpu]=FAIL
 fi
 say "CPU side: ${STATUS[cpu]}"
+if [ -n "$TE" ]; then
+    say "CPU side: engine cases on CPU workers (test_cuda_engine --cpu-only)"
+    if te --cpu-only >>"$LOG" 2>&1; then STATUS[engine_cpu]=ok; else STATUS[engine_cpu]=FAIL; fi
+else
+    STATUS[engine_cpu]="skipped (no runnable test_cuda_engine)"
+fi
+say "CPU side, engine: ${STATUS[engine_cpu]}"
 
 # ---------------------------------------------------------------------------- 3. GPU
 have_gpu=1
@@ -173,7 +213,7 @@ run_gpu() { # name, timeout, cmd...
         *) STATUS[$name]="FAIL (exit $rc)" ;;
     esac
 }
-rm -f "$OUTDIR/kernels.tsv" "$OUTDIR/bench.tsv"
+rm -f "$OUTDIR/kernels.tsv" "$OUTDIR/bench.tsv" "$OUTDIR/engine.tsv" "$OUTDIR/engine_nccl.tsv"
 run_gpu probe 60 "$TP"
 if [ $have_gpu = 1 ]; then
     run_gpu kernels 300 "$TK" --mode all --large --table "$OUTDIR/kernels.tsv"
@@ -190,6 +230,23 @@ else
     STATUS[bench]="skipped (no CUDA GPU found)"
 fi
 
+if [ $have_gpu = 1 ] && [ -n "$TE" ]; then
+    run_gpu engine 240 env "LD_LIBRARY_PATH=$TE_LD" STARPU_SILENT=1 "$TE" --w 4 --table "$OUTDIR/engine.tsv"
+    ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    if [ "${ngpu:-0}" -ge 2 ]; then
+        run_gpu engine_nccl 240 env "LD_LIBRARY_PATH=$TE_LD" STARPU_SILENT=1 "$TE" --w 4 --transport nccl \
+            --table "$OUTDIR/engine_nccl.tsv"
+    else
+        STATUS[engine_nccl]="skipped (NCCL pairs need two GPUs; ${ngpu:-0} found)"
+    fi
+elif [ $have_gpu = 1 ]; then
+    STATUS[engine]="skipped (no runnable test_cuda_engine: carry devbundle/)"
+    STATUS[engine_nccl]="skipped (no runnable test_cuda_engine)"
+else
+    STATUS[engine]="skipped (no CUDA GPU found)"
+    STATUS[engine_nccl]="skipped (no CUDA GPU found)"
+fi
+
 # ---------------------------------------------------------------------------- 4. summary
 {
     echo
@@ -200,6 +257,16 @@ fi
     echo "probe:      ${STATUS[probe]}"
     echo "kernels:    ${STATUS[kernels]}"
     echo "bench:      ${STATUS[bench]}"
+    echo "engine CPU: ${STATUS[engine_cpu]}"
+    echo "engine:     ${STATUS[engine]}"
+    echo "engine nccl: ${STATUS[engine_nccl]}"
+    for t in engine engine_nccl; do
+        [ -s "$OUTDIR/$t.tsv" ] || continue
+        echo
+        echo "$t: CUDA workers vs CPU workers, relative error (fp32 < 1e-5):"
+        printf '%-30s %10s %10s %10s  %s\n' case loss gnorm grads result
+        awk -F'\t' '{ printf "%-30s %10s %10s %10s  %s (worst %s)\n", $1, $2, $3, $4, $6, $5 }' "$OUTDIR/$t.tsv"
+    done
     if [ -s "$OUTDIR/kernels.tsv" ]; then
         echo
         echo "per-kernel worst relative error (over configs and tensors):"
@@ -226,7 +293,7 @@ fi
 } | tee -a "$LOG"
 
 fail=0
-for k in build cpu probe kernels bench; do
+for k in build cpu probe kernels bench engine_cpu engine engine_nccl; do
     case ${STATUS[$k]:-FAIL} in ok*|skipped*) ;; *) fail=1 ;; esac
 done
 [ $fail = 1 ] && exit 1

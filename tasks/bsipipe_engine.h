@@ -22,12 +22,26 @@ extern "C" {
 
 typedef struct bsipipe_engine bsipipe_engine_t;
 
+/* What runs a device's ops (docs/engine.md, "Devices"). */
+typedef enum {
+    BSIPIPE_DEVICES_CPU = 0,  /* one StarPU CPU worker per device (default) */
+    BSIPIPE_DEVICES_CUDA = 1  /* one StarPU CUDA worker per device, several per GPU allowed */
+} bsipipe_engine_devices_t;
+
+/* "cpu" / "cuda" -> kind; -EINVAL for anything else. */
+int bsipipe_engine_devices_parse(const char *name, bsipipe_engine_devices_t *out);
+
 typedef struct bsipipe_engine_options {
     bsipipe_model_dims_t dims;
     bsipipe_parallel_config_t pc;
     bsipipe_adamw_t opt;
     unsigned long long seed;  /* parameter initialisation (bsipipe_model_init) */
     const char *policy;       /* "bsipipe" (default when NULL) or a StarPU policy name */
+    bsipipe_engine_devices_t devices; /* cpu (default) or cuda */
+    int gpus;                 /* cuda: GPUs to spread the devices over (0: every GPU found,
+                                 at most one per device); devices / gpus workers per GPU */
+    const char *transport;    /* "local" (default when NULL) or "nccl" (cuda only: pairs on
+                                 two GPUs use NCCL, pairs on one GPU the local copy) */
     double watchdog_s;        /* a send waiting longer fails the run (default 30 s when 0) */
     int unchecked_plan;       /* 1: run the plan even if the validator finds a deadlock
                                  (to watch the watchdog catch it at run time) */
@@ -51,9 +65,12 @@ typedef struct bsipipe_engine_options {
 bsipipe_engine_options_t bsipipe_engine_options_default(const bsipipe_model_dims_t *dims,
                                                         const bsipipe_parallel_config_t *pc);
 
-/* Plans the schedule, starts StarPU with one CPU worker per device, places
- * the initial parameters. Errors: the planner's (BSIPIPE_ECONFIG ...),
- * -EINVAL (bad options, unknown policy), -ENOMEM, -EIO (StarPU failed). */
+/* Plans the schedule, starts StarPU with one worker per device (CPU or CUDA,
+ * o->devices), places the initial parameters. Errors: the planner's
+ * (BSIPIPE_ECONFIG ...), -EINVAL (bad options, unknown policy), -ENODEV
+ * (cuda asked but no CUDA device, or libbsipipe built without CUDA),
+ * -ENOTSUP (more devices than GPUs with a StarPU that allows one CUDA worker
+ * per GPU), -ENOMEM, -EIO (StarPU, cuBLAS or NCCL failed). */
 int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **out);
 void bsipipe_engine_destroy(bsipipe_engine_t *e); /* NULL is fine */
 

@@ -313,6 +313,12 @@ static int failed_error(const bsipipe_transport_t *t, long ch, int device, const
 int bsipipe_transport_send(bsipipe_transport_t *t, long ch, const void *src, size_t bytes, int device,
                            const char *what)
 {
+    return bsipipe_transport_send_copy(t, ch, src, bytes, device, what, NULL, NULL);
+}
+
+int bsipipe_transport_send_copy(bsipipe_transport_t *t, long ch, const void *src, size_t bytes, int device,
+                                const char *what, bsipipe_transport_copy_fn copy, void *copy_arg)
+{
     if (!t)
         return bsipipe_error_set(-EINVAL, "bsipipe_transport_send: transport is NULL");
     if (!src && bytes > 0)
@@ -385,7 +391,9 @@ int bsipipe_transport_send(bsipipe_transport_t *t, long ch, const void *src, siz
         t->copying++;
         void *dst = c->dst;
         pthread_mutex_unlock(&t->mutex);
-        if (bytes > 0 && dst != src)
+        if (copy) /* a failed copy still releases the RECV: the engine reports rc */
+            rc = copy(dst, src, bytes, copy_arg);
+        else if (bytes > 0 && dst != src)
             memcpy(dst, src, bytes);
         __atomic_add_fetch(&t->bytes, (uint64_t)bytes, __ATOMIC_RELAXED);
         pthread_mutex_lock(&t->mutex);

@@ -55,6 +55,17 @@ int bsipipe_transport_post(bsipipe_transport_t *t, long ch, void *dst, size_t by
 int bsipipe_transport_send(bsipipe_transport_t *t, long ch, const void *src, size_t bytes, int device,
                            const char *what);
 
+/* Copies `bytes` from src to dst for a send whose buffers are not plain host
+ * memory (CUDA device buffers): returns 0 only once the data has landed in
+ * dst, or a negative code. */
+typedef int (*bsipipe_transport_copy_fn)(void *dst, const void *src, size_t bytes, void *arg);
+
+/* bsipipe_transport_send with the copy done by copy(dst, src, bytes,
+ * copy_arg) instead of memcpy (NULL copy: memcpy). The RECV task is released
+ * after copy returns, also when it fails; its error is returned. */
+int bsipipe_transport_send_copy(bsipipe_transport_t *t, long ch, const void *src, size_t bytes, int device,
+                                const char *what, bsipipe_transport_copy_fn copy, void *copy_arg);
+
 /* Fails the transport by hand, as the watchdog would (same effects: every
  * posted receive is released without data, waiting and later sends return
  * -ETIMEDOUT, later posts are released at once, _failed() is 1), with a

@@ -8,6 +8,7 @@
  * 6 dkv RW, 7 work SCRATCH; split backward (ZB-H1) also 8 wstash W, the output
  * gradients its W needs. */
 #include "tasks/engine_internal.h"
+#include "tasks/engine_cuda.h"
 
 #include <string.h>
 
@@ -58,9 +59,61 @@ static void backward_cpu(void *buffers[], void *cl_arg)
     engine_report(e, a, rc);
 }
 
+#ifdef BSIPIPE_HAVE_CUDA
+/* The CUDA twin of backward_cpu: same buffers and memory accounting. */
+static void backward_cuda(void *buffers[], void *cl_arg)
+{
+    op_args_t *a = cl_arg;
+    struct bsipipe_engine *e = a->e;
+    if (engine_failed(e))
+        return;
+    const bsipipe_model_dims_t *D = &e->dims;
+    cudaStream_t s = engine_cuda_stream();
+    cublasHandle_t h = engine_cuda_blas();
+    const float *params = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    float *grads = (float *)STARPU_VECTOR_GET_PTR(buffers[1]);
+    const float *dy = (const float *)STARPU_VECTOR_GET_PTR(buffers[2]);
+    const float *stash = (const float *)STARPU_VECTOR_GET_PTR(buffers[4]);
+    const float *kv = (const float *)STARPU_VECTOR_GET_PTR(buffers[5]);
+    float *dkv = (float *)STARPU_VECTOR_GET_PTR(buffers[6]);
+    float *work = (float *)STARPU_VECTOR_GET_PTR(buffers[7]);
+    long lay = engine_replica_offset(e, a, a->l0);
+    float *dx;
+    if (a->op.chunk == 0)
+        dx = work + bsipipe_model_work_size(D, a->len);
+    else
+        dx = (float *)STARPU_VECTOR_GET_PTR(buffers[3]);
+    double kv_bytes = 4.0 * STARPU_VECTOR_GET_NX(buffers[6]);
+    int rc = 0;
+    if (a->op.sub == e->k - 1) {
+        engine_mem(e, a->op.device, kv_bytes);
+        rc = bsipipe_cuda_zero(dkv, sizeof(float) * (size_t)STARPU_VECTOR_GET_NX(buffers[6]), s);
+    }
+    if (rc == 0 && !engine_emulate(e, &a->op)) {
+        if (e->split)
+            rc = bsipipe_cuda_chunk_backward_input(D, a->l0, a->l1, a->start, a->len, params + lay, grads + lay, dy,
+                                                   dx, stash, kv, dkv, (float *)STARPU_VECTOR_GET_PTR(buffers[8]),
+                                                   work, s, h);
+        else
+            rc = bsipipe_cuda_chunk_backward(D, a->l0, a->l1, a->start, a->len, params + lay, grads + lay, dy, dx,
+                                             stash, kv, dkv, work, s, h);
+    }
+    if (rc == 0 && a->op.chunk == 0 && e->o.emulate_flops <= 0) {
+        const int *tokens = (const int *)STARPU_VECTOR_GET_PTR(buffers[3]);
+        rc = bsipipe_cuda_embed_backward(D, grads, tokens + a->start, a->start, a->len, dx, s);
+    }
+    if (!bsipipe_schedule_kind_traits(e->o.pc.schedule).split_backward)
+        engine_mem(e, a->op.device, -4.0 * STARPU_VECTOR_GET_NX(buffers[4]));
+    if (a->op.sub == 0)
+        engine_mem(e, a->op.device, -2 * kv_bytes);
+    engine_report(e, a, rc);
+}
+#endif
+
 struct starpu_codelet bsipipe_cl_backward = {
     .cpu_funcs = {backward_cpu},
     .cpu_funcs_name = {"backward_cpu"},
+    BSIPIPE_CL_CUDA(backward_cuda)
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .name = "B",
 };

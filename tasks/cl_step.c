@@ -1,7 +1,9 @@
 /* cl_step.c: STEP — the optimizer step of every replica a device holds:
  * global gradient-norm clipping over the whole model (every chunk's gradient
  * once, read from the down pipe's replicas after SYNC), then AdamW per tensor
- * with weight decay on matrices (the reference trainer's semantics).
+ * with weight decay on matrices (the reference trainer's semantics). CPU and
+ * CUDA functions share the norm and the per-tensor loop; only the two
+ * kernels (sum of squares, AdamW) differ.
  *
  * Buffers: 0..C-1 grads of chunk c (down replica) R — across MPI ranks the
  * chunk's squared norm instead (one double, computed where the chunk lives);
@@ -9,32 +11,35 @@
  * is an up replica or across ranks (otherwise a down replica's grads are
  * already among the first C). */
 #include "tasks/engine_internal.h"
+#include "tasks/engine_cuda.h"
 
 #include <math.h>
 #include <stdlib.h>
 
-static void step_cpu(void *buffers[], void *cl_arg)
+/* One AdamW update of n floats (the CPU kernel or the CUDA one). */
+typedef int (*step_update_fn)(const bsipipe_adamw_t *h, long t, long n, float *p, const float *g, double mul,
+                              int decay, float *m, float *v);
+
+/* Clipping multiplier from the global sum of squares; records the norm. */
+static double step_clip(struct bsipipe_engine *e, double sumsq)
 {
-    op_args_t *a = cl_arg;
-    struct bsipipe_engine *e = a->e;
-    if (engine_failed(e) || !a->do_step || e->o.emulate_flops > 0)
-        return;
-    const bsipipe_model_dims_t *D = &e->dims;
-    double sumsq = 0;
-    for (int c = 0; c < e->C; c++)
-        sumsq += e->mpi ? *(const double *)STARPU_VECTOR_GET_PTR(buffers[c])
-                        : bsipipe_sumsq((long)STARPU_VECTOR_GET_NX(buffers[c]),
-                                        (const float *)STARPU_VECTOR_GET_PTR(buffers[c]));
     double norm = sqrt(sumsq), mul = 1.0;
     if (e->o.opt.grad_clip > 0 && e->o.opt.grad_clip / (norm + 1e-6) < 1.0)
         mul = e->o.opt.grad_clip / (norm + 1e-6);
     e->gnorm = norm;
+    return mul;
+}
+
+/* AdamW on every tensor of every replica the device holds. */
+static int step_replicas(struct bsipipe_engine *e, const op_args_t *a, void *buffers[], double mul,
+                         step_update_fn update)
+{
+    const bsipipe_model_dims_t *D = &e->dims;
     int nt = bsipipe_model_tensors(D, NULL, 0), rc = 0;
     bsipipe_tensor_info_t *ti = malloc(sizeof *ti * (size_t)(nt > 0 ? nt : 1));
     if (!ti || nt < 0) {
         free(ti);
-        engine_fail(e, -ENOMEM);
-        return;
+        return -ENOMEM;
     }
     bsipipe_model_tensors(D, ti, nt);
     int b = e->C;
@@ -51,16 +56,73 @@ static void step_cpu(void *buffers[], void *cl_arg)
             long off = ti[i].offset - r->base, n = (long)ti[i].rows * ti[i].cols;
             if (off < 0 || off >= r->n)
                 continue;
-            rc = bsipipe_adamw_update(&e->o.opt, e->steps + 1, n, p + off, g + off, mul, ti[i].decay, m + off, v + off);
+            rc = update(&e->o.opt, e->steps + 1, n, p + off, g + off, mul, ti[i].decay, m + off, v + off);
         }
     }
     free(ti);
+    return rc;
+}
+
+static void step_cpu(void *buffers[], void *cl_arg)
+{
+    op_args_t *a = cl_arg;
+    struct bsipipe_engine *e = a->e;
+    if (engine_failed(e) || !a->do_step || e->o.emulate_flops > 0)
+        return;
+    double sumsq = 0;
+    for (int c = 0; c < e->C; c++)
+        sumsq += e->mpi ? *(const double *)STARPU_VECTOR_GET_PTR(buffers[c])
+                        : bsipipe_sumsq((long)STARPU_VECTOR_GET_NX(buffers[c]),
+                                        (const float *)STARPU_VECTOR_GET_PTR(buffers[c]));
+    int rc = step_replicas(e, a, buffers, step_clip(e, sumsq), bsipipe_adamw_update);
+    if (rc == -ENOMEM)
+        engine_fail(e, rc);
+    else
+        engine_report(e, a, rc);
+}
+
+#ifdef BSIPIPE_HAVE_CUDA
+static int step_cuda_update(const bsipipe_adamw_t *h, long t, long n, float *p, const float *g, double mul, int decay,
+                            float *m, float *v)
+{
+    return bsipipe_cuda_adamw_update(h, t, n, p, g, mul, decay, m, v, engine_cuda_stream());
+}
+
+/* The norm needs every chunk's sum of squares on the host before any update:
+ * the one place where a CUDA codelet waits for its stream. The per-chunk sums
+ * are added in chunk order, as on the CPU. */
+static void step_cuda(void *buffers[], void *cl_arg)
+{
+    op_args_t *a = cl_arg;
+    struct bsipipe_engine *e = a->e;
+    if (engine_failed(e) || !a->do_step || e->o.emulate_flops > 0)
+        return;
+    cudaStream_t s = engine_cuda_stream();
+    double *dsum = NULL, *hsum = calloc((size_t)e->C, sizeof *hsum);
+    int rc = hsum ? bsipipe_cuda_scratch_alloc((void **)&dsum, sizeof(double) * (size_t)e->C, s) : -ENOMEM;
+    for (int c = 0; c < e->C && rc == 0; c++)
+        rc = bsipipe_cuda_sumsq((long)STARPU_VECTOR_GET_NX(buffers[c]), (const float *)STARPU_VECTOR_GET_PTR(buffers[c]),
+                                dsum + c, s);
+    if (rc == 0)
+        rc = bsipipe_cuda_copy_to_host(hsum, dsum, sizeof(double) * (size_t)e->C, s);
+    if (dsum) {
+        int rc_free = bsipipe_cuda_scratch_free(dsum, s);
+        rc = rc ? rc : rc_free;
+    }
+    double sumsq = 0;
+    for (int c = 0; c < e->C && rc == 0; c++)
+        sumsq += hsum[c];
+    free(hsum);
+    if (rc == 0)
+        rc = step_replicas(e, a, buffers, step_clip(e, sumsq), step_cuda_update);
     engine_report(e, a, rc);
 }
+#endif
 
 struct starpu_codelet bsipipe_cl_step = {
     .cpu_funcs = {step_cpu},
     .cpu_funcs_name = {"step_cpu"},
+    BSIPIPE_CL_CUDA(step_cuda)
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .name = "STEP",
 };

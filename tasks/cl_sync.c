@@ -4,8 +4,14 @@
  * up replica's device runs a no-op SYNC that keeps its place in the plan.
  *
  * Buffers: 0 grads of one replica RW, 1 grads of the other RW (reduce); or
- * 0 grads R (the no-op side). */
+ * 0 grads R (the no-op side). On CUDA workers StarPU brings both replicas to
+ * the down device's GPU; with the nccl transport and the replicas on two
+ * GPUs, SYNC is an NCCL all-reduce instead (tasks/cl_nccl.c). */
 #include "tasks/engine_internal.h"
+#include "tasks/engine_cuda.h"
+#ifdef BSIPIPE_HAVE_NCCL
+#include "tasks/bsipipe_transport_nccl.h"
+#endif
 
 static void sync_cpu(void *buffers[], void *cl_arg)
 {
@@ -25,9 +31,28 @@ static void sync_peer_cpu(void *buffers[], void *cl_arg)
     (void)cl_arg;
 }
 
+#ifdef BSIPIPE_HAVE_CUDA
+static void sync_cuda(void *buffers[], void *cl_arg)
+{
+    op_args_t *a = cl_arg;
+    if (engine_failed(a->e) || a->e->o.emulate_flops > 0)
+        return;
+    int rc = bsipipe_cuda_sum_pair(STARPU_VECTOR_GET_NX(buffers[0]), (float *)STARPU_VECTOR_GET_PTR(buffers[0]),
+                                   (float *)STARPU_VECTOR_GET_PTR(buffers[1]), engine_cuda_stream());
+    engine_report(a->e, a, rc);
+}
+
+static void sync_peer_cuda(void *buffers[], void *cl_arg)
+{
+    (void)buffers;
+    (void)cl_arg;
+}
+#endif
+
 struct starpu_codelet bsipipe_cl_sync = {
     .cpu_funcs = {sync_cpu},
     .cpu_funcs_name = {"sync_cpu"},
+    BSIPIPE_CL_CUDA(sync_cuda)
     .nbuffers = 2,
     .modes = {STARPU_RW, STARPU_RW},
     .name = "SYNC",
@@ -36,7 +61,31 @@ struct starpu_codelet bsipipe_cl_sync = {
 struct starpu_codelet bsipipe_cl_sync_peer = {
     .cpu_funcs = {sync_peer_cpu},
     .cpu_funcs_name = {"sync_peer_cpu"},
+    BSIPIPE_CL_CUDA(sync_peer_cuda)
     .nbuffers = 1,
     .modes = {STARPU_R},
     .name = "SYNC",
 };
+
+#ifdef BSIPIPE_HAVE_NCCL
+/* Both mirrored devices run this on their own replica: NCCL sums the two in
+ * place (x + y on both, as sync_cpu). It runs even after a failure: the
+ * peer's half would otherwise wait in NCCL for ever. */
+static void sync_nccl_cuda(void *buffers[], void *cl_arg)
+{
+    op_args_t *a = cl_arg;
+    if (a->e->o.emulate_flops > 0)
+        return;
+    int rc = bsipipe_nccl_allreduce(a->e->nccl, a->op.device, a->op.peer, (float *)STARPU_VECTOR_GET_PTR(buffers[0]),
+                                    STARPU_VECTOR_GET_NX(buffers[0]), engine_cuda_stream());
+    engine_report(a->e, a, rc);
+}
+
+struct starpu_codelet bsipipe_cl_sync_nccl = {
+    .cuda_funcs = {sync_nccl_cuda},
+    .cuda_flags = {STARPU_CUDA_ASYNC},
+    .nbuffers = 1,
+    .modes = {STARPU_RW},
+    .name = "SYNC",
+};
+#endif

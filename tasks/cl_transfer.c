@@ -4,9 +4,20 @@
  * released by the transport). SEND blocks its worker until the receive is
  * posted, then copies.
  *
+ * On CUDA workers the same rendezvous moves device buffers: the sender copies
+ * with cudaMemcpyAsync on its stream (same GPU, or a peer GPU) and waits for
+ * it before releasing the RECV. With the nccl transport, a pair on two GPUs
+ * uses ncclSend / ncclRecv on the workers' streams instead (no rendezvous:
+ * NCCL pairs them; RECV releases its end dependency at once and StarPU ends
+ * it when its stream has received).
+ *
  * Buffers: SEND 0 source R; RECV 0 destination W. */
 #include "tasks/engine_internal.h"
+#include "tasks/engine_cuda.h"
 #include "graph/bsipipe_error.h"
+#ifdef BSIPIPE_HAVE_NCCL
+#include "tasks/bsipipe_transport_nccl.h"
+#endif
 
 
 static void send_cpu(void *buffers[], void *cl_arg)
@@ -32,9 +43,60 @@ static void recv_cpu(void *buffers[], void *cl_arg)
     engine_report(e, a, rc);
 }
 
+#ifdef BSIPIPE_HAVE_CUDA
+/* The rendezvous copy between device buffers: it has landed on return. */
+static int send_copy_cuda(void *dst, const void *src, size_t bytes, void *arg)
+{
+    cudaStream_t s = *(cudaStream_t *)arg;
+    int rc = bsipipe_cuda_copy(dst, src, bytes, s);
+    return rc ? rc : bsipipe_cuda_stream_wait(s);
+}
+
+static void send_cuda(void *buffers[], void *cl_arg)
+{
+    op_args_t *a = cl_arg;
+    struct bsipipe_engine *e = a->e;
+    size_t bytes = STARPU_VECTOR_GET_NX(buffers[0]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[0]);
+    const void *src = (const void *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    cudaStream_t s = engine_cuda_stream();
+    int rc;
+#ifdef BSIPIPE_HAVE_NCCL
+    if (engine_uses_nccl(e, a->op.device, a->op.peer)) {
+        engine_report(e, a, bsipipe_nccl_send(e->nccl, a->op.device, a->op.peer, src, bytes, s));
+        return;
+    }
+#endif
+    rc = bsipipe_transport_send_copy(e->transport, a->op.channel, src, bytes, a->op.device, a->name + 5,
+                                     send_copy_cuda, &s);
+    if (rc == -ETIMEDOUT)
+        engine_fail(e, BSIPIPE_EDEADLOCK);
+    else
+        engine_report(e, a, rc);
+}
+
+static void recv_cuda(void *buffers[], void *cl_arg)
+{
+    op_args_t *a = cl_arg;
+    struct bsipipe_engine *e = a->e;
+    size_t bytes = STARPU_VECTOR_GET_NX(buffers[0]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[0]);
+    void *dst = (void *)STARPU_VECTOR_GET_PTR(buffers[0]);
+#ifdef BSIPIPE_HAVE_NCCL
+    if (engine_uses_nccl(e, a->op.device, a->op.peer)) {
+        int rc = bsipipe_nccl_recv(e->nccl, a->op.device, a->op.peer, dst, bytes, engine_cuda_stream());
+        starpu_task_end_dep_release(starpu_task_get_current()); /* the stream now carries the wait */
+        engine_report(e, a, rc);
+        return;
+    }
+#endif
+    engine_report(e, a, bsipipe_transport_post(e->transport, a->op.channel, dst, bytes, starpu_task_get_current(),
+                                               a->op.device, a->name + 5));
+}
+#endif
+
 struct starpu_codelet bsipipe_cl_send = {
     .cpu_funcs = {send_cpu},
     .cpu_funcs_name = {"send_cpu"},
+    BSIPIPE_CL_CUDA(send_cuda)
     .nbuffers = 1,
     .modes = {STARPU_R},
     .name = "SEND",
@@ -43,6 +105,7 @@ struct starpu_codelet bsipipe_cl_send = {
 struct starpu_codelet bsipipe_cl_recv = {
     .cpu_funcs = {recv_cpu},
     .cpu_funcs_name = {"recv_cpu"},
+    BSIPIPE_CL_CUDA(recv_cuda)
     .nbuffers = 1,
     .modes = {STARPU_W},
     .name = "RECV",

@@ -6,6 +6,7 @@
  * Buffers: 0 grads RW, 1 stash R (released here, as the planner counts it),
  * 2 wstash R. */
 #include "tasks/engine_internal.h"
+#include "tasks/engine_cuda.h"
 
 
 static void wgrad_cpu(void *buffers[], void *cl_arg)
@@ -26,9 +27,31 @@ static void wgrad_cpu(void *buffers[], void *cl_arg)
     engine_report(e, a, rc);
 }
 
+#ifdef BSIPIPE_HAVE_CUDA
+static void wgrad_cuda(void *buffers[], void *cl_arg)
+{
+    op_args_t *a = cl_arg;
+    if (engine_failed(a->e))
+        return;
+    struct bsipipe_engine *e = a->e;
+    int rc = 0;
+    if (!engine_emulate(e, &a->op)) {
+        float *grads = (float *)STARPU_VECTOR_GET_PTR(buffers[0]);
+        rc = bsipipe_cuda_chunk_backward_weight(&e->dims, a->l0, a->l1, a->start, a->len,
+                                                grads + engine_replica_offset(e, a, a->l0),
+                                                (const float *)STARPU_VECTOR_GET_PTR(buffers[1]),
+                                                (const float *)STARPU_VECTOR_GET_PTR(buffers[2]),
+                                                engine_cuda_stream(), engine_cuda_blas());
+    }
+    engine_mem(e, a->op.device, -4.0 * STARPU_VECTOR_GET_NX(buffers[1]));
+    engine_report(e, a, rc);
+}
+#endif
+
 struct starpu_codelet bsipipe_cl_wgrad = {
     .cpu_funcs = {wgrad_cpu},
     .cpu_funcs_name = {"wgrad_cpu"},
+    BSIPIPE_CL_CUDA(wgrad_cuda)
     .nbuffers = 3,
     .modes = {STARPU_RW, STARPU_R, STARPU_R},
     .name = "W",

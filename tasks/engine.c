@@ -155,6 +155,7 @@ void bsipipe_engine_destroy(bsipipe_engine_t *e)
     free(e->workerid);
     free(e->order_device); free(e->order_index);
     bsipipe_transport_destroy(e->transport);
+    engine_devices_stop(e);
     if (e->started)
         engine_mpi_shutdown(e);
     engine_mpi_free(e);
@@ -429,9 +430,10 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
     }
     struct starpu_conf conf;
     starpu_conf_init(&conf);
-    conf.ncpus = e->n_local;
-    conf.ncuda = 0;
-    conf.nopencl = 0;
+    if ((rc = engine_devices_configure(e, &conf)) < 0) { /* CPU or CUDA workers */
+        bsipipe_engine_destroy(e);
+        return rc;
+    }
     setenv("STARPU_WORKERS_NOBIND", "1", 0); /* more devices than cores is the normal case here */
     if ((rc = bsipipe_policy_configure(&conf, e->o.policy)) < 0) {
         bsipipe_engine_destroy(e);
@@ -445,24 +447,10 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
         return bsipipe_error_set(rc, "%s", why);
     }
     e->started = 1;
-    if ((int)starpu_cpu_worker_get_count() != e->n_local) {
-        int got = (int)starpu_cpu_worker_get_count();
+    if ((rc = engine_devices_start(e)) < 0) { /* e->workerid: the worker of each device */
         bsipipe_engine_destroy(e);
-        return bsipipe_error_set(-EINVAL, "engine: the plan has %d devices here but StarPU started %d CPU workers "
-                                 "(unset STARPU_NCPU, or build StarPU with --enable-maxcpus >= %d)",
-                                 e->n_local, got, e->n_local);
+        return rc;
     }
-    /* The local devices, in order, get the CPU workers in order. */
-    int *cpu_ids = calloc((size_t)e->n_local, sizeof *cpu_ids);
-    if (!cpu_ids || !ALLOC(e->workerid, e->W) ||
-        starpu_worker_get_ids_by_type(STARPU_CPU_WORKER, cpu_ids, (unsigned)e->n_local) != (unsigned)e->n_local) {
-        free(cpu_ids);
-        bsipipe_engine_destroy(e);
-        return bsipipe_error_set(-EIO, "engine: cannot list StarPU's CPU workers");
-    }
-    for (int d = 0, j = 0; d < e->W; d++)
-        e->workerid[d] = engine_local(e, d) ? cpu_ids[j++] : 0;
-    free(cpu_ids);
     e->wmask_len = starpu_worker_get_count() / 32 + 1;
     if (!ALLOC(e->wmask, e->W)) {
         bsipipe_engine_destroy(e);
@@ -624,6 +612,13 @@ static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
         break;
     case BSIPIPE_OP_SYNC: {
         replica_t *mine = &e->rep[op->pipe * e->C + op->chunk];
+#ifdef BSIPIPE_HAVE_NCCL
+        if (engine_uses_nccl(e, op->device, op->peer)) { /* mirrors on two GPUs: each side all-reduces */
+            cl = &bsipipe_cl_sync_nccl;
+            ADD(mine->h_grads, STARPU_RW);
+            break;
+        }
+#endif
         if (op->pipe == 0) {
             cl = &bsipipe_cl_sync;
             ADD(mine->h_grads, STARPU_RW);

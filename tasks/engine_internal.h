@@ -38,6 +38,8 @@ struct bsipipe_engine {
     int inorder;                       /* bsipipe policy */
     int started;                       /* starpu_init succeeded */
     int *workerid;                     /* StarPU worker of each device */
+    int *gpu;                          /* CUDA workers: the GPU of each device (else NULL) */
+    struct bsipipe_nccl *nccl;         /* nccl transport (pairs on two GPUs), else NULL */
     uint32_t **wmask;                  /* per device: worker bitmap (built-in policies) */
     unsigned wmask_len;
     replica_t *rep;                    /* [pipe * C + chunk] (pipe 1 only if bidirectional) */
@@ -132,9 +134,22 @@ int engine_task_submit(struct bsipipe_engine *e, int d, int i, struct starpu_cod
 /* One use of a per-iteration buffer: counted (dry_run) or consumed (the
  * buffer is unregistered after its last use). Other handles: nothing. */
 void engine_buffer_use(struct bsipipe_engine *e, starpu_data_handle_t h, int dry_run);
+/* Device kinds (tasks/engine_devices.c): sets conf's worker counts for the
+ * options' device kind before starpu_init (cuda: -ENODEV "no CUDA device
+ * found; run with --devices cpu" when there is none); after it lists the
+ * workers (e->workerid, e->gpu) and starts cuBLAS and the nccl transport. */
+int engine_devices_configure(struct bsipipe_engine *e, struct starpu_conf *conf);
+int engine_devices_start(struct bsipipe_engine *e);
+/* Before starpu_shutdown: cuBLAS handles, NCCL communicators. */
+void engine_devices_stop(struct bsipipe_engine *e);
+/* 1 when the SYNC or transfer between devices a and b goes through NCCL. */
+int engine_uses_nccl(const struct bsipipe_engine *e, int a, int b);
 
 extern struct starpu_codelet bsipipe_cl_forward, bsipipe_cl_backward, bsipipe_cl_send, bsipipe_cl_recv,
     bsipipe_cl_sync, bsipipe_cl_sync_peer, bsipipe_cl_step, bsipipe_cl_wgrad;
+#ifdef BSIPIPE_HAVE_NCCL
+extern struct starpu_codelet bsipipe_cl_sync_nccl; /* one replica RW, all-reduced with its mirror */
+#endif
 
 /* Emulated device time: sleeps for the op's cost-model duration. Returns 1
  * when the engine emulates (the caller then skips its compute). */

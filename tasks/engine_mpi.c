@@ -175,9 +175,18 @@ static int setup_ranks(struct bsipipe_engine *e)
     e->n_local = 0;
     for (int d = 0; d < e->W; d++)
         e->n_local += e->dev_rank[d] == e->rank;
-    if (e->n_local == 0)
-        return bsipipe_error_set(BSIPIPE_ECONFIG, "engine: the mapping leaves rank %d without devices (use fewer "
-                                 "ranks)", e->rank);
+    if (e->n_local == 0) {
+        char map[256] = "";
+        int used = 0;
+        for (int d = 0; d < e->W && strlen(map) < 200; d++) {
+            snprintf(map + strlen(map), sizeof map - strlen(map), " %d", e->dev_rank[d]);
+            if (e->dev_rank[d] + 1 > used)
+                used = e->dev_rank[d] + 1;
+        }
+        return bsipipe_error_set(BSIPIPE_ECONFIG, "engine: the mapping of the %d devices onto ranks (%s) leaves "
+                                 "rank %d without devices: run with -np %d, or more devices (--w)",
+                                 e->W, map + 1, e->rank, used);
+    }
     return 0;
 }
 

@@ -4,3 +4,8 @@
 libbsipipe_la_SOURCES += tasks/bsipipe_transport.c
 nobase_pkginclude_HEADERS += tasks/bsipipe_transport.h
 EXTRA_DIST += docs/transport.md
+# The `nccl` transport (CUDA devices on different GPUs): only with NCCL.
+if HAVE_NCCL
+libbsipipe_la_SOURCES += tasks/bsipipe_transport_nccl.c
+endif
+noinst_HEADERS += tasks/bsipipe_transport_nccl.h

@@ -5,8 +5,12 @@
 #                     size (hidden 1280, 32 heads, 8K tokens, k = 2); never asserts on time
 #  test_cuda_emu.sh   test_cuda_kernels against the CUDA kernels built for the CPU emulation
 #                     of kernels/cuda/emu/ (runs without a GPU; needs g++)
-check_PROGRAMS += tests/test_cuda_kernels tests/test_cuda_bench
-TESTS += tests/test_cuda_kernels tests/test_cuda_bench tests/test_cuda_emu.sh
+check_PROGRAMS += tests/test_cuda_kernels tests/test_cuda_bench tests/test_cuda_engine
+TESTS += tests/test_cuda_kernels tests/test_cuda_bench tests/test_cuda_emu.sh tests/test_cuda_engine
+# test_cuda_engine   one engine iteration on CUDA workers vs CPU workers (loss, gradients,
+#                    gnorm; fp32 < 1e-5); exit 77 without a GPU
+tests_test_cuda_engine_SOURCES = tests/test_cuda_engine.c
+tests_test_cuda_engine_LDADD = libbsipipe.la $(STARPU_LIBS) -lm
 tests_test_cuda_kernels_SOURCES = tests/test_cuda_kernels.c
 tests_test_cuda_bench_SOURCES = tests/test_cuda_bench.c
 tests_test_cuda_kernels_LDADD = libbsipipe.la -lm
@@ -20,6 +24,7 @@ EXTRA_DIST += tests/test_cuda_emu.sh \
 	kernels/cuda/emu/cublas_v2.h kernels/cuda/emu/cuda_emu_device.h \
 	kernels/cuda/emu/cuda_emu.cc kernels/cuda/emu/probe_emu.c \
 	kernels/cuda/devcheck/cblas.h kernels/cuda/devcheck/cblas_naive.c
+EXTRA_DIST += scripts/device-bundle.sh
 EXTRA_DIST += scripts/device-check.sh docs/cuda.md scripts/starpu-patches/0001-computemode.patch \
 	scripts/starpu-patches/0002-cublas-v2-header.patch \
 	scripts/starpu-patches/0003-no-legacy-cublas.patch

@@ -2,11 +2,14 @@
 # .cu files are compiled by nvcc through the `.cu.lo` rule of the top Makefile.am whenever
 # configure found CUDA (HAVE_CUDA); each .cu needs a CPU stub (or an `else` branch) so that
 # libbsipipe links without CUDA.
-nobase_pkginclude_HEADERS += kernels/cuda/bsipipe_cuda_probe.h kernels/cuda/bsipipe_cuda_kernels.h
+nobase_pkginclude_HEADERS += kernels/cuda/bsipipe_cuda_probe.h kernels/cuda/bsipipe_cuda_kernels.h \
+	kernels/cuda/bsipipe_cuda_ops.h
 if HAVE_CUDA
 # fp32 CUDA twins of the CPU kernels (docs/cuda.md). They have no CPU stub: their header
 # needs the CUDA headers, so callers use them only under BSIPIPE_HAVE_CUDA.
 libbsipipe_la_SOURCES += kernels/cuda/bsipipe_cuda_probe.cu kernels/cuda/bsipipe_cuda_kernels.cu
+# small device operations of the CUDA codelets (clear, add, copy, SYNC sum, scratch)
+libbsipipe_la_SOURCES += kernels/cuda/bsipipe_cuda_ops.cu
 else
 libbsipipe_la_SOURCES += kernels/cuda/bsipipe_cuda_probe_stub.c
 endif
@@ -14,6 +17,7 @@ endif
 kernels/cuda/bsipipe_cuda_probe.lo: kernels/cuda/bsipipe_cuda_probe.h
 kernels/cuda/bsipipe_cuda_kernels.lo: kernels/cuda/bsipipe_cuda_kernels.h kernels/bsipipe_kernels.h \
 	kernels/bsipipe_kernels_decl.h kernels/bsipipe_model.h kernels/cpu/internal.h
+kernels/cuda/bsipipe_cuda_ops.lo: kernels/cuda/bsipipe_cuda_ops.h graph/bsipipe_error.h
 
 check_PROGRAMS += tests/test_cuda_probe
 TESTS += tests/test_cuda_probe

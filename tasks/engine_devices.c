@@ -1,0 +1,209 @@
+/* engine_devices.c: which StarPU workers run the plan's devices — one CPU
+ * worker each, or one CUDA worker each (several per GPU through
+ * STARPU_NWORKER_PER_CUDA) — and what CUDA workers need around them: cuBLAS
+ * handles and, with the nccl transport, NCCL communicators. Across MPI ranks
+ * only this rank's devices (e->n_local of them) get workers. */
+#include "tasks/engine_internal.h"
+#include "graph/bsipipe_error.h"
+#include "kernels/cuda/bsipipe_cuda_probe.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef BSIPIPE_HAVE_CUDA
+#include <starpu_cublas_v2.h>
+#endif
+#ifdef BSIPIPE_HAVE_NCCL
+#include "tasks/bsipipe_transport_nccl.h"
+#endif
+
+int bsipipe_engine_devices_parse(const char *name, bsipipe_engine_devices_t *out)
+{
+    if (name && strcmp(name, "cpu") == 0)
+        *out = BSIPIPE_DEVICES_CPU;
+    else if (name && strcmp(name, "cuda") == 0)
+        *out = BSIPIPE_DEVICES_CUDA;
+    else
+        return bsipipe_error_set(-EINVAL, "unknown device kind '%s' (cpu or cuda)", name ? name : "(null)");
+    return 0;
+}
+
+static int wants_nccl(const struct bsipipe_engine *e)
+{
+    return e->o.transport && strcmp(e->o.transport, "nccl") == 0;
+}
+
+int engine_devices_configure(struct bsipipe_engine *e, struct starpu_conf *conf)
+{
+    const char *tr = e->o.transport;
+    if (tr && strcmp(tr, "local") != 0 && strcmp(tr, "nccl") != 0)
+        return bsipipe_error_set(-EINVAL, "engine: unknown transport '%s' (local or nccl)", tr);
+    if (wants_nccl(e) && e->o.devices != BSIPIPE_DEVICES_CUDA)
+        return bsipipe_error_set(-EINVAL, "engine: the nccl transport needs CUDA devices (--devices cuda)");
+    conf->nopencl = 0;
+    if (e->o.devices == BSIPIPE_DEVICES_CPU) {
+        conf->ncpus = e->n_local;
+        conf->ncuda = 0;
+        return 0;
+    }
+    if (e->mpi)
+        return bsipipe_error_set(-ENOTSUP, "engine: CUDA devices across MPI ranks are not supported yet; run "
+                                           "--devices cuda in one process or --mpi on CPU devices");
+    if (e->o.devices != BSIPIPE_DEVICES_CUDA)
+        return bsipipe_error_set(-EINVAL, "engine: unknown device kind %d", (int)e->o.devices);
+#ifndef BSIPIPE_HAVE_CUDA
+    return bsipipe_error_set(-ENODEV, "no CUDA device found; run with --devices cpu (libbsipipe was built "
+                                      "without CUDA)");
+#else
+#ifndef BSIPIPE_HAVE_NCCL
+    if (wants_nccl(e))
+        return bsipipe_error_set(-ENOTSUP, "engine: libbsipipe was built without NCCL; use --transport local");
+#endif
+    int found = bsipipe_cuda_device_count();
+    if (found <= 0)
+        return bsipipe_error_set(-ENODEV, "no CUDA device found; run with --devices cpu");
+    if (e->o.gpus > found)
+        return bsipipe_error_set(-ENODEV, "engine: %d GPUs asked for, %d CUDA devices found", e->o.gpus, found);
+    int gpus = e->o.gpus > 0 ? e->o.gpus : found;
+    if (gpus > e->W)
+        gpus = e->W;
+    int per_gpu = (e->W + gpus - 1) / gpus;
+#ifndef STARPU_NON_BLOCKING_DRIVERS
+    /* StarPU 1.3.10 reduces STARPU_NWORKER_PER_CUDA to 1 with blocking
+     * drivers: say so here rather than start too few workers. */
+    if (per_gpu > 1)
+        return bsipipe_error_set(-ENOTSUP,
+                                 "engine: %d devices on %d GPU(s) need %d CUDA workers per GPU, but this StarPU was "
+                                 "built with blocking drivers, which allow one CUDA worker per GPU; use %d GPUs, or a "
+                                 "StarPU configured without --enable-blocking-drivers (docs/cuda.md)",
+                                 e->W, gpus, per_gpu, e->W);
+#endif
+    char n[16];
+    snprintf(n, sizeof n, "%d", per_gpu);
+    setenv("STARPU_NWORKER_PER_CUDA", n, 1);
+    /* A SEND waits in the rendezvous inside its codelet: each CUDA worker
+     * needs its own driver thread, or it would also stall the receiver that
+     * the same thread drives. */
+    setenv("STARPU_CUDA_THREAD_PER_WORKER", "1", 1);
+    unsetenv("STARPU_CUDA_THREAD_PER_DEV"); /* StarPU refuses both */
+    conf->ncpus = 0;
+    conf->ncuda = gpus;
+    return 0;
+#endif
+}
+
+#ifdef BSIPIPE_HAVE_NCCL
+/* One communicator per pair of devices that exchange data on two GPUs. */
+static int start_nccl(struct bsipipe_engine *e)
+{
+    long n_pairs = 0;
+    for (int d = 0; d < e->W; d++) {
+        int n;
+        bsipipe_schedule_device_ops(e->sched, d, &n);
+        n_pairs += n;
+    }
+    int *pairs = malloc(sizeof(int) * 2 * (size_t)(n_pairs > 0 ? n_pairs : 1)), np = 0;
+    if (!pairs)
+        return bsipipe_error_set(-ENOMEM, "out of memory");
+    for (int d = 0; d < e->W; d++) {
+        int n;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
+        for (int i = 0; i < n; i++)
+            if (ops[i].peer >= 0 && (ops[i].kind == BSIPIPE_OP_SEND || ops[i].kind == BSIPIPE_OP_RECV ||
+                                     ops[i].kind == BSIPIPE_OP_SYNC)) {
+                pairs[2 * np] = d;
+                pairs[2 * np + 1] = ops[i].peer;
+                np++;
+            }
+    }
+    int rc = bsipipe_nccl_create(e->W, e->gpu, np, pairs, &e->nccl);
+    free(pairs);
+    return rc;
+}
+#endif
+
+int engine_devices_start(struct bsipipe_engine *e)
+{
+    if (!(e->workerid = calloc((size_t)e->W, sizeof *e->workerid)))
+        return bsipipe_error_set(-ENOMEM, "out of memory");
+    if (e->o.devices == BSIPIPE_DEVICES_CPU) {
+        int n = e->n_local, *ids = calloc((size_t)(n > 0 ? n : 1), sizeof *ids);
+        if (!ids)
+            return bsipipe_error_set(-ENOMEM, "out of memory");
+        if ((int)starpu_cpu_worker_get_count() != n) {
+            free(ids);
+            return bsipipe_error_set(-EINVAL, "engine: the plan has %d devices here but StarPU started %d CPU "
+                                     "workers (unset STARPU_NCPU, or build StarPU with --enable-maxcpus >= %d)",
+                                     n, (int)starpu_cpu_worker_get_count(), n);
+        }
+        if (starpu_worker_get_ids_by_type(STARPU_CPU_WORKER, ids, (unsigned)n) != (unsigned)n) {
+            free(ids);
+            return bsipipe_error_set(-EIO, "engine: cannot list StarPU's CPU workers");
+        }
+        /* This rank's devices, in order, get the workers in order (the
+         * others' entries stay 0 and are never used). */
+        for (int d = 0, j = 0; d < e->W; d++)
+            if (engine_local(e, d))
+                e->workerid[d] = ids[j++];
+        free(ids);
+        return 0;
+    }
+#ifndef BSIPIPE_HAVE_CUDA
+    return bsipipe_error_set(-ENODEV, "no CUDA device found; run with --devices cpu");
+#else
+    int got = (int)starpu_cuda_worker_get_count();
+    if (got < e->W)
+        return bsipipe_error_set(-ENODEV, "engine: the plan has %d devices but StarPU started %d CUDA workers "
+                                 "(STARPU_NCUDA, STARPU_WORKERS_CUDAID or a StarPU built with blocking drivers "
+                                 "can lower the count; docs/cuda.md)", e->W, got);
+    int *ids = calloc((size_t)got, sizeof *ids);
+    if (!ids || !(e->gpu = calloc((size_t)e->W, sizeof *e->gpu))) {
+        free(ids);
+        return bsipipe_error_set(-ENOMEM, "out of memory");
+    }
+    starpu_cublas_init(); /* from here on, engine_devices_stop shuts it down */
+    /* StarPU lists a GPU's workers together: consecutive devices (pipeline
+     * neighbours) share a GPU. */
+    if (starpu_worker_get_ids_by_type(STARPU_CUDA_WORKER, ids, (unsigned)got) != (unsigned)got) {
+        free(ids);
+        return bsipipe_error_set(-EIO, "engine: cannot list StarPU's CUDA workers");
+    }
+    for (int d = 0; d < e->W; d++) {
+        e->workerid[d] = ids[d];
+        e->gpu[d] = starpu_worker_get_devid(ids[d]);
+    }
+    free(ids);
+#ifdef BSIPIPE_HAVE_NCCL
+    if (wants_nccl(e))
+        return start_nccl(e);
+#endif
+    return 0;
+#endif
+}
+
+void engine_devices_stop(struct bsipipe_engine *e)
+{
+#ifdef BSIPIPE_HAVE_NCCL
+    bsipipe_nccl_destroy(e->nccl);
+    e->nccl = NULL;
+#endif
+#ifdef BSIPIPE_HAVE_CUDA
+    if (e->gpu)
+        starpu_cublas_shutdown();
+#endif
+    free(e->gpu);
+    e->gpu = NULL;
+}
+
+int engine_uses_nccl(const struct bsipipe_engine *e, int a, int b)
+{
+#ifdef BSIPIPE_HAVE_NCCL
+    return e->nccl && bsipipe_nccl_has(e->nccl, a, b);
+#else
+    (void)e;
+    (void)a;
+    (void)b;
+    return 0;
+#endif
+}
