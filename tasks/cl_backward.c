@@ -12,6 +12,52 @@
 
 #include <string.h>
 
+#define BUF(i, type) ((type)STARPU_VECTOR_GET_PTR(buffers[i]))
+
+/* The backward's buffers by name (one layout for CPU and CUDA). */
+struct backward_io {
+    const float *params, *dy, *stash, *kv;
+    const int *tokens;   /* chunk 0: for the embedding's gradient */
+    float *grads, *dx, *dkv, *work, *wstash;
+    long layers;         /* offset of the chunk's first layer in the replica */
+    size_t dkv_floats;
+    int clear_dkv;       /* first backward of the micro-batch on this chunk */
+};
+
+/* Names the buffers; the K/V gradient of the micro-batch is live from its
+ * first backward (the last piece) on. */
+static struct backward_io backward_begin(const op_args_t *a, void *buffers[])
+{
+    struct bsipipe_engine *e = a->e;
+    struct backward_io io = {.params = BUF(0, const float *), .grads = BUF(1, float *), .dy = BUF(2, const float *),
+                             .stash = BUF(4, const float *), .kv = BUF(5, const float *), .dkv = BUF(6, float *),
+                             .work = BUF(7, float *), .layers = engine_replica_offset(e, a, a->l0),
+                             .dkv_floats = STARPU_VECTOR_GET_NX(buffers[6]), .clear_dkv = a->op.sub == e->k - 1};
+    if (a->op.chunk == 0) { /* the input gradient only feeds the embedding */
+        io.tokens = BUF(3, const int *);
+        io.dx = io.work + bsipipe_model_work_size(&e->dims, a->len);
+    } else {
+        io.dx = BUF(3, float *);
+    }
+    if (e->split)
+        io.wstash = BUF(8, float *);
+    if (io.clear_dkv)
+        engine_mem(e, a->op.device, 4.0 * (double)io.dkv_floats);
+    return io;
+}
+
+/* Released: the stash (unless a W still needs it), and after the first
+ * piece's backward the KV cache and its gradient. */
+static void backward_end(const op_args_t *a, void *buffers[], int rc)
+{
+    struct bsipipe_engine *e = a->e;
+    if (!e->split)
+        engine_mem(e, a->op.device, -4.0 * STARPU_VECTOR_GET_NX(buffers[4]));
+    if (a->op.sub == 0)
+        engine_mem(e, a->op.device, -8.0 * STARPU_VECTOR_GET_NX(buffers[6]));
+    engine_report(e, a, rc);
+}
+
 static void backward_cpu(void *buffers[], void *cl_arg)
 {
     op_args_t *a = cl_arg;
@@ -19,48 +65,26 @@ static void backward_cpu(void *buffers[], void *cl_arg)
     if (engine_failed(e))
         return;
     const bsipipe_model_dims_t *D = &e->dims;
-    const float *params = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
-    float *grads = (float *)STARPU_VECTOR_GET_PTR(buffers[1]);
-    const float *dy = (const float *)STARPU_VECTOR_GET_PTR(buffers[2]);
-    const float *stash = (const float *)STARPU_VECTOR_GET_PTR(buffers[4]);
-    const float *kv = (const float *)STARPU_VECTOR_GET_PTR(buffers[5]);
-    float *dkv = (float *)STARPU_VECTOR_GET_PTR(buffers[6]);
-    float *work = (float *)STARPU_VECTOR_GET_PTR(buffers[7]);
-    long lay = engine_replica_offset(e, a, a->l0);
-    float *dx;
-    if (a->op.chunk == 0) /* the input gradient only feeds the embedding */
-        dx = work + bsipipe_model_work_size(D, a->len);
-    else
-        dx = (float *)STARPU_VECTOR_GET_PTR(buffers[3]);
-    double kv_bytes = 4.0 * STARPU_VECTOR_GET_NX(buffers[6]);
-    if (a->op.sub == e->k - 1) {
-        engine_mem(e, a->op.device, kv_bytes); /* the K/V gradient of the micro-batch */
-        memset(dkv, 0, sizeof(float) * (size_t)STARPU_VECTOR_GET_NX(buffers[6]));
-    }
+    struct backward_io io = backward_begin(a, buffers);
     int rc = 0;
+    if (io.clear_dkv)
+        memset(io.dkv, 0, sizeof(float) * io.dkv_floats);
     if (engine_emulate(e, &a->op))
         rc = 0;
     else if (e->split) /* ZB-H1: input gradient now, weight gradient in W */
-        rc = bsipipe_chunk_backward_input(D, a->l0, a->l1, a->start, a->len, params + lay, grads + lay, dy, dx, stash,
-                                          kv, dkv, (float *)STARPU_VECTOR_GET_PTR(buffers[8]), work);
+        rc = bsipipe_chunk_backward_input(D, a->l0, a->l1, a->start, a->len, io.params + io.layers,
+                                          io.grads + io.layers, io.dy, io.dx, io.stash, io.kv, io.dkv, io.wstash,
+                                          io.work);
     else
-        rc = bsipipe_chunk_backward(D, a->l0, a->l1, a->start, a->len, params + lay, grads + lay, dy, dx, stash, kv,
-                                    dkv, work);
-    if (rc == 0 && a->op.chunk == 0 && e->o.emulate_flops <= 0) {
-        const int *tokens = (const int *)STARPU_VECTOR_GET_PTR(buffers[3]);
-        rc = bsipipe_embed_backward(D, grads, tokens + a->start, a->start, a->len, dx);
-    }
-    /* Released: the stash (unless a W still needs it), and after the first
-     * piece's backward the KV cache and its gradient. */
-    if (!bsipipe_schedule_kind_traits(e->o.pc.schedule).split_backward)
-        engine_mem(e, a->op.device, -4.0 * STARPU_VECTOR_GET_NX(buffers[4]));
-    if (a->op.sub == 0)
-        engine_mem(e, a->op.device, -2 * kv_bytes);
-    engine_report(e, a, rc);
+        rc = bsipipe_chunk_backward(D, a->l0, a->l1, a->start, a->len, io.params + io.layers, io.grads + io.layers,
+                                    io.dy, io.dx, io.stash, io.kv, io.dkv, io.work);
+    if (rc == 0 && io.tokens && e->o.emulate_flops <= 0)
+        rc = bsipipe_embed_backward(D, io.grads, io.tokens + a->start, a->start, a->len, io.dx);
+    backward_end(a, buffers, rc);
 }
 
 #ifdef BSIPIPE_HAVE_CUDA
-/* The CUDA twin of backward_cpu: same buffers and memory accounting. */
+/* The CUDA twin of backward_cpu, queued on the worker's stream. */
 static void backward_cuda(void *buffers[], void *cl_arg)
 {
     op_args_t *a = cl_arg;
@@ -70,43 +94,23 @@ static void backward_cuda(void *buffers[], void *cl_arg)
     const bsipipe_model_dims_t *D = &e->dims;
     cudaStream_t s = engine_cuda_stream();
     cublasHandle_t h = engine_cuda_blas();
-    const float *params = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
-    float *grads = (float *)STARPU_VECTOR_GET_PTR(buffers[1]);
-    const float *dy = (const float *)STARPU_VECTOR_GET_PTR(buffers[2]);
-    const float *stash = (const float *)STARPU_VECTOR_GET_PTR(buffers[4]);
-    const float *kv = (const float *)STARPU_VECTOR_GET_PTR(buffers[5]);
-    float *dkv = (float *)STARPU_VECTOR_GET_PTR(buffers[6]);
-    float *work = (float *)STARPU_VECTOR_GET_PTR(buffers[7]);
-    long lay = engine_replica_offset(e, a, a->l0);
-    float *dx;
-    if (a->op.chunk == 0)
-        dx = work + bsipipe_model_work_size(D, a->len);
-    else
-        dx = (float *)STARPU_VECTOR_GET_PTR(buffers[3]);
-    double kv_bytes = 4.0 * STARPU_VECTOR_GET_NX(buffers[6]);
+    struct backward_io io = backward_begin(a, buffers);
     int rc = 0;
-    if (a->op.sub == e->k - 1) {
-        engine_mem(e, a->op.device, kv_bytes);
-        rc = bsipipe_cuda_zero(dkv, sizeof(float) * (size_t)STARPU_VECTOR_GET_NX(buffers[6]), s);
-    }
+    if (io.clear_dkv)
+        rc = bsipipe_cuda_zero(io.dkv, sizeof(float) * io.dkv_floats, s);
     if (rc == 0 && !engine_emulate(e, &a->op)) {
         if (e->split)
-            rc = bsipipe_cuda_chunk_backward_input(D, a->l0, a->l1, a->start, a->len, params + lay, grads + lay, dy,
-                                                   dx, stash, kv, dkv, (float *)STARPU_VECTOR_GET_PTR(buffers[8]),
-                                                   work, s, h);
+            rc = bsipipe_cuda_chunk_backward_input(D, a->l0, a->l1, a->start, a->len, io.params + io.layers,
+                                                   io.grads + io.layers, io.dy, io.dx, io.stash, io.kv, io.dkv,
+                                                   io.wstash, io.work, s, h);
         else
-            rc = bsipipe_cuda_chunk_backward(D, a->l0, a->l1, a->start, a->len, params + lay, grads + lay, dy, dx,
-                                             stash, kv, dkv, work, s, h);
+            rc = bsipipe_cuda_chunk_backward(D, a->l0, a->l1, a->start, a->len, io.params + io.layers,
+                                             io.grads + io.layers, io.dy, io.dx, io.stash, io.kv, io.dkv, io.work,
+                                             s, h);
     }
-    if (rc == 0 && a->op.chunk == 0 && e->o.emulate_flops <= 0) {
-        const int *tokens = (const int *)STARPU_VECTOR_GET_PTR(buffers[3]);
-        rc = bsipipe_cuda_embed_backward(D, grads, tokens + a->start, a->start, a->len, dx, s);
-    }
-    if (!bsipipe_schedule_kind_traits(e->o.pc.schedule).split_backward)
-        engine_mem(e, a->op.device, -4.0 * STARPU_VECTOR_GET_NX(buffers[4]));
-    if (a->op.sub == 0)
-        engine_mem(e, a->op.device, -2 * kv_bytes);
-    engine_report(e, a, rc);
+    if (rc == 0 && io.tokens && e->o.emulate_flops <= 0)
+        rc = bsipipe_cuda_embed_backward(D, io.grads, io.tokens + a->start, a->start, a->len, io.dx, s);
+    backward_end(a, buffers, rc);
 }
 #endif
 

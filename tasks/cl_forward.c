@@ -9,6 +9,41 @@
 #include "tasks/engine_internal.h"
 #include "tasks/engine_cuda.h"
 
+#define BUF(i, type) ((type)STARPU_VECTOR_GET_PTR(buffers[i]))
+
+/* The forward's buffers by name (one layout for CPU and CUDA). */
+struct forward_io {
+    const float *params, *x_in;      /* x_in: the activation entering the chunk */
+    const int *tokens, *targets;     /* first / last chunk */
+    float *x_out, *stash, *kv, *work;
+    float *grads, *dy;               /* last chunk: head gradient, output gradient */
+    double *loss;                    /* last chunk: the device's loss sum */
+};
+
+/* Names the buffers and counts the memory the planner counts from here on:
+ * the stash until the backward, the KV cache from the first piece. */
+static struct forward_io forward_begin(const op_args_t *a, void *buffers[])
+{
+    struct bsipipe_engine *e = a->e;
+    struct forward_io io = {.params = BUF(0, const float *), .x_out = BUF(2, float *), .stash = BUF(3, float *),
+                            .kv = BUF(4, float *), .work = BUF(5, float *)};
+    if (a->op.chunk == 0) {
+        io.tokens = BUF(1, const int *);
+        io.x_in = io.x_out; /* the embedding writes it, the layers read it */
+    } else {
+        io.x_in = BUF(1, const float *);
+    }
+    if (a->op.chunk == e->C - 1) {
+        io.targets = BUF(6, const int *);
+        io.grads = BUF(7, float *);
+        io.dy = BUF(8, float *);
+        io.loss = BUF(9, double *);
+    }
+    engine_mem(e, a->op.device, 4.0 * STARPU_VECTOR_GET_NX(buffers[3]) +
+                                    (a->op.sub == 0 ? 4.0 * STARPU_VECTOR_GET_NX(buffers[4]) : 0));
+    return io;
+}
+
 static void forward_cpu(void *buffers[], void *cl_arg)
 {
     op_args_t *a = cl_arg;
@@ -16,41 +51,23 @@ static void forward_cpu(void *buffers[], void *cl_arg)
     if (engine_failed(e))
         return;
     const bsipipe_model_dims_t *D = &e->dims;
-    const float *params = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
-    float *x_out = (float *)STARPU_VECTOR_GET_PTR(buffers[2]);
-    float *stash = (float *)STARPU_VECTOR_GET_PTR(buffers[3]);
-    float *kv = (float *)STARPU_VECTOR_GET_PTR(buffers[4]);
-    float *work = (float *)STARPU_VECTOR_GET_PTR(buffers[5]);
-    const float *x_in = x_out;
-    int rc = 0;
-    if (engine_emulate(e, &a->op)) {
-        engine_mem(e, a->op.device, 4.0 * STARPU_VECTOR_GET_NX(buffers[3]) +
-                                        (a->op.sub == 0 ? 4.0 * STARPU_VECTOR_GET_NX(buffers[4]) : 0));
+    struct forward_io io = forward_begin(a, buffers);
+    if (engine_emulate(e, &a->op))
         return;
-    }
-    /* The stash lives until the backward; the KV cache from the first piece. */
-    engine_mem(e, a->op.device, 4.0 * STARPU_VECTOR_GET_NX(buffers[3]) +
-                                    (a->op.sub == 0 ? 4.0 * STARPU_VECTOR_GET_NX(buffers[4]) : 0));
-    if (a->op.chunk == 0) {
-        const int *tokens = (const int *)STARPU_VECTOR_GET_PTR(buffers[1]);
-        rc = bsipipe_embed_forward(D, params, tokens + a->start, a->start, a->len, x_out);
-    } else {
-        x_in = (const float *)STARPU_VECTOR_GET_PTR(buffers[1]);
-    }
+    int rc = 0;
+    if (a->op.chunk == 0)
+        rc = bsipipe_embed_forward(D, io.params, io.tokens + a->start, a->start, a->len, io.x_out);
     if (rc == 0)
-        rc = bsipipe_chunk_forward(D, a->l0, a->l1, a->start, a->len,
-                                   params + engine_replica_offset(e, a, a->l0), x_in, x_out, stash, kv);
-    if (rc == 0 && a->op.chunk == e->C - 1) {
-        const int *targets = (const int *)STARPU_VECTOR_GET_PTR(buffers[6]);
-        float *grads = (float *)STARPU_VECTOR_GET_PTR(buffers[7]);
-        float *dy = (float *)STARPU_VECTOR_GET_PTR(buffers[8]);
-        double *loss = (double *)STARPU_VECTOR_GET_PTR(buffers[9]);
+        rc = bsipipe_chunk_forward(D, a->l0, a->l1, a->start, a->len, io.params + engine_replica_offset(e, a, a->l0),
+                                   io.x_in, io.x_out, io.stash, io.kv);
+    if (rc == 0 && io.loss) {
         long head = engine_replica_offset(e, a, D->n_layers);
         double piece_loss = 0;
         /* The loss is the mean over the iteration's m*S tokens. */
-        rc = bsipipe_head_forward_backward(D, params + head, grads + head, a->len, x_out, targets + a->start,
-                                           1.0 / ((double)e->m * e->S), &piece_loss, dy, work);
-        *loss += piece_loss;
+        rc = bsipipe_head_forward_backward(D, io.params + head, io.grads + head, a->len, io.x_out,
+                                           io.targets + a->start, 1.0 / ((double)e->m * e->S), &piece_loss, io.dy,
+                                           io.work);
+        *io.loss += piece_loss;
     }
     engine_report(e, a, rc);
 }
@@ -65,40 +82,26 @@ static void forward_cuda(void *buffers[], void *cl_arg)
     const bsipipe_model_dims_t *D = &e->dims;
     cudaStream_t s = engine_cuda_stream();
     cublasHandle_t h = engine_cuda_blas();
-    const float *params = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
-    float *x_out = (float *)STARPU_VECTOR_GET_PTR(buffers[2]);
-    float *stash = (float *)STARPU_VECTOR_GET_PTR(buffers[3]);
-    float *kv = (float *)STARPU_VECTOR_GET_PTR(buffers[4]);
-    float *work = (float *)STARPU_VECTOR_GET_PTR(buffers[5]);
-    const float *x_in = x_out;
-    int rc = 0;
-    engine_mem(e, a->op.device, 4.0 * STARPU_VECTOR_GET_NX(buffers[3]) +
-                                    (a->op.sub == 0 ? 4.0 * STARPU_VECTOR_GET_NX(buffers[4]) : 0));
+    struct forward_io io = forward_begin(a, buffers);
     if (engine_emulate(e, &a->op))
         return;
-    if (a->op.chunk == 0) {
-        const int *tokens = (const int *)STARPU_VECTOR_GET_PTR(buffers[1]);
-        rc = bsipipe_cuda_embed_forward(D, params, tokens + a->start, a->start, a->len, x_out, s);
-    } else {
-        x_in = (const float *)STARPU_VECTOR_GET_PTR(buffers[1]);
-    }
+    int rc = 0;
+    if (a->op.chunk == 0)
+        rc = bsipipe_cuda_embed_forward(D, io.params, io.tokens + a->start, a->start, a->len, io.x_out, s);
     if (rc == 0)
         rc = bsipipe_cuda_chunk_forward(D, a->l0, a->l1, a->start, a->len,
-                                        params + engine_replica_offset(e, a, a->l0), x_in, x_out, stash, kv, s, h);
-    if (rc == 0 && a->op.chunk == e->C - 1) {
-        const int *targets = (const int *)STARPU_VECTOR_GET_PTR(buffers[6]);
-        float *grads = (float *)STARPU_VECTOR_GET_PTR(buffers[7]);
-        float *dy = (float *)STARPU_VECTOR_GET_PTR(buffers[8]);
-        double *loss = (double *)STARPU_VECTOR_GET_PTR(buffers[9]);
+                                        io.params + engine_replica_offset(e, a, a->l0), io.x_in, io.x_out, io.stash,
+                                        io.kv, s, h);
+    if (rc == 0 && io.loss) {
         long head = engine_replica_offset(e, a, D->n_layers);
         double *piece_loss = NULL; /* the kernel overwrites its loss: add it to the device's sum after */
         rc = bsipipe_cuda_scratch_alloc((void **)&piece_loss, sizeof(double), s);
         if (rc == 0)
-            rc = bsipipe_cuda_head_forward_backward(D, params + head, grads + head, a->len, x_out,
-                                                    targets + a->start, 1.0 / ((double)e->m * e->S), piece_loss,
-                                                    dy, work, s, h);
+            rc = bsipipe_cuda_head_forward_backward(D, io.params + head, io.grads + head, a->len, io.x_out,
+                                                    io.targets + a->start, 1.0 / ((double)e->m * e->S), piece_loss,
+                                                    io.dy, io.work, s, h);
         if (rc == 0)
-            rc = bsipipe_cuda_add_f64(loss, piece_loss, s);
+            rc = bsipipe_cuda_add_f64(io.loss, piece_loss, s);
         if (piece_loss) {
             int rc_free = bsipipe_cuda_scratch_free(piece_loss, s);
             rc = rc ? rc : rc_free;
