@@ -69,22 +69,15 @@ int engine_devices_configure(struct bsipipe_engine *e, struct starpu_conf *conf)
     if (gpus > e->W)
         gpus = e->W;
     int per_gpu = (e->W + gpus - 1) / gpus;
-#ifndef STARPU_NON_BLOCKING_DRIVERS
-    /* StarPU 1.3.10 reduces STARPU_NWORKER_PER_CUDA to 1 with blocking
-     * drivers: say so here rather than start too few workers. */
-    if (per_gpu > 1)
-        return bsipipe_error_set(-ENOTSUP,
-                                 "engine: %d devices on %d GPU(s) need %d CUDA workers per GPU, but this StarPU was "
-                                 "built with blocking drivers, which allow one CUDA worker per GPU; use %d GPUs, or a "
-                                 "StarPU configured without --enable-blocking-drivers (docs/cuda.md)",
-                                 e->W, gpus, per_gpu, e->W);
-#endif
     char n[16];
     snprintf(n, sizeof n, "%d", per_gpu);
     setenv("STARPU_NWORKER_PER_CUDA", n, 1);
     /* A SEND waits in the rendezvous inside its codelet: each CUDA worker
      * needs its own driver thread, or it would also stall the receiver that
-     * the same thread drives. */
+     * the same thread drives. A thread per worker is also what lets several
+     * workers share a GPU with blocking drivers (scripts/starpu-patches/
+     * 0004; an unpatched StarPU starts one worker per GPU, which the worker
+     * count check after starpu_init reports). */
     setenv("STARPU_CUDA_THREAD_PER_WORKER", "1", 1);
     unsetenv("STARPU_CUDA_THREAD_PER_DEV"); /* StarPU refuses both */
     conf->ncpus = 0;
@@ -155,8 +148,9 @@ int engine_devices_start(struct bsipipe_engine *e)
     int got = (int)starpu_cuda_worker_get_count();
     if (got < e->W)
         return bsipipe_error_set(-ENODEV, "engine: the plan has %d devices but StarPU started %d CUDA workers "
-                                 "(STARPU_NCUDA, STARPU_WORKERS_CUDAID or a StarPU built with blocking drivers "
-                                 "can lower the count; docs/cuda.md)", e->W, got);
+                                 "(STARPU_NCUDA, STARPU_WORKERS_CUDAID, or a StarPU with blocking drivers but "
+                                 "without scripts/starpu-patches/0004 can lower the count; docs/cuda.md)",
+                                 e->W, got);
     int *ids = calloc((size_t)got, sizeof *ids);
     if (!ids || !(e->gpu = calloc((size_t)e->W, sizeof *e->gpu))) {
         free(ids);
