@@ -6,6 +6,7 @@
 #include "tasks/bsipipe_engine.h"
 #include "graph/bsipipe_error.h"
 #include "graph/bsipipe_sim.h"
+#include "graph/bsipipe_topology.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -50,7 +51,9 @@ static void usage(FILE *out)
 "  --preset devices  w = 4, 8, 16, emulated (L = 32, m = max(8, w)); about\n"
 "                    10 min at --reps 2 on 2 cores (--schedules shortens it)\n"
 "  --preset ablation BSIPipe with transfer order bsipipe, ordered, naive; the\n"
-"                    last two deadlock and are caught by a 2 s watchdog\n"
+"                    last two deadlock and are caught by a 2 s watchdog; then\n"
+"                    topology-aware against naive mapping on 2 simulated nodes,\n"
+"                    predicted only (one node here: nothing to measure)\n"
 "Output:\n"
 "  --csv FILE        one row per (configuration, schedule)\n"
 "  --svg FILE        bar chart of tokens/s (median, min-max whiskers)\n"
@@ -262,6 +265,55 @@ static void run_row(row_t *r, const config_t *c, const char *policy, int warmup,
         free(pk);
     }
     bsipipe_engine_destroy(e);
+}
+
+/* The ablation's last row, predicted only: BSIPipe on 2 simulated nodes of
+ * w/2 devices, topology-aware mapping (mirrored devices on one node) against
+ * naive, under the FLOPs cost model with its links (intra-node 300 GB/s,
+ * inter-node 25 GB/s) at the table's device rate. This process has one node
+ * and in-process copies, so there is nothing to measure. */
+static void print_mapping_prediction(const config_t *c, const bsipipe_parallel_config_t *pc)
+{
+    double rate = c->tflops * 1e12;
+    printf("\nTopology-aware mapping, PREDICTED ONLY (2 simulated nodes of %d devices, links of the FLOPs cost model, "
+           "%g TFLOP/s devices; one node here, so not measured):\n\n", c->w / 2, c->tflops);
+    printf("| mapping | nodes | bubble predicted | iteration s predicted | activations across nodes MB | "
+           "gradient sync across nodes MB |\n|---|---|---|---|---|---|\n");
+    bsipipe_schedule_t *s = NULL;
+    int *map = malloc(sizeof(int) * (size_t)(pc->w > 0 ? pc->w : 1));
+    if (!map || c->w < 2 || c->w % 2 || bsipipe_schedule_create(pc, &c->dims, &s) < 0) {
+        printf("| — | needs an even w >= 2 | — | — | — | — |\n");
+        free(map);
+        bsipipe_schedule_destroy(s);
+        return;
+    }
+    for (int naive = 0; naive < 2; naive++) {
+        const char *name = naive ? "naive (consecutive devices)" : "topology-aware (mirrored pairs)";
+        if (bsipipe_map_devices(pc, 2, c->w / 2, !naive, map) < 0) {
+            printf("| %s | %s | — | — | — | — |\n", name, bsipipe_error_detail());
+            continue;
+        }
+        bsipipe_cost_model_t cost = bsipipe_cost_model_flops(rate);
+        cost.device_node = map;
+        bsipipe_sim_result_t *sim = NULL;
+        char nodes[256] = "";
+        size_t len = 0;
+        for (int n = 0; n < 2 && len < sizeof nodes; n++)
+            for (int d = 0, first = 1; d < c->w && len < sizeof nodes; d++)
+                if (map[d] == n) {
+                    int w = snprintf(nodes + len, sizeof nodes - len, "%s%d", first ? (n ? " / " : "") : ",", d);
+                    len += w > 0 ? (size_t)w : 0;
+                    first = 0;
+                }
+        if (bsipipe_simulate(s, &cost, &sim) == 0)
+            printf("| %s | %s | %.2f%% | %.6g | %.2f | %.2f |\n", name, nodes, 100 * sim->bubble_ratio,
+                   sim->iteration_time, sim->act_bytes[1] / 1e6, sim->sync_bytes[1] / 1e6);
+        else
+            printf("| %s | %s | %s | — | — | — |\n", name, nodes, bsipipe_error_detail());
+        bsipipe_sim_result_destroy(sim);
+    }
+    free(map);
+    bsipipe_schedule_destroy(s);
 }
 
 /* Lower-case letters and digits of `in`, other runs of characters as one '-'. */
@@ -822,6 +874,8 @@ int main(int argc, char **argv)
                 }
             }
             print_table(cf, rows, nv, reps, iters);
+            if (is_ablation)
+                print_mapping_prediction(cf, &rows[0].pc);
             for (int i = 0; trace && i < nv; i++) {
                 if (rows[i].status != 0)
                     continue; /* skipped, or failed (a deadlock would only repeat) */
