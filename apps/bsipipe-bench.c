@@ -6,6 +6,7 @@
 #include "tasks/bsipipe_engine.h"
 #include "graph/bsipipe_error.h"
 #include "graph/bsipipe_sim.h"
+#include "graph/bsipipe_topology.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -50,10 +51,17 @@ static void usage(FILE *out)
 "  --preset devices  w = 4, 8, 16, emulated (L = 32, m = max(8, w)); about\n"
 "                    10 min at --reps 2 on 2 cores (--schedules shortens it)\n"
 "  --preset ablation BSIPipe with transfer order bsipipe, ordered, naive; the\n"
-"                    last two deadlock and are caught by a 2 s watchdog\n"
+"                    last two deadlock and are caught by a 2 s watchdog; then\n"
+"                    topology-aware against naive mapping on 2 simulated nodes,\n"
+"                    predicted only (one node here: nothing to measure)\n"
 "Output:\n"
 "  --csv FILE        one row per (configuration, schedule)\n"
 "  --svg FILE        bar chart of tokens/s (median, min-max whiskers)\n"
+"  --trace DIR       after the timed repetitions, one more (untimed) run of each\n"
+"                    schedule traced into DIR/<schedule>/ (DIR/<config>/<schedule>/\n"
+"                    with several configurations): FxT -> paje.trace, dag.dot,\n"
+"                    tasks.rec, trace.rec; trace.json, timeline.svg, planned.svg\n"
+"                    of its last iteration (docs/tracing.md)\n"
 "  -h, --help\n", out);
 }
 
@@ -200,9 +208,7 @@ static double measured_busy(const bsipipe_engine_t *e, int W)
     return busy * 1e-6;
 }
 
-/* One repetition of one row: create, warm up, time, destroy. */
-static void run_row(row_t *r, const config_t *c, const char *policy, int warmup, int iters, int seed, int rep,
-                    const int *tokens, const int *targets, int n_data)
+static bsipipe_engine_options_t engine_options(const row_t *r, const config_t *c, const char *policy, int seed)
 {
     bsipipe_engine_options_t o = bsipipe_engine_options_default(&c->dims, &r->pc);
     o.seed = (unsigned long long)seed;
@@ -210,6 +216,14 @@ static void run_row(row_t *r, const config_t *c, const char *policy, int warmup,
     o.watchdog_s = c->watchdog;
     o.unchecked_plan = c->unchecked;
     o.emulate_flops = c->emulate ? c->tflops * 1e12 : 0;
+    return o;
+}
+
+/* One repetition of one row: create, warm up, time, destroy. */
+static void run_row(row_t *r, const config_t *c, const char *policy, int warmup, int iters, int seed, int rep,
+                    const int *tokens, const int *targets, int n_data)
+{
+    bsipipe_engine_options_t o = engine_options(r, c, policy, seed);
     bsipipe_engine_t *e = NULL;
     long per = (long)c->m * c->dims.seq_len;
     if (bsipipe_engine_create(&o, &e) < 0) {
@@ -251,6 +265,109 @@ static void run_row(row_t *r, const config_t *c, const char *policy, int warmup,
         free(pk);
     }
     bsipipe_engine_destroy(e);
+}
+
+/* The ablation's last row, predicted only: BSIPipe on 2 simulated nodes of
+ * w/2 devices, topology-aware mapping (mirrored devices on one node) against
+ * naive, under the FLOPs cost model with its links (intra-node 300 GB/s,
+ * inter-node 25 GB/s) at the table's device rate. This process has one node
+ * and in-process copies, so there is nothing to measure. */
+static void print_mapping_prediction(const config_t *c, const bsipipe_parallel_config_t *pc)
+{
+    double rate = c->tflops * 1e12;
+    printf("\nTopology-aware mapping, PREDICTED ONLY (2 simulated nodes of %d devices, links of the FLOPs cost model, "
+           "%g TFLOP/s devices; one node here, so not measured):\n\n", c->w / 2, c->tflops);
+    printf("| mapping | nodes | bubble predicted | iteration s predicted | activations across nodes MB | "
+           "gradient sync across nodes MB |\n|---|---|---|---|---|---|\n");
+    bsipipe_schedule_t *s = NULL;
+    int *map = malloc(sizeof(int) * (size_t)(pc->w > 0 ? pc->w : 1));
+    if (!map || c->w < 2 || c->w % 2 || bsipipe_schedule_create(pc, &c->dims, &s) < 0) {
+        printf("| — | needs an even w >= 2 | — | — | — | — |\n");
+        free(map);
+        bsipipe_schedule_destroy(s);
+        return;
+    }
+    for (int naive = 0; naive < 2; naive++) {
+        const char *name = naive ? "naive (consecutive devices)" : "topology-aware (mirrored pairs)";
+        if (bsipipe_map_devices(pc, 2, c->w / 2, !naive, map) < 0) {
+            printf("| %s | %s | — | — | — | — |\n", name, bsipipe_error_detail());
+            continue;
+        }
+        bsipipe_cost_model_t cost = bsipipe_cost_model_flops(rate);
+        cost.device_node = map;
+        bsipipe_sim_result_t *sim = NULL;
+        char nodes[256] = "";
+        size_t len = 0;
+        for (int n = 0; n < 2 && len < sizeof nodes; n++)
+            for (int d = 0, first = 1; d < c->w && len < sizeof nodes; d++)
+                if (map[d] == n) {
+                    int w = snprintf(nodes + len, sizeof nodes - len, "%s%d", first ? (n ? " / " : "") : ",", d);
+                    len += w > 0 ? (size_t)w : 0;
+                    first = 0;
+                }
+        if (bsipipe_simulate(s, &cost, &sim) == 0)
+            printf("| %s | %s | %.2f%% | %.6g | %.2f | %.2f |\n", name, nodes, 100 * sim->bubble_ratio,
+                   sim->iteration_time, sim->act_bytes[1] / 1e6, sim->sync_bytes[1] / 1e6);
+        else
+            printf("| %s | %s | %s | — | — | — |\n", name, nodes, bsipipe_error_detail());
+        bsipipe_sim_result_destroy(sim);
+    }
+    free(map);
+    bsipipe_schedule_destroy(s);
+}
+
+/* Lower-case letters and digits of `in`, other runs of characters as one '-'. */
+static void slug(char *out, size_t len, const char *in)
+{
+    size_t n = 0;
+    for (; *in && n + 1 < len; in++) {
+        char ch = *in;
+        if (ch >= 'A' && ch <= 'Z')
+            ch = (char)(ch - 'A' + 'a');
+        if ((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9'))
+            out[n++] = ch;
+        else if (n > 0 && out[n - 1] != '-')
+            out[n++] = '-';
+    }
+    while (n > 0 && out[n - 1] == '-')
+        n--;
+    out[n] = 0;
+}
+
+/* One untimed run of a row traced into `dir` (docs/tracing.md): FxT around
+ * the engine's life, trace.json and the SVGs of its last iteration. A trace
+ * that cannot be made is a warning; the benchmark's numbers stand. */
+static void trace_row(const row_t *r, const config_t *c, const char *policy, int warmup, int iters, int seed,
+                      const int *tokens, const int *targets, int n_data, const char *dir)
+{
+    if (bsipipe_trace_begin(dir) < 0) {
+        fprintf(stderr, PROG ": warning: --trace: %s\n", bsipipe_error_detail());
+        return;
+    }
+    bsipipe_engine_options_t o = engine_options(r, c, policy, seed);
+    bsipipe_engine_t *e = NULL;
+    long per = (long)c->m * c->dims.seq_len;
+    int rc = bsipipe_engine_create(&o, &e);
+    for (int it = 0; rc == 0 && it < warmup + iters; it++) {
+        double loss, gnorm;
+        rc = bsipipe_engine_iteration(e, tokens + (it % n_data) * per, targets + (it % n_data) * per, &loss, &gnorm);
+    }
+    /* planned.svg under the costs the table's prediction uses */
+    bsipipe_cost_model_t cost = c->emulate ? free_flops_cost(c->tflops * 1e12) : bsipipe_cost_model_unit();
+    if (rc == 0)
+        rc = bsipipe_engine_trace_write(e, dir, &cost);
+    char why[512] = "";
+    if (rc < 0)
+        snprintf(why, sizeof why, "%s", bsipipe_error_detail());
+    bsipipe_engine_destroy(e); /* StarPU's shutdown writes the raw FxT trace */
+    int trc = bsipipe_trace_end(dir);
+    if (rc < 0)
+        fprintf(stderr, PROG ": warning: traced run of %s failed, %s is incomplete: %s\n", r->v.label, dir, why);
+    else if (trc < 0)
+        fprintf(stderr, PROG ": warning: %s: no FxT files (trace.json and the SVGs are there): %s\n", dir,
+                bsipipe_error_detail());
+    else
+        printf("trace: %s: %s (untimed run)\n", r->v.label, dir);
 }
 
 /* ---- output ----------------------------------------------------------------------------- */
@@ -480,14 +597,19 @@ int main(int argc, char **argv)
 {
     if (!getenv("STARPU_SILENT"))
         setenv("STARPU_SILENT", "1", 0);
+    /* A StarPU built with FxT records every run by default (into /tmp), which
+     * costs time per task: off unless the user's environment asks for it
+     * (--trace turns it on for its own runs). */
+    setenv("STARPU_FXT_TRACE", "0", 0);
     bsipipe_model_dims_t dims = {BSIPIPE_MODEL_GPT, 8, 128, 4, 0, 256, 256};
     int w = 4, p = -1, k = -1, m = 8, reps = 3, warmup = 1, iters = 1, seed = 1, emulate = 0;
     int set_w = 0, set_m = 0, set_layers = 0, set_seq = 0, set_watchdog = 0;
     double tflops = 0.01, watchdog = 30;
-    const char *policy = "bsipipe", *csv = NULL, *svg = NULL, *preset = NULL, *schedules = NULL;
+    const char *policy = "bsipipe", *csv = NULL, *svg = NULL, *preset = NULL, *schedules = NULL,
+               *trace = NULL;
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
     enum { O_SCHEDS = 256, O_REPS, O_WARMUP, O_ITERS, O_W, O_P, O_K, O_M, O_POLICY, O_COMM, O_WATCHDOG, O_MODEL,
-           O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_SEED, O_EMULATE, O_TFLOPS, O_PRESET, O_CSV, O_SVG };
+           O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_SEED, O_EMULATE, O_TFLOPS, O_PRESET, O_CSV, O_SVG, O_TRACE };
     static const struct option longopts[] = {
         {"schedules", 1, 0, O_SCHEDS}, {"reps", 1, 0, O_REPS}, {"warmup", 1, 0, O_WARMUP},
         {"iters", 1, 0, O_ITERS}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P}, {"k", 1, 0, O_K}, {"m", 1, 0, O_M},
@@ -495,7 +617,7 @@ int main(int argc, char **argv)
         {"model", 1, 0, O_MODEL}, {"layers", 1, 0, O_LAYERS}, {"hidden", 1, 0, O_HIDDEN},
         {"heads", 1, 0, O_HEADS}, {"ffn", 1, 0, O_FFN}, {"seq", 1, 0, O_SEQ}, {"seed", 1, 0, O_SEED},
         {"emulate", 0, 0, O_EMULATE}, {"device-tflops", 1, 0, O_TFLOPS}, {"preset", 1, 0, O_PRESET},
-        {"csv", 1, 0, O_CSV}, {"svg", 1, 0, O_SVG}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"csv", 1, 0, O_CSV}, {"svg", 1, 0, O_SVG}, {"trace", 1, 0, O_TRACE}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
     while (!bad && (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -533,6 +655,7 @@ int main(int argc, char **argv)
         case O_PRESET: preset = optarg; break;
         case O_CSV: csv = optarg; break;
         case O_SVG: svg = optarg; break;
+        case O_TRACE: trace = optarg; break;
         default:
             fprintf(stderr, PROG ": unknown or incomplete option '%s'; see --help\n", argv[optind - 1]);
             return 2;
@@ -649,6 +772,16 @@ int main(int argc, char **argv)
         nc++;
     }
 
+    /* --trace: DIR made (and checked writable) before anything runs; the
+     * timed runs stay untraced. */
+    if (trace) {
+        if (bsipipe_trace_begin(trace) < 0) {
+            fprintf(stderr, PROG ": --trace: %s\n", bsipipe_error_detail());
+            return 1;
+        }
+        setenv("STARPU_FXT_TRACE", "0", 1);
+    }
+
     FILE *fcsv = NULL;
     if (csv) {
         if (!(fcsv = fopen(csv, "w"))) {
@@ -741,6 +874,21 @@ int main(int argc, char **argv)
                 }
             }
             print_table(cf, rows, nv, reps, iters);
+            if (is_ablation)
+                print_mapping_prediction(cf, &rows[0].pc);
+            for (int i = 0; trace && i < nv; i++) {
+                if (rows[i].status != 0)
+                    continue; /* skipped, or failed (a deadlock would only repeat) */
+                char a[160], b[64], dir[4096];
+                slug(a, sizeof a, cf->title);
+                slug(b, sizeof b, rows[i].v.label);
+                if (nc > 1)
+                    snprintf(dir, sizeof dir, "%s/%s/%s", trace, a, b);
+                else
+                    snprintf(dir, sizeof dir, "%s/%s", trace, b);
+                trace_row(&rows[i], cf, policy, warmup, iters, seed, tokens, targets, n_data, dir);
+                fflush(stdout);
+            }
             if (fcsv)
                 write_csv_rows(fcsv, preset ? preset : "none", cf, rows, nv);
             if (fsvg)

@@ -1,8 +1,10 @@
 /* bsipipe_transport.c: the `local` transport (see bsipipe_transport.h and
  * docs/transport.md).
  *
- * One mutex and one condition variable (CLOCK_MONOTONIC) guard every
- * channel. A channel goes through these states within an iteration:
+ * One mutex guards every channel; each channel has its own condition
+ * variable (CLOCK_MONOTONIC), on which only its sender waits, so a post wakes
+ * that sender alone (one shared variable woke every waiting sender on every
+ * post and release, a herd of context switches on few cores). A channel goes through these states within an iteration:
  *
  *   idle --post--> posted --send arrives--> copying --copied--> done
  *   idle --send arrives--> (sender waits) --post--> copying --> done
@@ -58,7 +60,7 @@ struct channel {
 
 struct bsipipe_transport {
     pthread_mutex_t mutex;
-    pthread_cond_t cond;
+    pthread_cond_t *cond; /* per channel; kept apart from ch[], which reset clears */
     long n;
     double timeout_s;
     struct channel *ch;
@@ -102,24 +104,29 @@ int bsipipe_transport_create(long n_channels, double timeout_s, bsipipe_transpor
     }
     t->n = n_channels;
     t->timeout_s = timeout_s;
+    t->cond = calloc((size_t)n_channels, sizeof *t->cond);
+    if (!t->cond) {
+        free(t->ch);
+        free(t);
+        return bsipipe_error_set(-ENOMEM, "bsipipe_transport_create: out of memory for %ld channels", n_channels);
+    }
     pthread_condattr_t ca;
     int rc = pthread_condattr_init(&ca);
     if (!rc)
         rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    if (!rc)
-        rc = pthread_cond_init(&t->cond, &ca);
+    long n_init = 0;
+    while (!rc && n_init < n_channels && !(rc = pthread_cond_init(&t->cond[n_init], &ca)))
+        n_init++;
     pthread_condattr_destroy(&ca);
+    if (!rc)
+        rc = pthread_mutex_init(&t->mutex, NULL);
     if (rc) {
+        while (n_init > 0)
+            pthread_cond_destroy(&t->cond[--n_init]);
+        free(t->cond);
         free(t->ch);
         free(t);
-        return bsipipe_error_set(-rc, "bsipipe_transport_create: pthread_cond_init failed (%s)", strerror(rc));
-    }
-    rc = pthread_mutex_init(&t->mutex, NULL);
-    if (rc) {
-        pthread_cond_destroy(&t->cond);
-        free(t->ch);
-        free(t);
-        return bsipipe_error_set(-rc, "bsipipe_transport_create: pthread_mutex_init failed (%s)", strerror(rc));
+        return bsipipe_error_set(-rc, "bsipipe_transport_create: pthread initialisation failed (%s)", strerror(rc));
     }
     *out = t;
     return 0;
@@ -129,7 +136,9 @@ void bsipipe_transport_destroy(bsipipe_transport_t *t)
 {
     if (!t)
         return;
-    pthread_cond_destroy(&t->cond);
+    for (long i = 0; i < t->n; i++)
+        pthread_cond_destroy(&t->cond[i]);
+    free(t->cond);
     pthread_mutex_destroy(&t->mutex);
     free(t->report);
     free(t->ch);
@@ -233,7 +242,9 @@ static struct starpu_task **fail_locked(bsipipe_transport_t *t, const char *head
         }
     }
     t->releasing += *n;
-    pthread_cond_broadcast(&t->cond);
+    for (long i = 0; i < t->n; i++)
+        if (t->ch[i].send_state == 1)
+            pthread_cond_signal(&t->cond[i]);
     return claimed;
 }
 
@@ -273,8 +284,8 @@ int bsipipe_transport_post(bsipipe_transport_t *t, long ch, void *dst, size_t by
         if (t->failed) {
             c->claimed = 1;
             release_now = recv_task;
-        } else {
-            pthread_cond_broadcast(&t->cond);
+        } else if (c->send_state == 1) {
+            pthread_cond_signal(&t->cond[ch]); /* its sender waits */
         }
     }
     if (release_now)
@@ -283,8 +294,7 @@ int bsipipe_transport_post(bsipipe_transport_t *t, long ch, void *dst, size_t by
     if (release_now) {
         release_task(release_now);
         pthread_mutex_lock(&t->mutex);
-        if (--t->releasing == 0)
-            pthread_cond_broadcast(&t->cond);
+        t->releasing--;
         pthread_mutex_unlock(&t->mutex);
     }
     return rc;
@@ -299,7 +309,6 @@ static void release_claimed(bsipipe_transport_t *t, struct starpu_task **tasks, 
     if (n > 0) {
         pthread_mutex_lock(&t->mutex);
         t->releasing -= n;
-        pthread_cond_broadcast(&t->cond);
         pthread_mutex_unlock(&t->mutex);
     }
 }
@@ -360,7 +369,7 @@ int bsipipe_transport_send_copy(bsipipe_transport_t *t, long ch, const void *src
     struct starpu_task **claimed = NULL;
     long n_claimed = 0;
     while (!c->posted && !t->failed) {
-        int w = pthread_cond_timedwait(&t->cond, &t->mutex, &ts);
+        int w = pthread_cond_timedwait(&t->cond[ch], &t->mutex, &ts);
         if (w == ETIMEDOUT && !c->posted && !t->failed && now_s() >= deadline) {
             char head[128];
             snprintf(head, sizeof head, "transport watchdog fired (timeout %.1f s, first expired: channel %ld)",
@@ -410,7 +419,6 @@ int bsipipe_transport_send_copy(bsipipe_transport_t *t, long ch, const void *src
         release_task(release_now);
         pthread_mutex_lock(&t->mutex);
         t->releasing--;
-        pthread_cond_broadcast(&t->cond);
         pthread_mutex_unlock(&t->mutex);
     }
     release_claimed(t, claimed, n_claimed);

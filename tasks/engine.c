@@ -24,18 +24,6 @@ bsipipe_engine_options_t bsipipe_engine_options_default(const bsipipe_model_dims
     return o;
 }
 
-int engine_emulate(struct bsipipe_engine *e, const bsipipe_op_t *op)
-{
-    if (e->o.emulate_flops <= 0)
-        return 0;
-    bsipipe_cost_model_t cost = bsipipe_cost_model_flops(e->o.emulate_flops);
-    double s = bsipipe_sim_op_cost(e->sched, &cost, op);
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-    return 1;
-}
-
 void engine_report(struct bsipipe_engine *e, const op_args_t *a, int rc)
 {
     if (rc == 0)

@@ -151,8 +151,9 @@ extern struct starpu_codelet bsipipe_cl_forward, bsipipe_cl_backward, bsipipe_cl
 extern struct starpu_codelet bsipipe_cl_sync_nccl; /* one replica RW, all-reduced with its mirror */
 #endif
 
-/* Emulated device time: sleeps for the op's cost-model duration. Returns 1
- * when the engine emulates (the caller then skips its compute). */
+/* Emulated device time (engine_emulate.c): holds the worker for the op's
+ * cost-model duration. Returns 1 when the engine emulates (the caller then
+ * skips its compute). */
 int engine_emulate(struct bsipipe_engine *e, const bsipipe_op_t *op);
 
 /* Offset of layer l (l = L: the head part) inside the replica that op a

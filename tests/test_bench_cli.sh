@@ -46,4 +46,42 @@ if grep -qE '^\| 1f1b \| .* emulated \| [0-9]+ \(' "$tmp/out" && grep -q "EMULAT
 expect 0 "deadlock" --preset ablation --emulate --layers 8 --hidden 32 --heads 2 --seq 32 --m 4 --reps 1 --warmup 0 \
     --watchdog 1
 if grep -qE '^\| bsipipe, naive .*DEADLOCK: .*deadlock' "$tmp/out"; then ok; else fail "naive order not reported as a deadlock"; fi
+# ... and the mapping rows are predictions, said so, with a number each.
+if grep -q "PREDICTED ONLY" "$tmp/out" && grep -qE '^\| topology-aware .*\| [0-9.]+% \| [0-9.e-]+ \|' "$tmp/out" &&
+    grep -qE '^\| naive \(consecutive .*\| [0-9.]+% \| [0-9.e-]+ \|' "$tmp/out"; then ok; else
+    fail "ablation: no predicted rows for topology-aware and naive mapping"; fi
+# --trace DIR: one untimed traced run per schedule in DIR/<schedule>/; its
+# trace.json holds every op of the plan once, the SVGs parse; the FxT files
+# (paje.trace naming the ops, tasks.rec) whenever starpu_fxt_tool is found.
+: >"$tmp/afile"
+expect 1 "--trace" $tiny --schedules 1f1b --trace "$tmp/afile/sub"
+tool="${STARPU_FXT_TOOL:-}"
+[ -n "$tool" ] && [ -x "$tool" ] || tool="${STARPU_BINDIR:-}/starpu_fxt_tool"
+[ -x "$tool" ] || tool=$(command -v starpu_fxt_tool 2>/dev/null) || tool=
+[ -n "$tool" ] && export STARPU_FXT_TOOL="$tool"
+expect 0 "trace: bsipipe: $tmp/tr/bsipipe" --emulate $tiny --reps 1 --schedules 1f1b,bsipipe --trace "$tmp/tr"
+plan="${top_builddir:-.}/apps/bsipipe-plan"
+for s in 1f1b bsipipe; do
+    d="$tmp/tr/$s"
+    if [ -n "$tool" ]; then
+        if [ -s "$d/paje.trace" ] && grep -q "F down mb0 s0 c0" "$d/paje.trace" &&
+            [ "$(grep -c '^Name: F ' "$d/tasks.rec")" -gt 0 ]; then ok; else fail "$s: no FxT trace (paje.trace, tasks.rec) in $d"; fi
+    fi
+    if ! command -v python3 >/dev/null 2>&1; then continue; fi
+    "$plan" --schedule $s --w 2 --layers 4 --hidden 32 --heads 2 --seq 32 --m 4 --format json >"$tmp/plan.json" 2>&1 ||
+        { fail "bsipipe-plan $s"; continue; }
+    if python3 - "$tmp/plan.json" "$d" <<'PY'
+import json, sys, xml.dom.minidom
+plan = json.load(open(sys.argv[1]))
+trace = json.load(open(sys.argv[2] + "/trace.json"))
+got = sorted((e["args"]["device"], e["args"]["index"]) for e in trace["traceEvents"] if e.get("ph") == "X")
+want = sorted((o["device"], o["index"]) for o in plan["ops"])
+assert got == want, "trace.json ops differ from the plan: %d against %d" % (len(got), len(want))
+assert trace["otherData"]["emulated"] is True
+for f in ("timeline.svg", "planned.svg"):
+    xml.dom.minidom.parse(sys.argv[2] + "/" + f)
+PY
+    then ok; else fail "$s: trace.json or the SVGs in $d"; fi
+done
+
 finish test_bench_cli
