@@ -26,7 +26,7 @@ static void usage(FILE *out)
 "                     pipeline depth, chunks per device (interleaved schedules;\n"
 "                     others use 1), subsequences (sequence-level schedules;\n"
 "                     others use 1), micro-batches, tensor-parallel degree\n"
-"  --partition balanced|even   --comm bsipipe|early|ordered|naive   --no-concat\n"
+"  --partition balanced|even   --comm bsipipe|ordered|naive   --no-concat\n"
 "Model:\n"
 "  --model gpt|llama  --layers N  --hidden N  --heads N  --ffn N  --vocab N  --seq N\n"
 "Cost model:\n"
