@@ -94,12 +94,22 @@ int bsipipe_nccl_n_pairs(const bsipipe_nccl_t *n)
     return n ? n->n_pairs : 0;
 }
 
+/* The communicator of a pair and the peer's rank in it, or NULL with an
+ * error detail set. */
+static ncclComm_t pair_comm_checked(bsipipe_nccl_t *n, int device, int peer, int *r)
+{
+    ncclComm_t c = pair_comm(n, device, peer, r);
+    if (!c)
+        bsipipe_error_set(-ENODEV, "nccl transport: no communicator between devices %d and %d", device, peer);
+    return c;
+}
+
 int bsipipe_nccl_send(bsipipe_nccl_t *n, int device, int peer, const void *buf, size_t bytes, cudaStream_t stream)
 {
     int r;
-    ncclComm_t c = pair_comm(n, device, peer, &r);
+    ncclComm_t c = pair_comm_checked(n, device, peer, &r);
     if (!c)
-        return bsipipe_error_set(-ENODEV, "nccl transport: no communicator between devices %d and %d", device, peer);
+        return -ENODEV;
     NCCL_TRY(ncclSend(buf, bytes, ncclChar, r, c, stream));
     return 0;
 }
@@ -107,9 +117,9 @@ int bsipipe_nccl_send(bsipipe_nccl_t *n, int device, int peer, const void *buf, 
 int bsipipe_nccl_recv(bsipipe_nccl_t *n, int device, int peer, void *buf, size_t bytes, cudaStream_t stream)
 {
     int r;
-    ncclComm_t c = pair_comm(n, device, peer, &r);
+    ncclComm_t c = pair_comm_checked(n, device, peer, &r);
     if (!c)
-        return bsipipe_error_set(-ENODEV, "nccl transport: no communicator between devices %d and %d", device, peer);
+        return -ENODEV;
     NCCL_TRY(ncclRecv(buf, bytes, ncclChar, r, c, stream));
     return 0;
 }
@@ -117,9 +127,9 @@ int bsipipe_nccl_recv(bsipipe_nccl_t *n, int device, int peer, void *buf, size_t
 int bsipipe_nccl_allreduce(bsipipe_nccl_t *n, int device, int peer, float *buf, size_t count, cudaStream_t stream)
 {
     int r;
-    ncclComm_t c = pair_comm(n, device, peer, &r);
+    ncclComm_t c = pair_comm_checked(n, device, peer, &r);
     if (!c)
-        return bsipipe_error_set(-ENODEV, "nccl transport: no communicator between devices %d and %d", device, peer);
+        return -ENODEV;
     NCCL_TRY(ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, c, stream));
     return 0;
 }

@@ -9,42 +9,40 @@
 #include "tasks/engine_cuda.h"
 
 
-static void wgrad_cpu(void *buffers[], void *cl_arg)
+/* The W of op a on the CPU or (cuda) on the worker's stream; the stash is
+ * released either way, as the planner counts it. */
+static void wgrad_run(void *buffers[], op_args_t *a, int cuda)
 {
-    op_args_t *a = cl_arg;
-    if (engine_failed(a->e))
-        return;
     struct bsipipe_engine *e = a->e;
+    if (engine_failed(e))
+        return;
     int rc = 0;
     if (!engine_emulate(e, &a->op)) {
-        float *grads = (float *)STARPU_VECTOR_GET_PTR(buffers[0]);
-        rc = bsipipe_chunk_backward_weight(&e->dims, a->l0, a->l1, a->start, a->len,
-                                           grads + engine_replica_offset(e, a, a->l0),
-                                           (const float *)STARPU_VECTOR_GET_PTR(buffers[1]),
-                                           (const float *)STARPU_VECTOR_GET_PTR(buffers[2]));
+        float *grads = (float *)STARPU_VECTOR_GET_PTR(buffers[0]) + engine_replica_offset(e, a, a->l0);
+        const float *stash = (const float *)STARPU_VECTOR_GET_PTR(buffers[1]);
+        const float *wstash = (const float *)STARPU_VECTOR_GET_PTR(buffers[2]);
+#ifdef BSIPIPE_HAVE_CUDA
+        if (cuda)
+            rc = bsipipe_cuda_chunk_backward_weight(&e->dims, a->l0, a->l1, a->start, a->len, grads, stash, wstash,
+                                                    engine_cuda_stream(), engine_cuda_blas());
+        else
+#endif
+            rc = bsipipe_chunk_backward_weight(&e->dims, a->l0, a->l1, a->start, a->len, grads, stash, wstash);
     }
+    (void)cuda;
     engine_mem(e, a->op.device, -4.0 * STARPU_VECTOR_GET_NX(buffers[1]));
     engine_report(e, a, rc);
+}
+
+static void wgrad_cpu(void *buffers[], void *cl_arg)
+{
+    wgrad_run(buffers, cl_arg, 0);
 }
 
 #ifdef BSIPIPE_HAVE_CUDA
 static void wgrad_cuda(void *buffers[], void *cl_arg)
 {
-    op_args_t *a = cl_arg;
-    if (engine_failed(a->e))
-        return;
-    struct bsipipe_engine *e = a->e;
-    int rc = 0;
-    if (!engine_emulate(e, &a->op)) {
-        float *grads = (float *)STARPU_VECTOR_GET_PTR(buffers[0]);
-        rc = bsipipe_cuda_chunk_backward_weight(&e->dims, a->l0, a->l1, a->start, a->len,
-                                                grads + engine_replica_offset(e, a, a->l0),
-                                                (const float *)STARPU_VECTOR_GET_PTR(buffers[1]),
-                                                (const float *)STARPU_VECTOR_GET_PTR(buffers[2]),
-                                                engine_cuda_stream(), engine_cuda_blas());
-    }
-    engine_mem(e, a->op.device, -4.0 * STARPU_VECTOR_GET_NX(buffers[1]));
-    engine_report(e, a, rc);
+    wgrad_run(buffers, cl_arg, 1);
 }
 #endif
 
