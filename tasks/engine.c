@@ -655,7 +655,6 @@ static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
 
 void engine_buffer_use(bsipipe_engine_t *e, starpu_data_handle_t h, int dry_run)
 {
-    (void)e;
     struct buffer_use *use = starpu_data_get_user_data(h);
     if (!use)
         return;
@@ -664,6 +663,9 @@ void engine_buffer_use(bsipipe_engine_t *e, starpu_data_handle_t h, int dry_run)
     } else if (--use->left == 0) { /* freed once the tasks using it end */
         *use->slot = NULL;
         starpu_data_unregister_submit(h);
+    } else if (use->left < 0) { /* a use the dry run did not count: it would follow the unregistration */
+        fprintf(stderr, "bsipipe engine: internal error: a buffer was used after its counted last use\n");
+        engine_fail(e, -EFAULT);
     }
 }
 

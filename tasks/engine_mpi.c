@@ -350,7 +350,8 @@ int engine_mpi_submit_op(struct bsipipe_engine *e, int d, int i, int dry_run)
         starpu_data_handle_t src = op->tensor == BSIPIPE_TENSOR_ACT ? e->h_x_out[ai] : e->h_dx[ai];
         if (!src)
             return bsipipe_error_set(-EINVAL, "engine: %s has no source buffer", name);
-        if (dry_run) {
+        if (dry_run) { /* two uses: the marker task, then the isend */
+            engine_buffer_use(e, src, 1);
             engine_buffer_use(e, src, 1);
             return 1;
         }
@@ -360,7 +361,7 @@ int engine_mpi_submit_op(struct bsipipe_engine *e, int d, int i, int dry_run)
             return rc;
         if ((rc = post_send(m, src, peer_rank, TAG_CHANNEL, op->channel, 0)) < 0)
             return rc;
-        engine_buffer_use(e, src, 0);
+        engine_buffer_use(e, src, 0); /* the last use: unregistered after the send completes */
         return 1;
     }
     case BSIPIPE_OP_RECV: {
