@@ -53,7 +53,13 @@ static void usage(FILE *out)
 "  --preset ablation BSIPipe with transfer order bsipipe, ordered, naive; the\n"
 "                    last two deadlock and are caught by a 2 s watchdog; then\n"
 "                    topology-aware against naive mapping on 2 simulated nodes,\n"
-"                    predicted only (one node here: nothing to measure)\n"
+"                    predicted only (one node here: nothing to measure);\n"
+"                    under --mpi: topology-aware against naive mapping across\n"
+"                    the ranks, measured, with the bytes crossing ranks\n"
+"Scale-out:\n"
+"  --mpi             one StarPU-MPI rank of an mpirun job (every rank runs the\n"
+"                    same bench; rank 0 prints), e.g.\n"
+"                    mpirun -np 2 " PROG " --mpi --preset ablation\n"
 "Output:\n"
 "  --csv FILE        one row per (configuration, schedule)\n"
 "  --svg FILE        bar chart of tokens/s (median, min-max whiskers)\n"
@@ -85,6 +91,7 @@ static double median(double *v, int n)
 typedef struct variant {
     bsipipe_schedule_kind_t kind;
     bsipipe_comm_order_t comm;
+    int naive_mapping;       /* --mpi: consecutive devices per rank */
     char label[48];
 } variant_t;
 
@@ -96,6 +103,7 @@ typedef struct config {
     double tflops;
     int unchecked;
     double watchdog;
+    int mpi;                 /* engines span the StarPU-MPI ranks */
 } config_t;
 
 /* One row: a variant under a config, its plan, prediction and samples. */
@@ -113,6 +121,7 @@ typedef struct row {
     double *rep_tok;         /* [reps] mean tokens/s of the repetition, NAN if none */
     double peak[3];          /* MiB min, median, max over devices (last iteration) */
     double speedup[2];       /* median per-repetition ratio against seq1f1b, seq1f1b-i */
+    double act_bytes[2], sync_bytes[2]; /* last iteration: inside / across ranks */
 } row_t;
 
 static bsipipe_parallel_config_t make_pc(const variant_t *v, const config_t *c, int p, int k)
@@ -190,22 +199,16 @@ static void make_data(int *tokens, int *targets, int m, int S, int vocab, unsign
     }
 }
 
-/* Sum of measured F/B/W time over every device (seconds). */
+/* Sum of measured F/B/W time over every device (seconds; with MPI over
+ * every rank's devices). */
 static double measured_busy(const bsipipe_engine_t *e, int W)
 {
-    const bsipipe_schedule_t *s = bsipipe_engine_schedule(e);
-    double busy = 0;
-    for (int d = 0; d < W; d++) {
-        int n, nr;
-        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(s, d, &n);
-        const bsipipe_engine_op_record_t *rec;
-        if (bsipipe_engine_records(e, d, &rec, &nr) < 0)
-            continue;
-        for (int i = 0; i < n && i < nr; i++)
-            if (ops[i].kind <= BSIPIPE_OP_W)
-                busy += rec[i].end_us - rec[i].start_us;
-    }
-    return busy * 1e-6;
+    double *busy = calloc((size_t)W, sizeof *busy), sum = 0;
+    if (busy && bsipipe_engine_device_busy(e, busy) == 0)
+        for (int d = 0; d < W; d++)
+            sum += busy[d];
+    free(busy);
+    return sum;
 }
 
 static bsipipe_engine_options_t engine_options(const row_t *r, const config_t *c, const char *policy, int seed)
@@ -216,6 +219,8 @@ static bsipipe_engine_options_t engine_options(const row_t *r, const config_t *c
     o.watchdog_s = c->watchdog;
     o.unchecked_plan = c->unchecked;
     o.emulate_flops = c->emulate ? c->tflops * 1e12 : 0;
+    o.mpi = c->mpi;
+    o.naive_mapping = r->v.naive_mapping;
     return o;
 }
 
@@ -254,6 +259,8 @@ static void run_row(row_t *r, const config_t *c, const char *policy, int warmup,
         got++;
     }
     r->rep_tok[rep] = got ? sum / got : NAN;
+    if (got) /* a collective call under MPI: every rank got here alike */
+        bsipipe_engine_traffic(e, r->act_bytes, r->sync_bytes);
     if (got) {
         double *pk = malloc(sizeof(double) * (size_t)c->w);
         if (pk && bsipipe_engine_peak_memory(e, pk) == 0) {
@@ -275,8 +282,13 @@ static void run_row(row_t *r, const config_t *c, const char *policy, int warmup,
 static void print_mapping_prediction(const config_t *c, const bsipipe_parallel_config_t *pc)
 {
     double rate = c->tflops * 1e12;
-    printf("\nTopology-aware mapping, PREDICTED ONLY (2 simulated nodes of %d devices, links of the FLOPs cost model, "
-           "%g TFLOP/s devices; one node here, so not measured):\n\n", c->w / 2, c->tflops);
+    if (c->mpi)
+        printf("\nThe planner's prediction for 2 nodes of %d devices (links of the FLOPs cost model, %g TFLOP/s "
+               "devices), to compare with the measured traffic above:\n\n", c->w / 2, c->tflops);
+    else
+        printf("\nTopology-aware mapping, PREDICTED ONLY (2 simulated nodes of %d devices, links of the FLOPs cost "
+               "model, %g TFLOP/s devices; one node here, so not measured; run under mpirun with --mpi to "
+               "measure it):\n\n", c->w / 2, c->tflops);
     printf("| mapping | nodes | bubble predicted | iteration s predicted | activations across nodes MB | "
            "gradient sync across nodes MB |\n|---|---|---|---|---|---|\n");
     bsipipe_schedule_t *s = NULL;
@@ -314,6 +326,19 @@ static void print_mapping_prediction(const config_t *c, const bsipipe_parallel_c
     }
     free(map);
     bsipipe_schedule_destroy(s);
+}
+
+/* Bytes moved in each row's last iteration, counted by the engine (cross-rank
+ * bytes when StarPU-MPI completes each send). */
+static void print_traffic(const row_t *rows, int nr)
+{
+    printf("\nTraffic per iteration, MEASURED (last iteration; cross-rank bytes counted as StarPU-MPI completes "
+           "each send):\n\n| variant | activations inside ranks MB | activations across ranks MB | gradient sync "
+           "inside ranks MB | gradient sync across ranks MB |\n|---|---|---|---|---|\n");
+    for (int i = 0; i < nr; i++)
+        if (rows[i].status == 0)
+            printf("| %s | %.2f | %.2f | %.2f | %.2f |\n", rows[i].v.label, rows[i].act_bytes[0] / 1e6,
+                   rows[i].act_bytes[1] / 1e6, rows[i].sync_bytes[0] / 1e6, rows[i].sync_bytes[1] / 1e6);
 }
 
 /* Lower-case letters and digits of `in`, other runs of characters as one '-'. */
@@ -603,13 +628,14 @@ int main(int argc, char **argv)
     setenv("STARPU_FXT_TRACE", "0", 0);
     bsipipe_model_dims_t dims = {BSIPIPE_MODEL_GPT, 8, 128, 4, 0, 256, 256};
     int w = 4, p = -1, k = -1, m = 8, reps = 3, warmup = 1, iters = 1, seed = 1, emulate = 0;
-    int set_w = 0, set_m = 0, set_layers = 0, set_seq = 0, set_watchdog = 0;
+    int set_w = 0, set_m = 0, set_layers = 0, set_seq = 0, set_watchdog = 0, mpi = 0;
     double tflops = 0.01, watchdog = 30;
     const char *policy = "bsipipe", *csv = NULL, *svg = NULL, *preset = NULL, *schedules = NULL,
                *trace = NULL;
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
     enum { O_SCHEDS = 256, O_REPS, O_WARMUP, O_ITERS, O_W, O_P, O_K, O_M, O_POLICY, O_COMM, O_WATCHDOG, O_MODEL,
-           O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_SEED, O_EMULATE, O_TFLOPS, O_PRESET, O_CSV, O_SVG, O_TRACE };
+           O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_SEED, O_EMULATE, O_TFLOPS, O_PRESET, O_CSV, O_SVG, O_TRACE,
+           O_MPI };
     static const struct option longopts[] = {
         {"schedules", 1, 0, O_SCHEDS}, {"reps", 1, 0, O_REPS}, {"warmup", 1, 0, O_WARMUP},
         {"iters", 1, 0, O_ITERS}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P}, {"k", 1, 0, O_K}, {"m", 1, 0, O_M},
@@ -617,7 +643,8 @@ int main(int argc, char **argv)
         {"model", 1, 0, O_MODEL}, {"layers", 1, 0, O_LAYERS}, {"hidden", 1, 0, O_HIDDEN},
         {"heads", 1, 0, O_HEADS}, {"ffn", 1, 0, O_FFN}, {"seq", 1, 0, O_SEQ}, {"seed", 1, 0, O_SEED},
         {"emulate", 0, 0, O_EMULATE}, {"device-tflops", 1, 0, O_TFLOPS}, {"preset", 1, 0, O_PRESET},
-        {"csv", 1, 0, O_CSV}, {"svg", 1, 0, O_SVG}, {"trace", 1, 0, O_TRACE}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"csv", 1, 0, O_CSV}, {"svg", 1, 0, O_SVG}, {"trace", 1, 0, O_TRACE}, {"mpi", 0, 0, O_MPI},
+        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
     while (!bad && (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -656,6 +683,7 @@ int main(int argc, char **argv)
         case O_CSV: csv = optarg; break;
         case O_SVG: svg = optarg; break;
         case O_TRACE: trace = optarg; break;
+        case O_MPI: mpi = 1; break;
         default:
             fprintf(stderr, PROG ": unknown or incomplete option '%s'; see --help\n", argv[optind - 1]);
             return 2;
@@ -670,6 +698,25 @@ int main(int argc, char **argv)
     if (preset && strcmp(preset, "seqlen") && strcmp(preset, "devices") && strcmp(preset, "ablation")) {
         fprintf(stderr, PROG ": unknown preset '%s' (seqlen, devices, ablation)\n", preset);
         return 2;
+    }
+    /* Under mpirun every rank runs this program: without --mpi each would
+     * bench alone on shared cores. Rank 0 speaks for the job. */
+    const char *world = getenv("OMPI_COMM_WORLD_SIZE") ? getenv("OMPI_COMM_WORLD_SIZE") : getenv("PMI_SIZE");
+    const char *rank_env = getenv("OMPI_COMM_WORLD_RANK") ? getenv("OMPI_COMM_WORLD_RANK") : getenv("PMI_RANK");
+    int rank = mpi && rank_env ? atoi(rank_env) : 0;
+    if (!mpi && world && atoi(world) > 1) {
+        fprintf(stderr, PROG ": started by mpirun with %s ranks but without --mpi; add --mpi so the ranks share "
+                        "each engine\n", world);
+        return 2;
+    }
+    if (mpi && trace) {
+        fprintf(stderr, PROG ": --trace is not supported with --mpi yet; trace a single process\n");
+        return 2;
+    }
+    if (rank != 0) {
+        csv = svg = NULL; /* rank 0 writes the files */
+        if (!freopen("/dev/null", "w", stdout))
+            fprintf(stderr, PROG ": rank %d: cannot silence stdout\n", rank);
     }
     if (dims.ffn_hidden == 0)
         dims.ffn_hidden = 4 * dims.hidden;
@@ -686,10 +733,14 @@ int main(int argc, char **argv)
         static const bsipipe_comm_order_t orders[] = {BSIPIPE_COMM_BSIPIPE, BSIPIPE_COMM_ORDERED, BSIPIPE_COMM_NAIVE};
         static const char *const labels[] = {"bsipipe (early receive + reversal)", "bsipipe, ordered (no early receive)",
                                              "bsipipe, naive (sends first)"};
-        for (int i = 0; i < 3; i++) {
+        /* Across ranks: the mapping, measured (the transfer-order rows need
+         * the rendezvous transport of one process). */
+        static const char *const map_labels[] = {"bsipipe, topology-aware mapping", "bsipipe, naive mapping"};
+        for (int i = 0; i < (mpi ? 2 : 3); i++) {
             var[nv].kind = BSIPIPE_SCHED_BSIPIPE;
-            var[nv].comm = orders[i];
-            snprintf(var[nv].label, sizeof var[nv].label, "%s", labels[i]);
+            var[nv].comm = mpi ? BSIPIPE_COMM_BSIPIPE : orders[i];
+            var[nv].naive_mapping = mpi && i == 1;
+            snprintf(var[nv].label, sizeof var[nv].label, "%s", mpi ? map_labels[i] : labels[i]);
             nv++;
         }
     } else if (schedules) {
@@ -732,7 +783,7 @@ int main(int argc, char **argv)
     /* Configurations. */
     config_t cfg[MAX_CONFIGS];
     int nc = 0;
-    config_t base = {"", dims, w, m, emulate, tflops, 0, watchdog};
+    config_t base = {"", dims, w, m, emulate, tflops, 0, watchdog, mpi};
     if (!preset) {
         cfg[nc] = base;
         snprintf(cfg[nc].title, sizeof cfg[nc].title, "schedules side by side, w=%d", w);
@@ -766,9 +817,13 @@ int main(int argc, char **argv)
         }
     } else {
         cfg[nc] = base;
-        cfg[nc].unchecked = 1;
-        if (!set_watchdog) cfg[nc].watchdog = 2;
-        snprintf(cfg[nc].title, sizeof cfg[nc].title, "ablation: BSIPipe transfer order, w=%d", w);
+        cfg[nc].unchecked = !mpi;
+        if (!set_watchdog && !mpi) cfg[nc].watchdog = 2;
+        if (mpi)
+            snprintf(cfg[nc].title, sizeof cfg[nc].title, "ablation: BSIPipe device mapping across %s MPI ranks, w=%d",
+                     world ? world : "the", w);
+        else
+            snprintf(cfg[nc].title, sizeof cfg[nc].title, "ablation: BSIPipe transfer order, w=%d", w);
         nc++;
     }
 
@@ -854,7 +909,8 @@ int main(int argc, char **argv)
                     if (r->status == 2)
                         printf("%s: %s, repetition %d: %s\n", cf->title, r->v.label, rep + 1, r->error);
                 }
-                fprintf(stderr, PROG ": %s: repetition %d/%d done\n", cf->title, rep + 1, reps);
+                if (rank == 0)
+                    fprintf(stderr, PROG ": %s: repetition %d/%d done\n", cf->title, rep + 1, reps);
             }
             /* speedups: median over repetitions of the paired ratio */
             static const bsipipe_schedule_kind_t base_kind[2] = {BSIPIPE_SCHED_SEQ1F1B, BSIPIPE_SCHED_SEQ1F1B_I};
@@ -874,6 +930,8 @@ int main(int argc, char **argv)
                 }
             }
             print_table(cf, rows, nv, reps, iters);
+            if (is_ablation && mpi)
+                print_traffic(rows, nv);
             if (is_ablation)
                 print_mapping_prediction(cf, &rows[0].pc);
             for (int i = 0; trace && i < nv; i++) {

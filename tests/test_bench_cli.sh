@@ -18,6 +18,8 @@ expect 2 "unknown preset 'paper'" --preset paper
 expect 2 "--device-tflops expects a number" --emulate --device-tflops -1
 expect 2 "unexpected argument 'extra'" extra
 expect 1 "cannot write" $tiny --schedules 1f1b --csv "$tmp/no/such/dir.csv"
+expect 2 "--trace is not supported with --mpi" --mpi --trace "$tmp/tr"
+OMPI_COMM_WORLD_SIZE=2 expect 2 "without --mpi" $tiny
 
 # Real compute: three schedules, CSV and SVG.
 "$bench" $tiny --schedules seq1f1b,seq1f1b-i,bsipipe --csv "$tmp/b.csv" --svg "$tmp/b.svg" >"$tmp/out" 2>&1 ||

@@ -29,6 +29,23 @@ for np in 2 4; do
     done
 done
 
+# The bench's mapping ablation across 2 ranks: the aware mapping keeps
+# gradient sync inside ranks, the naive one sends it across.
+echo "== bsipipe-bench --mpi --preset ablation, 2 ranks"
+bench=$build/apps/bsipipe-bench
+if timeout 300 "${MPIRUN[@]}" -np 2 "$bench" --mpi --preset ablation --reps 1 --warmup 0 --layers 8 --hidden 32 \
+        --heads 2 --seq 64 >"$tmp/bench" 2>&1; then
+    grep -E "^\| bsipipe, .* mapping \| [0-9]+\.[0-9]+ \|" "$tmp/bench"
+    aware=$(grep -E "^\| bsipipe, topology-aware mapping \| [0-9]+\.[0-9]+ \|" "$tmp/bench" | awk -F'|' '{print $6+0}')
+    naive=$(grep -E "^\| bsipipe, naive mapping \| [0-9]+\.[0-9]+ \|" "$tmp/bench" | awk -F'|' '{print $6+0}')
+    if [ "$aware" != 0 ] || [ -z "$naive" ] || [ "$naive" = 0 ]; then
+        echo "FAIL: bench traffic: sync across ranks aware '$aware' (want 0), naive '$naive' (want > 0)" >&2
+        fails=$((fails + 1))
+    fi
+else
+    echo "FAIL: bsipipe-bench --mpi" >&2; tail -20 "$tmp/bench" >&2; fails=$((fails + 1))
+fi
+
 # Fault injection into a running 2-rank training (small model, watchdog 3 s).
 rank1_pid() {
     local p
