@@ -7,6 +7,7 @@
 #include "graph/bsipipe_error.h"
 #include "graph/bsipipe_sim.h"
 #include "graph/bsipipe_topology.h"
+#include "kernels/cuda/bsipipe_cuda_probe.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -36,6 +37,8 @@ static void usage(FILE *out)
 "                    that allow them (default: p=2 where interleaved, k=2 where\n"
 "                    sequence-level, else 1)\n"
 "  --policy NAME     bsipipe (default) or a StarPU policy\n"
+"  --devices cpu|cuda  StarPU CPU workers (default) or CUDA workers as devices\n"
+"                    (several per GPU); --gpus N: GPUs to use (default all)\n"
 "  --comm ORDER      transfer order bsipipe (default), ordered, naive\n"
 "  --watchdog S      seconds a send may wait (default 30; ablation preset 2)\n"
 "Model (real compute: CPU kernels):\n"
@@ -104,6 +107,8 @@ typedef struct config {
     int unchecked;
     double watchdog;
     int mpi;                 /* engines span the StarPU-MPI ranks */
+    bsipipe_engine_devices_t devices;
+    int gpus;
 } config_t;
 
 /* One row: a variant under a config, its plan, prediction and samples. */
@@ -220,6 +225,8 @@ static bsipipe_engine_options_t engine_options(const row_t *r, const config_t *c
     o.unchecked_plan = c->unchecked;
     o.emulate_flops = c->emulate ? c->tflops * 1e12 : 0;
     o.mpi = c->mpi;
+    o.devices = c->devices;
+    o.gpus = c->gpus;
     o.naive_mapping = r->v.naive_mapping;
     return o;
 }
@@ -402,7 +409,7 @@ static const char *mode_name(const config_t *c, char *buf, size_t len)
     if (c->emulate)
         snprintf(buf, len, "EMULATED %g TFLOP/s", c->tflops);
     else
-        snprintf(buf, len, "REAL (CPU kernels)");
+        snprintf(buf, len, c->devices == BSIPIPE_DEVICES_CUDA ? "REAL (CUDA workers)" : "REAL (CPU kernels)");
     return buf;
 }
 
@@ -628,14 +635,15 @@ int main(int argc, char **argv)
     setenv("STARPU_FXT_TRACE", "0", 0);
     bsipipe_model_dims_t dims = {BSIPIPE_MODEL_GPT, 8, 128, 4, 0, 256, 256};
     int w = 4, p = -1, k = -1, m = 8, reps = 3, warmup = 1, iters = 1, seed = 1, emulate = 0;
-    int set_w = 0, set_m = 0, set_layers = 0, set_seq = 0, set_watchdog = 0, mpi = 0;
+    int set_w = 0, set_m = 0, set_layers = 0, set_seq = 0, set_watchdog = 0, mpi = 0, gpus = 0;
+    bsipipe_engine_devices_t devices = BSIPIPE_DEVICES_CPU;
     double tflops = 0.01, watchdog = 30;
     const char *policy = "bsipipe", *csv = NULL, *svg = NULL, *preset = NULL, *schedules = NULL,
                *trace = NULL;
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
     enum { O_SCHEDS = 256, O_REPS, O_WARMUP, O_ITERS, O_W, O_P, O_K, O_M, O_POLICY, O_COMM, O_WATCHDOG, O_MODEL,
            O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_SEED, O_EMULATE, O_TFLOPS, O_PRESET, O_CSV, O_SVG, O_TRACE,
-           O_MPI };
+           O_MPI, O_DEVICES, O_GPUS };
     static const struct option longopts[] = {
         {"schedules", 1, 0, O_SCHEDS}, {"reps", 1, 0, O_REPS}, {"warmup", 1, 0, O_WARMUP},
         {"iters", 1, 0, O_ITERS}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P}, {"k", 1, 0, O_K}, {"m", 1, 0, O_M},
@@ -643,7 +651,7 @@ int main(int argc, char **argv)
         {"model", 1, 0, O_MODEL}, {"layers", 1, 0, O_LAYERS}, {"hidden", 1, 0, O_HIDDEN},
         {"heads", 1, 0, O_HEADS}, {"ffn", 1, 0, O_FFN}, {"seq", 1, 0, O_SEQ}, {"seed", 1, 0, O_SEED},
         {"emulate", 0, 0, O_EMULATE}, {"device-tflops", 1, 0, O_TFLOPS}, {"preset", 1, 0, O_PRESET},
-        {"csv", 1, 0, O_CSV}, {"svg", 1, 0, O_SVG}, {"trace", 1, 0, O_TRACE}, {"mpi", 0, 0, O_MPI},
+        {"csv", 1, 0, O_CSV}, {"svg", 1, 0, O_SVG}, {"trace", 1, 0, O_TRACE}, {"mpi", 0, 0, O_MPI}, {"devices", 1, 0, O_DEVICES}, {"gpus", 1, 0, O_GPUS},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
@@ -684,6 +692,13 @@ int main(int argc, char **argv)
         case O_SVG: svg = optarg; break;
         case O_TRACE: trace = optarg; break;
         case O_MPI: mpi = 1; break;
+        case O_DEVICES:
+            if (bsipipe_engine_devices_parse(optarg, &devices) < 0) {
+                fprintf(stderr, PROG ": --devices: %s\n", bsipipe_error_detail());
+                return 2;
+            }
+            break;
+        case O_GPUS: bad = cli_parse_int(PROG, "--gpus", optarg, 1, 64, &gpus); break;
         default:
             fprintf(stderr, PROG ": unknown or incomplete option '%s'; see --help\n", argv[optind - 1]);
             return 2;
@@ -708,6 +723,11 @@ int main(int argc, char **argv)
         fprintf(stderr, PROG ": started by mpirun with %s ranks but without --mpi; add --mpi so the ranks share "
                         "each engine\n", world);
         return 2;
+    }
+    if (devices == BSIPIPE_DEVICES_CUDA && bsipipe_cuda_device_count() <= 0) {
+        fprintf(stderr, PROG ": no CUDA device found; run with --devices cpu%s\n",
+                bsipipe_cuda_compiled() ? "" : " (libbsipipe was built without CUDA)");
+        return 1;
     }
     if (mpi && trace) {
         fprintf(stderr, PROG ": --trace is not supported with --mpi yet; trace a single process\n");
@@ -783,7 +803,7 @@ int main(int argc, char **argv)
     /* Configurations. */
     config_t cfg[MAX_CONFIGS];
     int nc = 0;
-    config_t base = {"", dims, w, m, emulate, tflops, 0, watchdog, mpi};
+    config_t base = {"", dims, w, m, emulate, tflops, 0, watchdog, mpi, devices, gpus};
     if (!preset) {
         cfg[nc] = base;
         snprintf(cfg[nc].title, sizeof cfg[nc].title, "schedules side by side, w=%d", w);
@@ -858,7 +878,9 @@ int main(int argc, char **argv)
                 svg_w, 300 * nc);
     }
 
-    printf("# bsipipe-bench: %s%s%s\n", cfg[0].emulate ? "EMULATED device time" : "REAL COMPUTE (CPU kernels)",
+    printf("# bsipipe-bench: %s%s%s\n", cfg[0].emulate ? "EMULATED device time"
+                                       : devices == BSIPIPE_DEVICES_CUDA ? "REAL COMPUTE (CUDA workers)"
+                                                                         : "REAL COMPUTE (CPU kernels)",
            preset ? ", preset " : "", preset ? preset : "");
     printf("policy %s; random tokens (vocabulary %d, seed %d), the same for every schedule; "
            "one engine at a time: create, %d warm-up, %d timed iteration(s), destroy\n", policy, dims.vocab, seed,

@@ -19,6 +19,7 @@ expect 2 "--device-tflops expects a number" --emulate --device-tflops -1
 expect 2 "unexpected argument 'extra'" extra
 expect 1 "cannot write" $tiny --schedules 1f1b --csv "$tmp/no/such/dir.csv"
 expect 2 "--trace is not supported with --mpi" --mpi --trace "$tmp/tr"
+expect 2 "unknown device kind 'tpu'" --devices tpu
 OMPI_COMM_WORLD_SIZE=2 expect 2 "without --mpi" $tiny
 
 # Real compute: three schedules, CSV and SVG.

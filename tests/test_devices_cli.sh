@@ -1,5 +1,5 @@
 #!/bin/sh
-# test_devices_cli: bsipipe-train's device flags. Without a GPU, --devices
+# test_devices_cli: bsipipe-train's (and bsipipe-bench's) device flags. Without a GPU, --devices
 # cuda stops with the clear error "no CUDA device found; run with --devices
 # cpu" (exit 1, never a crash); bad values are refused (exit 2); the nccl
 # transport needs CUDA devices. With a GPU the no-GPU error cannot be seen:
@@ -21,4 +21,6 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
 fi
 expect 1 "no CUDA device found; run with --devices cpu" $tiny --devices cuda
 expect 1 "no CUDA device found; run with --devices cpu" $tiny --devices cuda --transport nccl --gpus 2
+prog="${top_builddir:-.}/apps/bsipipe-bench" # the bench refuses before running anything
+expect 1 "no CUDA device found; run with --devices cpu" --devices cuda --schedules 1f1b --reps 1
 finish test_devices_cli
