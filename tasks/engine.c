@@ -89,6 +89,21 @@ static void record_profile(void *arg)
         a->rec->worker = pi->workerid;
     }
     a->rec->seq = __atomic_fetch_add(&a->e->rec_seq, 1, __ATOMIC_SEQ_CST);
+    __atomic_fetch_add(&a->e->tasks_ended, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Across ranks the watchdog must tell a long task from a stalled rank: count
+ * tasks leaving the scheduler and ending. */
+static void task_popped(void *arg)
+{
+    struct bsipipe_engine *e = arg;
+    __atomic_fetch_add(&e->tasks_popped, 1, __ATOMIC_SEQ_CST);
+}
+
+static void task_ended(void *arg)
+{
+    struct bsipipe_engine *e = arg;
+    __atomic_fetch_add(&e->tasks_ended, 1, __ATOMIC_SEQ_CST);
 }
 
 static int piece_len(const bsipipe_engine_t *e, int sub)
@@ -687,6 +702,12 @@ int engine_task_submit(bsipipe_engine_t *e, int d, int i, struct starpu_codelet 
         t->color = bsipipe_trace_op_color(&a->op); /* Paje / dag.dot colours like Figure 1 */
     } else {
         t->cl_arg = e;
+        t->callback_func = task_ended;
+        t->callback_arg = e;
+    }
+    if (e->mpi) {
+        t->prologue_callback_pop_func = task_popped;
+        t->prologue_callback_pop_arg = e;
     }
     if (e->inorder && a) {
         e->pos[d][i].worker = e->workerid[d];

@@ -84,6 +84,7 @@ struct bsipipe_engine {
      * nranks is 1 and every device is local. */
     int rank, nranks, *dev_rank, n_local;
     struct engine_mpi *mpi;            /* NULL without MPI */
+    long tasks_popped, tasks_ended;    /* MPI: a task is running while popped > ended (watchdog) */
     double act_bytes_local, sync_bytes_local; /* last iteration, inside this rank */
     double *busy;                      /* per device, last iteration (all ranks') */
 };

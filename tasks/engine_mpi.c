@@ -24,10 +24,11 @@
  * did it), so the main thread may call MPI collectives while StarPU-MPI's
  * progress thread runs; it is finalised at exit, after every engine.
  *
- * Failure: a watchdog thread aborts the whole job (MPI_Abort) when this
- * rank makes no progress for the engine's watchdog time, naming the rank
- * and device it waits for; a rank that dies makes mpirun stop the others
- * and name it. */
+ * Failure: every rank sends heartbeats; a watchdog aborts the whole job
+ * (MPI_Abort) when this rank makes no progress for the engine's watchdog
+ * time and the rank it waits for has gone silent as long, naming that rank
+ * and what waits for it; a rank that dies makes mpirun stop the others and
+ * name it. */
 #include "tasks/engine_internal.h"
 #include "graph/bsipipe_error.h"
 #include "graph/bsipipe_topology.h"
@@ -77,14 +78,20 @@ struct engine_mpi {
     MPI_Comm comm;                       /* a duplicate, for our own messages */
     int *arrived;                        /* per rank, this iteration */
     int in_barrier;
-    /* Watchdog. */
-    pthread_t watchdog;
+    /* Liveness: heartbeats for the engine's life, the watchdog during
+     * iterations. */
+    pthread_t liveness;
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    int watching, stop;
+    int live, watching, stop;
+    double *heard;                       /* per rank: when its last heartbeat came */
+    int *quiet;                          /* per rank: its last heartbeat (0) came */
 };
 
 static int mpi_initialized_here;
+
+static void *liveness_main(void *arg);
+static void liveness_stop(struct bsipipe_engine *e);
 
 static void mpi_finalize_at_exit(void)
 {
@@ -149,6 +156,8 @@ static int setup_ranks(struct bsipipe_engine *e)
     e->mpi->e = e;
     e->mpi->comm = MPI_COMM_NULL;
     if (!(e->mpi->arrived = calloc((size_t)e->nranks, sizeof *e->mpi->arrived)) ||
+        !(e->mpi->heard = calloc((size_t)e->nranks, sizeof *e->mpi->heard)) ||
+        !(e->mpi->quiet = calloc((size_t)e->nranks, sizeof *e->mpi->quiet)) ||
         MPI_Comm_dup(MPI_COMM_WORLD, &e->mpi->comm) != MPI_SUCCESS)
         return bsipipe_error_set(-ENOMEM, "engine: cannot set up the end-of-iteration barrier");
     pthread_mutex_init(&e->mpi->lock, NULL);
@@ -201,6 +210,9 @@ int engine_mpi_start(struct bsipipe_engine *e, struct starpu_conf *conf)
         return bsipipe_error_set(-ENOMEM, "out of memory");
     for (int c = 0; c < e->C; c++)
         starpu_vector_data_register(&m->h_sumsq[c], STARPU_MAIN_RAM, (uintptr_t)&m->sumsq[c], 1, sizeof(double));
+    m->live = pthread_create(&m->liveness, NULL, liveness_main, e) == 0;
+    if (!m->live)
+        return bsipipe_error_set(-EAGAIN, "engine: cannot start the heartbeat thread");
     return 0;
 }
 
@@ -211,6 +223,7 @@ void engine_mpi_shutdown(struct bsipipe_engine *e)
         starpu_shutdown();
         return;
     }
+    liveness_stop(e);
     for (int c = 0; m->h_sumsq && c < e->C; c++)
         if (m->h_sumsq[c])
             starpu_data_unregister(m->h_sumsq[c]);
@@ -229,6 +242,8 @@ static void free_mpi(struct bsipipe_engine *e)
     if (m->comm != MPI_COMM_NULL && !fin)
         MPI_Comm_free(&m->comm);
     free(m->arrived);
+    free(m->heard);
+    free(m->quiet);
     free(m->sumsq);
     free(m->h_sumsq);
     free(m->recv);
@@ -427,16 +442,81 @@ int engine_mpi_submit_norms(struct bsipipe_engine *e)
     return 0;
 }
 
-/* ---- watchdog ---- */
+/* ---- liveness: heartbeats and the watchdog ----
+ * One thread per engine, for its whole life: every tick it sends a heartbeat
+ * to every other rank and notes the heartbeats it receives, so a rank that is
+ * only slow (a long op, or busy between iterations) is told apart from one
+ * that is stopped or hung. During an iteration, when this rank has made no
+ * progress (no task running or ending, no message arriving) for watchdog_s
+ * and the rank it waits for has sent no heartbeat for as long, it names that
+ * rank and aborts the job. A rank that dies is named by mpirun itself. */
 
-static void *watchdog_main(void *arg)
+enum { TAG_BARRIER = 1, TAG_HEARTBEAT = 2 };
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Takes every heartbeat that has arrived; a 0 is a rank's last one. */
+static void heartbeats_take(struct bsipipe_engine *e, double t)
+{
+    struct engine_mpi *m = e->mpi;
+    for (;;) {
+        int flag = 0, v;
+        MPI_Status st;
+        MPI_Iprobe(MPI_ANY_SOURCE, TAG_HEARTBEAT, m->comm, &flag, &st);
+        if (!flag)
+            return;
+        MPI_Recv(&v, 1, MPI_INT, st.MPI_SOURCE, TAG_HEARTBEAT, m->comm, MPI_STATUS_IGNORE);
+        m->heard[st.MPI_SOURCE] = t;
+        if (v == 0)
+            m->quiet[st.MPI_SOURCE] = 1;
+    }
+}
+
+/* The rank this one waits for (the oldest missing message, else one that
+ * has not reached the end-of-iteration barrier), with a sentence on what for;
+ * -1 when it waits for nobody. */
+static int awaited_rank(struct bsipipe_engine *e, char *what, size_t len)
+{
+    struct engine_mpi *m = e->mpi;
+    for (long j = 0; j < m->n_recv; j++) {
+        const struct pending_recv *w = &m->recv[j];
+        if (__atomic_load_n(&w->done, __ATOMIC_SEQ_CST))
+            continue;
+        if (w->device >= 0)
+            snprintf(what, len, "device %d waits for data from rank %d (device %d) in %s", w->device,
+                     w->peer_rank, w->peer_device, w->what);
+        else
+            snprintf(what, len, "it waits for the %s from rank %d (device %d)", w->what, w->peer_rank,
+                     w->peer_device);
+        return w->peer_rank;
+    }
+    if (__atomic_load_n(&m->in_barrier, __ATOMIC_SEQ_CST))
+        for (int r = 0; r < e->nranks; r++)
+            if (r != e->rank && !__atomic_load_n(&m->arrived[r], __ATOMIC_SEQ_CST)) {
+                snprintf(what, len, "it waits at the end of iteration %ld for rank %d", m->iter, r);
+                return r;
+            }
+    snprintf(what, len, "no task ended and no message arrived in iteration %ld", m->iter);
+    return -1;
+}
+
+static void *liveness_main(void *arg)
 {
     struct bsipipe_engine *e = arg;
     struct engine_mpi *m = e->mpi;
+    const double tick = 0.05, limit = e->o.watchdog_s;
+    static const int alive = 1;
     long last = -1;
-    double still = 0, tick = 0.05;
-    pthread_mutex_lock(&m->lock);
-    while (!m->stop) {
+    double since = now_s();
+    for (int r = 0; r < e->nranks; r++)
+        m->heard[r] = since;
+    for (;;) {
+        pthread_mutex_lock(&m->lock);
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += (long)(tick * 1e9);
@@ -444,46 +524,81 @@ static void *watchdog_main(void *arg)
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
         }
-        pthread_cond_timedwait(&m->cond, &m->lock, &ts);
-        if (m->stop)
-            break;
-        long now = __atomic_load_n(&e->rec_seq, __ATOMIC_SEQ_CST) + __atomic_load_n(&m->progress, __ATOMIC_SEQ_CST);
-        if (now != last) {
+        if (!m->stop)
+            pthread_cond_timedwait(&m->cond, &m->lock, &ts);
+        int stop = m->stop, watching = m->watching;
+        pthread_mutex_unlock(&m->lock);
+        if (stop)
+            return NULL;
+        double t = now_s();
+        for (int r = 0; r < e->nranks; r++) /* small: sent eagerly, never waited for */
+            if (r != e->rank) {
+                MPI_Request q;
+                MPI_Isend(&alive, 1, MPI_INT, r, TAG_HEARTBEAT, m->comm, &q);
+                MPI_Request_free(&q);
+            }
+        heartbeats_take(e, t);
+        long ended = __atomic_load_n(&e->tasks_ended, __ATOMIC_SEQ_CST);
+        long now = ended + __atomic_load_n(&m->progress, __ATOMIC_SEQ_CST);
+        int running = __atomic_load_n(&e->tasks_popped, __ATOMIC_SEQ_CST) > ended; /* a long op is not a stall */
+        if (!watching || now != last || running) {
             last = now;
-            still = 0;
+            since = t;
             continue;
         }
-        if ((still += tick) < e->o.watchdog_s)
+        double still = t - since;
+        if (still < limit)
             continue;
-        /* No task ended and no message arrived for watchdog_s: name what
-         * this rank waits for. */
-        const struct pending_recv *w = NULL;
-        for (long j = 0; j < m->n_recv && !w; j++)
-            if (!__atomic_load_n(&m->recv[j].done, __ATOMIC_SEQ_CST))
-                w = &m->recv[j];
-        if (w && w->device >= 0)
-            fprintf(stderr, "bsipipe engine: rank %d made no progress for %.1f s: device %d waits for data from "
-                            "rank %d (device %d) in %s; rank %d has died or hangs. Aborting the job.\n",
-                    e->rank, still, w->device, w->peer_rank, w->peer_device, w->what, w->peer_rank);
-        else if (w)
-            fprintf(stderr, "bsipipe engine: rank %d made no progress for %.1f s: waits for the %s from rank %d "
-                            "(device %d); rank %d has died or hangs. Aborting the job.\n",
-                    e->rank, still, w->what, w->peer_rank, w->peer_device, w->peer_rank);
-        else if (__atomic_load_n(&m->in_barrier, __ATOMIC_SEQ_CST)) {
-            char who[256] = "";
-            for (int r = 0; r < e->nranks; r++)
-                if (r != e->rank && !__atomic_load_n(&m->arrived[r], __ATOMIC_SEQ_CST) && strlen(who) < 200)
-                    snprintf(who + strlen(who), sizeof who - strlen(who), "%s%d", *who ? ", " : "", r);
-            fprintf(stderr, "bsipipe engine: rank %d waited %.1f s at the end of iteration %ld for rank %s, which "
-                            "has died or hangs. Aborting the job.\n", e->rank, still, m->iter, who);
-        } else
-            fprintf(stderr, "bsipipe engine: rank %d made no progress for %.1f s in iteration %ld (no task ended, "
-                            "no message arrived). Aborting the job.\n", e->rank, still, m->iter);
+        char what[256];
+        int peer = awaited_rank(e, what, sizeof what);
+        /* The rank it waits for is alive: slow (a long op), not gone. If it
+         * were stuck itself, its own watchdog would name who it waits for. */
+        if (peer >= 0 && t - m->heard[peer] < limit)
+            continue;
+        if (peer < 0 && still < 10 * limit)
+            continue; /* waiting for nobody: only a runtime stall, give it time */
+        if (peer >= 0)
+            fprintf(stderr, "bsipipe engine: rank %d made no progress for %.1f s: %s; rank %d has sent no heartbeat "
+                            "for %.1f s: it has died or hangs. Aborting the job.\n",
+                    e->rank, still, what, peer, t - m->heard[peer]);
+        else
+            fprintf(stderr, "bsipipe engine: rank %d made no progress for %.1f s: %s. Aborting the job.\n", e->rank,
+                    still, what);
         fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, 3);
     }
+}
+
+/* Stops the heartbeats: this rank's last one (0) to every rank, then every
+ * rank's heartbeats up to its last, so no message is left in flight. */
+static void liveness_stop(struct bsipipe_engine *e)
+{
+    struct engine_mpi *m = e->mpi;
+    if (!m->live)
+        return;
+    pthread_mutex_lock(&m->lock);
+    m->stop = 1;
+    pthread_cond_signal(&m->cond);
     pthread_mutex_unlock(&m->lock);
-    return NULL;
+    pthread_join(m->liveness, NULL);
+    m->live = 0;
+    static const int last = 0;
+    MPI_Request *q = calloc((size_t)e->nranks, sizeof *q);
+    for (int r = 0; r < e->nranks; r++) {
+        if (q)
+            q[r] = MPI_REQUEST_NULL;
+        if (r != e->rank && q)
+            MPI_Isend(&last, 1, MPI_INT, r, TAG_HEARTBEAT, m->comm, &q[r]);
+    }
+    for (int r = 0; r < e->nranks; r++)
+        while (r != e->rank && !m->quiet[r]) {
+            int v;
+            MPI_Recv(&v, 1, MPI_INT, r, TAG_HEARTBEAT, m->comm, MPI_STATUS_IGNORE);
+            m->quiet[r] = v == 0;
+        }
+    if (q)
+        MPI_Waitall(e->nranks, q, MPI_STATUSES_IGNORE);
+    free(q);
 }
 
 void engine_mpi_iteration_begin(struct bsipipe_engine *e)
@@ -495,8 +610,9 @@ void engine_mpi_iteration_begin(struct bsipipe_engine *e)
     m->act_bytes[0] = m->act_bytes[1] = m->sync_bytes[0] = m->sync_bytes[1] = 0;
     if (size_iteration(e) < 0)
         m->cap_recv = m->cap_sent = 0; /* every post then fails with a clear error */
-    m->stop = 0;
-    m->watching = pthread_create(&m->watchdog, NULL, watchdog_main, e) == 0;
+    pthread_mutex_lock(&m->lock);
+    m->watching = 1;
+    pthread_mutex_unlock(&m->lock);
 }
 
 int engine_mpi_iteration_end(struct bsipipe_engine *e, int rc)
@@ -517,8 +633,8 @@ int engine_mpi_iteration_end(struct bsipipe_engine *e, int rc)
             m->arrived[r] = r == e->rank;
             req[r] = req[n + r] = MPI_REQUEST_NULL;
             if (r != e->rank) {
-                MPI_Irecv(&in[r], 1, MPI_INT, r, 1, m->comm, &req[r]);
-                MPI_Isend(&token, 1, MPI_INT, r, 1, m->comm, &req[n + r]);
+                MPI_Irecv(&in[r], 1, MPI_INT, r, TAG_BARRIER, m->comm, &req[r]);
+                MPI_Isend(&token, 1, MPI_INT, r, TAG_BARRIER, m->comm, &req[n + r]);
             }
         }
         __atomic_store_n(&m->in_barrier, 1, __ATOMIC_SEQ_CST);
@@ -540,14 +656,9 @@ int engine_mpi_iteration_end(struct bsipipe_engine *e, int rc)
     free(in);
     free(req);
     starpu_mpi_wait_for_all(MPI_COMM_WORLD);
-    if (m->watching) {
-        pthread_mutex_lock(&m->lock);
-        m->stop = 1;
-        pthread_cond_signal(&m->cond);
-        pthread_mutex_unlock(&m->lock);
-        pthread_join(m->watchdog, NULL);
-        m->watching = 0;
-    }
+    pthread_mutex_lock(&m->lock);
+    m->watching = 0;
+    pthread_mutex_unlock(&m->lock);
     /* Every rank returns the same outcome: the most negative code. */
     int v[2] = {rc, e->failed}, out[2];
     MPI_Allreduce(v, out, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);

@@ -46,6 +46,14 @@ else
     echo "FAIL: bsipipe-bench --mpi" >&2; tail -20 "$tmp/bench" >&2; fails=$((fails + 1))
 fi
 
+# Slow is not dead: ops of about half a second under a 0.3 s watchdog. The
+# rank that waits hears the busy rank's heartbeats and goes on waiting.
+run "long ops, short watchdog" "${MPIRUN[@]}" -np 2 "$build/apps/bsipipe-train" --mpi --schedule 1f1b --w 2 --m 2 \
+    --iters 1 --layers 2 --hidden 32 --heads 2 --seq 32 --emulate --device-tflops 0.000004 --watchdog 0.3
+if ! grep -q "summary: 1 iterations" "$tmp/out"; then
+    echo "FAIL: a rank busy with long ops was taken for a dead one" >&2; fails=$((fails + 1))
+fi
+
 # Fault injection into a running 2-rank training (small model, watchdog 3 s).
 rank1_pid() {
     local p
