@@ -10,7 +10,9 @@ build=${top_builddir:-.}
 equiv=$build/tests/test_mpi_equiv
 train=$build/apps/bsipipe-train
 tmp=$(mktemp -d) || exit 99
-trap 'pkill -9 -f "seed 4242" 2>/dev/null; rm -rf "$tmp"' EXIT
+# The fault runs train on a corpus inside $tmp: its path tells this run's
+# processes apart from any other run's on the machine (pgrep/pkill by it).
+trap 'pkill -9 -f "$tmp/corpus" 2>/dev/null; rm -rf "$tmp"' EXIT
 fails=0
 
 run() { # label, then the command
@@ -55,9 +57,10 @@ if ! grep -q "summary: 1 iterations" "$tmp/out"; then
 fi
 
 # Fault injection into a running 2-rank training (small model, watchdog 3 s).
+for _ in $(seq 1 200); do echo "the pipeline sends activations forward and gradients back"; done >"$tmp/corpus"
 rank1_pid() {
     local p
-    for p in $(pgrep -f "seed 4242"); do
+    for p in $(pgrep -f "$tmp/corpus"); do
         tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && echo "$p"
     done
 }
@@ -65,7 +68,7 @@ fault() { # signal, pattern expected in the output
     local sig=$1 want=$2 victim= job status start
     echo "== rank 1 gets SIG$sig mid-run"
     "${MPIRUN[@]}" -np 2 "$train" --mpi --iters 100000 --layers 8 --hidden 32 --heads 2 --seq 32 --m 8 \
-        --watchdog 3 --seed 4242 >"$tmp/fault" 2>&1 &
+        --watchdog 3 --data "$tmp/corpus" >"$tmp/fault" 2>&1 &
     job=$!
     for _ in $(seq 1 900); do # up to 90 s for two iterations to pass
         kill -0 "$job" 2>/dev/null || break
@@ -84,10 +87,10 @@ fault() { # signal, pattern expected in the output
     for _ in $(seq 1 600); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
     if kill -0 "$job" 2>/dev/null; then
         echo "FAIL: SIG$sig: the job still runs 60 s after rank 1 stopped (a hang)" >&2
-        fails=$((fails + 1)); kill -9 "$victim" "$job" 2>/dev/null; pkill -9 -f "seed 4242"; return
+        fails=$((fails + 1)); kill -9 "$victim" "$job" 2>/dev/null; pkill -9 -f "$tmp/corpus"; return
     fi
     wait "$job"; status=$?
-    kill -9 "$victim" 2>/dev/null; pkill -9 -f "seed 4242"
+    kill -9 "$victim" 2>/dev/null; pkill -9 -f "$tmp/corpus"
     echo "   the job ended $(( $(date +%s) - start )) s after the signal, exit status $status:"
     grep -E "rank 1" "$tmp/fault" | head -2 | sed 's/^/   | /'
     if [ "$status" -eq 0 ]; then echo "FAIL: SIG$sig: exit status 0" >&2; fails=$((fails + 1)); fi
