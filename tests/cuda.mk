@@ -21,7 +21,7 @@ tests_test_cuda_bench_LDADD += $(CUDA_LIBS)
 endif
 EXTRA_DIST += tests/test_cuda_emu.sh \
 	kernels/cuda/emu/cuda_runtime_api.h kernels/cuda/emu/cuda_runtime.h \
-	kernels/cuda/emu/cublas_v2.h kernels/cuda/emu/cuda_emu_device.h \
+	kernels/cuda/emu/cublas_v2.h kernels/cuda/emu/cuda_emu_device.h kernels/cuda/emu/cuda_bf16.h \
 	kernels/cuda/emu/cuda_emu.cc kernels/cuda/emu/probe_emu.c \
 	kernels/cuda/devcheck/cblas.h kernels/cuda/devcheck/cblas_naive.c
 EXTRA_DIST += scripts/device-bundle.sh
