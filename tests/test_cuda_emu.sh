@@ -36,6 +36,9 @@ for o in cuda_kernels cuda_emu; do
     [ -s "$tmp/$o.o" ] || { echo "FAIL: compiling $o for the emulation"; exit 1; }
 done
 $CXX -o "$tmp/test_cuda_kernels_emu" "$tmp"/*.o -lm -lpthread -ldl
+$CXX -std=c++17 $cflags -o "$tmp/bf16_selftest" "$emu/bf16_selftest.cc" "$tmp/cuda_emu.o" -lm
+echo "emulated bf16: conversions and a bf16 GEMM with a NaN operand"
+"$tmp/bf16_selftest"
 echo "running tests/test_cuda_kernels on the emulated GPU"
 for mode in ${BSIPIPE_CUDA_EMU_MODE:-fp32 bf16s}; do
     "$tmp/test_cuda_kernels_emu" --mode "$mode"
