@@ -12,10 +12,12 @@
 # 2. CPU side: the CPU reference computations of every kernel case (test_cuda_kernels
 #            --cpu-only --large); runs anywhere.
 # 3. GPU     test_cuda_probe (a saxpy kernel); test_cuda_kernels --mode all --large (every
-#            CUDA kernel vs the CPU kernel, fp32 < 1e-5, tf32 and bf16 < 1e-2, NaN fails,
-#            small shapes and the bench's layer shapes); test_cuda_bench --full (one block
+#            CUDA kernel vs the CPU kernel, fp32 < 1e-5, tf32, bf16 and bf16s < 1e-2, NaN
+#            fails, small shapes and the bench's layer shapes; bf16s = bf16 storage of the
+#            GEMM operands, fp32 accumulation); test_cuda_bench --full (one block
 #            forward+backward, hidden 1280 / 32 heads / 8K tokens in k = 2, TFLOP/s and the
-#            fraction of the measured cublasGemmEx bf16 rate). Skipped with a message when no
+#            fraction of the measured cublasGemmEx bf16 rate, per mode: fp32, tf32, bf16,
+#            bf16s). Skipped with a message when no
 #            GPU is found.
 #            engine: test_cuda_engine — one BSIPipe iteration (and ZB-H1, LLaMA) on CUDA
 #            workers (w = 4 on the GPUs found, several workers per GPU) against the CPU
@@ -216,7 +218,7 @@ run_gpu() { # name, timeout, cmd...
 rm -f "$OUTDIR/kernels.tsv" "$OUTDIR/bench.tsv" "$OUTDIR/engine.tsv" "$OUTDIR/engine_nccl.tsv"
 run_gpu probe 60 "$TP"
 if [ $have_gpu = 1 ]; then
-    run_gpu kernels 300 "$TK" --mode all --large --table "$OUTDIR/kernels.tsv"
+    run_gpu kernels 400 "$TK" --mode all --large --table "$OUTDIR/kernels.tsv"
 else
     STATUS[kernels]="skipped (no CUDA GPU found)"
 fi
@@ -270,13 +272,14 @@ fi
     if [ -s "$OUTDIR/kernels.tsv" ]; then
         echo
         echo "per-kernel worst relative error (over configs and tensors):"
-        printf '%-24s %15s %15s %15s\n' kernel "fp32 (<1e-5)" "tf32 (<1e-2)" "bf16 (<1e-2)"
+        printf '%-24s %15s %15s %15s %15s\n' kernel "fp32 (<1e-5)" "tf32 (<1e-2)" "bf16 (<1e-2)" \
+            "bf16s (<1e-2)"
         awk -F'\t' '{ key = $2 "\t" $1; e = ($5 ~ /nan/) ? -1 : $5 + 0;
                       if (!(key in w) || e < 0 || (w[key] >= 0 && e > w[key])) w[key] = e;
                       if ($7 != "ok") bad[key] = 1; names[$2] = 1 }
-             END { split("fp32 tf32 bf16", ms, " ");
+             END { split("fp32 tf32 bf16 bf16s", ms, " ");
                    for (k in names) { printf "%-24s", k;
-                       for (i = 1; i <= 3; i++) { key = k "\t" ms[i];
+                       for (i = 1; i <= 4; i++) { key = k "\t" ms[i];
                            if (!(key in w)) printf " %15s", "-";
                            else if (w[key] < 0) printf " %12s %-2s", "NaN", "!!";
                            else printf " %12.2e %-2s", w[key], (key in bad) ? "!!" : "ok" }

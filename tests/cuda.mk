@@ -21,8 +21,8 @@ tests_test_cuda_bench_LDADD += $(CUDA_LIBS)
 endif
 EXTRA_DIST += tests/test_cuda_emu.sh \
 	kernels/cuda/emu/cuda_runtime_api.h kernels/cuda/emu/cuda_runtime.h \
-	kernels/cuda/emu/cublas_v2.h kernels/cuda/emu/cuda_emu_device.h \
-	kernels/cuda/emu/cuda_emu.cc kernels/cuda/emu/probe_emu.c \
+	kernels/cuda/emu/cublas_v2.h kernels/cuda/emu/cuda_emu_device.h kernels/cuda/emu/cuda_bf16.h \
+	kernels/cuda/emu/cuda_emu.cc kernels/cuda/emu/probe_emu.c kernels/cuda/emu/bf16_selftest.cc \
 	kernels/cuda/devcheck/cblas.h kernels/cuda/devcheck/cblas_naive.c
 EXTRA_DIST += scripts/device-bundle.sh
 EXTRA_DIST += scripts/device-check.sh docs/cuda.md scripts/starpu-patches/0001-computemode.patch \

@@ -228,13 +228,14 @@ int main(int argc, char **argv)
            fl / 1e9);
     FILE *tsv = table ? fopen(table, "w") : NULL;
     printf("%-6s %10s %10s %10s %9s\n", "gemm", "fwd_ms", "fwdbwd_ms", "TFLOP/s", "of_bf16");
-    bsipipe_cuda_gemm_mode_t modes[3] = {BSIPIPE_CUDA_GEMM_FP32, BSIPIPE_CUDA_GEMM_TF32,
-                                         BSIPIPE_CUDA_GEMM_BF16};
+    /* bf16s: bf16 storage of the GEMM operands (conversions included in the time) */
+    bsipipe_cuda_gemm_mode_t modes[4] = {BSIPIPE_CUDA_GEMM_FP32, BSIPIPE_CUDA_GEMM_TF32,
+                                         BSIPIPE_CUDA_GEMM_BF16, BSIPIPE_CUDA_GEMM_BF16S};
     cudaEvent_t e0, e1, e2;
     CU(cudaEventCreate(&e0));
     CU(cudaEventCreate(&e1));
     CU(cudaEventCreate(&e2));
-    for (int m = 0; m < 3; m++) {
+    for (int m = 0; m < 4; m++) {
         CHECK(bsipipe_cuda_set_gemm_mode(modes[m]));
         float bt = 1e30f, bf = 0;
         for (int r = 0; r <= reps; r++) { /* round 0 warms up */

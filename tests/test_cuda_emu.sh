@@ -6,7 +6,9 @@
 # This checks the kernels' indexing, tiling, masking and buffer layouts on a machine without
 # a GPU (it says nothing about speed, races between blocks or real-GPU rounding).
 # Needs only a C and a C++ compiler; skips (77) without g++.
-#   BSIPIPE_CUDA_EMU_MODE=fp32|bf16|tf32|all   (default fp32)
+#   BSIPIPE_CUDA_EMU_MODE=fp32|bf16|tf32|bf16s|all   (default: fp32, then bf16s)
+# bf16s is the bf16-storage mode (bf16 GEMM operands, fp32 accumulation; tolerance 1e-2,
+# NaN never passes); each row prints the normwise relative error and max|gpu - cpu|.
 set -eu
 top=${top_srcdir:-$(cd "$(dirname "$0")/.." && pwd)}
 CC=${CC:-gcc}
@@ -34,5 +36,10 @@ for o in cuda_kernels cuda_emu; do
     [ -s "$tmp/$o.o" ] || { echo "FAIL: compiling $o for the emulation"; exit 1; }
 done
 $CXX -o "$tmp/test_cuda_kernels_emu" "$tmp"/*.o -lm -lpthread -ldl
+$CXX -std=c++17 $cflags -o "$tmp/bf16_selftest" "$emu/bf16_selftest.cc" "$tmp/cuda_emu.o" -lm
+echo "emulated bf16: conversions and a bf16 GEMM with a NaN operand"
+"$tmp/bf16_selftest"
 echo "running tests/test_cuda_kernels on the emulated GPU"
-"$tmp/test_cuda_kernels_emu" --mode "${BSIPIPE_CUDA_EMU_MODE:-fp32}"
+for mode in ${BSIPIPE_CUDA_EMU_MODE:-fp32 bf16s}; do
+    "$tmp/test_cuda_kernels_emu" --mode "$mode"
+done

@@ -4,9 +4,10 @@
  * Each CUDA call gets exactly the inputs the CPU call got (uploaded from the CPU run), so
  * every row of the table checks one kernel. Error per tensor = max|gpu - cpu| / max|cpu|
  * (normwise relative); NaN or Inf never passes. Tolerances: 1e-5 with fp32 matrix products,
- * 1e-2 with bf16 (CUBLAS_COMPUTE_32F_FAST_16BF) and tf32.
+ * 1e-2 with bf16 (CUBLAS_COMPUTE_32F_FAST_16BF), tf32 and bf16s (bf16 storage of the
+ * GEMM operands, fp32 accumulation). Each row also prints max|gpu - cpu| (absolute).
  *
- *   tests/test_cuda_kernels [--mode fp32|tf32|bf16|all] [--table FILE] [--cpu-only] [--large]
+ *   tests/test_cuda_kernels [--mode fp32|tf32|bf16|bf16s|all] [--table FILE] [--cpu-only] [--large]
  * Default mode: fp32 and bf16. --table also writes the table (TSV) to FILE. --cpu-only runs
  * only the CPU side (reference computations of every case) and needs no GPU. --large adds
  * two cases at the benchmark's layer shapes (hidden 1280; the device check uses it).
@@ -154,8 +155,8 @@ static void cmp(const char *kernel, const char *cfg, const char *tensor, const f
     }
     err = bad ? NAN : (mr > 0 ? md / mr : md);
     int ok = !bad && err < g_tol;
-    printf("%-22s %-14s %-12s %10.3e  %7.0e  %s\n", kernel, cfg, tensor, err, g_tol,
-           ok ? "ok" : "FAIL");
+    printf("%-22s %-14s %-12s %10.3e  %10.3e  %7.0e  %s\n", kernel, cfg, tensor, err,
+           bad ? NAN : md, g_tol, ok ? "ok" : "FAIL");
     if (g_tsv)
         fprintf(g_tsv, "%s\t%s\t%s\t%s\t%.3e\t%.0e\t%s\n", g_mode, kernel, cfg, tensor, err,
                 g_tol, ok ? "ok" : "FAIL");
@@ -178,8 +179,8 @@ static void cmp_scalar(const char *kernel, const char *cfg, const char *tensor, 
     CU(cudaMemcpy(&g, gpu_dev, sizeof g, cudaMemcpyDeviceToHost));
     err = (!isfinite(g) || !isfinite(ref)) ? NAN : fabs(g - ref) / (fabs(ref) > 0 ? fabs(ref) : 1);
     int ok = isfinite(err) && err < g_tol;
-    printf("%-22s %-14s %-12s %10.3e  %7.0e  %s\n", kernel, cfg, tensor, err, g_tol,
-           ok ? "ok" : "FAIL");
+    printf("%-22s %-14s %-12s %10.3e  %10.3e  %7.0e  %s\n", kernel, cfg, tensor, err,
+           isfinite(err) ? fabs(g - ref) : NAN, g_tol, ok ? "ok" : "FAIL");
     if (g_tsv)
         fprintf(g_tsv, "%s\t%s\t%s\t%s\t%.3e\t%.0e\t%s\n", g_mode, kernel, cfg, tensor, err,
                 g_tol, ok ? "ok" : "FAIL");
@@ -451,8 +452,8 @@ static void run_mode(bsipipe_cuda_gemm_mode_t mode)
     g_mode = bsipipe_cuda_gemm_mode_name(mode);
     g_tol = mode == BSIPIPE_CUDA_GEMM_FP32 ? 1e-5 : 1e-2;
     printf("\n== matrix products: %s (tolerance %.0e) ==\n", g_mode, g_tol);
-    printf("%-22s %-14s %-12s %10s  %7s  %s\n", "kernel", "config", "tensor", "rel.err", "tol",
-           "result");
+    printf("%-22s %-14s %-12s %10s  %10s  %7s  %s\n", "kernel", "config", "tensor", "rel.err",
+           "max|diff|", "tol", "result");
     g_rng = 0x1234567ULL; /* same inputs in every mode */
     run_attention(4, 16, 0, 70);
     run_attention(3, 40, 45, 77);
@@ -469,7 +470,10 @@ int main(int argc, char **argv)
 {
     const char *mode = "default", *table = NULL;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--mode") && i + 1 < argc)
+        if (!strcmp(argv[i], "--mode") && i + 1 < argc &&
+            (!strcmp(argv[i + 1], "fp32") || !strcmp(argv[i + 1], "tf32") ||
+             !strcmp(argv[i + 1], "bf16") || !strcmp(argv[i + 1], "bf16s") ||
+             !strcmp(argv[i + 1], "all") || !strcmp(argv[i + 1], "default")))
             mode = argv[++i];
         else if (!strcmp(argv[i], "--table") && i + 1 < argc)
             table = argv[++i];
@@ -478,7 +482,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--large"))
             g_large = 1;
         else {
-            fprintf(stderr, "usage: %s [--mode fp32|tf32|bf16|all] [--table FILE] [--cpu-only] [--large]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--mode fp32|tf32|bf16|bf16s|all] [--table FILE] [--cpu-only] [--large]\n", argv[0]);
             return 99;
         }
     }
@@ -515,6 +519,8 @@ int main(int argc, char **argv)
         run_mode(BSIPIPE_CUDA_GEMM_TF32);
     if (!strcmp(mode, "bf16") || !strcmp(mode, "default") || !strcmp(mode, "all"))
         run_mode(BSIPIPE_CUDA_GEMM_BF16);
+    if (!strcmp(mode, "bf16s") || !strcmp(mode, "all"))
+        run_mode(BSIPIPE_CUDA_GEMM_BF16S);
     if (g_tsv)
         fclose(g_tsv);
     cublasDestroy(g_h);

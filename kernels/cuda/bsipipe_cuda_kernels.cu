@@ -9,6 +9,7 @@ extern "C" {
 }
 
 #include <cuda_runtime.h>
+#include <cuda_bf16.h>
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
@@ -52,6 +53,50 @@ static inline unsigned nblocks(size_t n, int nt)
 
 bsipipe_cuda_gemm_mode_t g_mode = BSIPIPE_CUDA_GEMM_FP32;
 
+/* fp32 -> bf16 (round to nearest even) of a row-major rows x cols matrix with leading
+ * dimension lds, packed (leading dimension cols) into dst. */
+__global__ void k_to_bf16(int rows, int cols, const float *src, int lds, __nv_bfloat16 *dst)
+{
+    size_t tot = (size_t)rows * (size_t)cols;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < tot;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t r = i / (size_t)cols, c = i % (size_t)cols;
+        dst[i] = __float2bfloat16_rn(src[r * (size_t)lds + c]);
+    }
+}
+
+/* BF16S: both operands converted to bf16 copies in stream-ordered scratch (on the handle's
+ * stream, freed there after the GEMM), then cublasGemmEx with CUDA_R_16BF A and B, fp32 C
+ * and CUBLAS_COMPUTE_32F (fp32 accumulation). Weights are converted again at every GEMM
+ * (no cache: the fp32 master weights change under the optimizer). */
+static int gemm_bf16s(cublasHandle_t hd, bool ta, bool tb, int M, int N, int K, float alpha,
+                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                      int ldc)
+{
+    cublasOperation_t oa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, ob = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int ra = ta ? K : M, ca = ta ? M : K, rb = tb ? N : K, cb = tb ? K : N;
+    size_t na = (size_t)ra * (size_t)ca, nb = (size_t)rb * (size_t)cb;
+    size_t offb = (na + 127) / 128 * 128; /* B's copy 256-byte aligned */
+    cudaStream_t s = NULL;
+    __nv_bfloat16 *buf = NULL;
+    if (cublasGetStream(hd, &s) != CUBLAS_STATUS_SUCCESS)
+        return -EIO;
+    if (cudaMallocAsync((void **)&buf, (offb + nb) * sizeof(__nv_bfloat16), s) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -ENOMEM;
+    }
+    BSIPIPE_LAUNCH(k_to_bf16, nblocks(na, 256), 256, 0, s, ra, ca, A, lda, buf);
+    BSIPIPE_LAUNCH(k_to_bf16, nblocks(nb, 256), 256, 0, s, rb, cb, B, ldb, buf + offb);
+    int rc = launched();
+    if (!rc && cublasGemmEx(hd, oa, ob, N, M, K, &alpha, buf + offb, CUDA_R_16BF, cb, buf,
+                            CUDA_R_16BF, ca, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
+        rc = -EIO;
+    if (cudaFreeAsync(buf, s) != cudaSuccess && !rc)
+        rc = -EIO;
+    return rc;
+}
+
 /* Row-major C[M,N] = alpha op(A) op(B) + beta C, as cblas_sgemm(CblasRowMajor, ...):
  * column-major cuBLAS computes C^T = op(B)^T op(A)^T. */
 static int gemm(cublasHandle_t hd, bool ta, bool tb, int M, int N, int K, float alpha,
@@ -61,7 +106,9 @@ static int gemm(cublasHandle_t hd, bool ta, bool tb, int M, int N, int K, float 
     cublasStatus_t st;
     if (M <= 0 || N <= 0)
         return 0;
-    if (g_mode == BSIPIPE_CUDA_GEMM_FP32) {
+    if (g_mode == BSIPIPE_CUDA_GEMM_BF16S && K > 0)
+        return gemm_bf16s(hd, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (g_mode == BSIPIPE_CUDA_GEMM_FP32 || g_mode == BSIPIPE_CUDA_GEMM_BF16S) {
         st = cublasSgemm(hd, oa, ob, N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc);
     } else {
         cublasComputeType_t ct = g_mode == BSIPIPE_CUDA_GEMM_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
@@ -942,7 +989,7 @@ static int head_logits(const bsipipe_model_dims_t *d, const float *head, int len
 extern "C" int bsipipe_cuda_set_gemm_mode(bsipipe_cuda_gemm_mode_t mode)
 {
     if (mode != BSIPIPE_CUDA_GEMM_FP32 && mode != BSIPIPE_CUDA_GEMM_TF32 &&
-        mode != BSIPIPE_CUDA_GEMM_BF16)
+        mode != BSIPIPE_CUDA_GEMM_BF16 && mode != BSIPIPE_CUDA_GEMM_BF16S)
         return -EINVAL;
     g_mode = mode;
     return 0;
@@ -956,6 +1003,7 @@ extern "C" const char *bsipipe_cuda_gemm_mode_name(bsipipe_cuda_gemm_mode_t mode
     case BSIPIPE_CUDA_GEMM_FP32: return "fp32";
     case BSIPIPE_CUDA_GEMM_TF32: return "tf32";
     case BSIPIPE_CUDA_GEMM_BF16: return "bf16";
+    case BSIPIPE_CUDA_GEMM_BF16S: return "bf16s";
     }
     return "?";
 }

@@ -18,7 +18,8 @@
  *
  * Return: 0, -EINVAL (bad arguments; also head_dim > 128 for attention),
  * -ENODEV (library built without CUDA), -EIO (a launch or cuBLAS call
- * failed), -ENOMEM (attention backward's small stream-ordered scratch).
+ * failed), -ENOMEM (attention backward's small stream-ordered scratch; in BF16S
+ * mode, a GEMM's bf16 scratch).
  *
  * Numerics: fp32 storage; matrix products by cuBLAS in the mode chosen by
  * bsipipe_cuda_set_gemm_mode (default FP32: cublasSgemm, no tensor-core
@@ -43,11 +44,20 @@ extern "C" {
  *  FP32 : cublasSgemm (CUBLAS_COMPUTE_32F), the reference-accuracy mode.
  *  TF32 : cublasGemmEx, CUBLAS_COMPUTE_32F_FAST_TF32 (tensor cores).
  *  BF16 : cublasGemmEx, CUBLAS_COMPUTE_32F_FAST_16BF (inputs rounded to bf16
- *         on the tensor cores, fp32 accumulation and fp32 storage). */
+ *         on the tensor cores, fp32 accumulation and fp32 storage).
+ *  BF16S: bf16 STORAGE of the matrix products' operands: before each GEMM both
+ *         operands (weights and activations) are converted to bf16 copies in
+ *         stream-ordered scratch (cudaMallocAsync on the handle's stream; the
+ *         weights are converted again at every GEMM, not cached), then
+ *         cublasGemmEx with CUDA_R_16BF A and B, fp32 C, CUBLAS_COMPUTE_32F
+ *         (fp32 accumulation). Master weights, gradients, stash, kv, attention
+ *         and every elementwise kernel stay fp32. A GEMM may also fail with
+ *         -ENOMEM (its scratch). Only run in the CPU emulation so far. */
 typedef enum {
     BSIPIPE_CUDA_GEMM_FP32 = 0,
     BSIPIPE_CUDA_GEMM_TF32 = 1,
-    BSIPIPE_CUDA_GEMM_BF16 = 2
+    BSIPIPE_CUDA_GEMM_BF16 = 2,
+    BSIPIPE_CUDA_GEMM_BF16S = 3
 } bsipipe_cuda_gemm_mode_t;
 int bsipipe_cuda_set_gemm_mode(bsipipe_cuda_gemm_mode_t mode); /* 0 or -EINVAL */
 bsipipe_cuda_gemm_mode_t bsipipe_cuda_get_gemm_mode(void);

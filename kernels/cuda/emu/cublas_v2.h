@@ -1,6 +1,8 @@
 /* kernels/cuda/emu/cublas_v2.h: the cuBLAS calls bsipipe uses, on the CPU (see
  * cuda_runtime_api.h). Column-major like cuBLAS; the FAST_16BF compute type rounds the
- * inputs to bf16 and the FAST_TF32 one to tf32 (10-bit mantissa), accumulating in float. */
+ * inputs to bf16 and the FAST_TF32 one to tf32 (10-bit mantissa), accumulating in float;
+ * cublasGemmEx also takes CUDA_R_16BF A and B (bf16 storage) with fp32 C and
+ * CUBLAS_COMPUTE_32F, accumulating in float. */
 #ifndef BSIPIPE_CUDA_EMU_CUBLAS_V2_H
 #define BSIPIPE_CUDA_EMU_CUBLAS_V2_H
 #include "cuda_runtime_api.h"
@@ -18,6 +20,7 @@ typedef enum { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
 cublasStatus_t cublasCreate(cublasHandle_t *h);
 cublasStatus_t cublasDestroy(cublasHandle_t h);
 cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s);
+cublasStatus_t cublasGetStream(cublasHandle_t h, cudaStream_t *s);
 cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
                            int n, int k, const float *alpha, const float *a, int lda,
                            const float *b, int ldb, const float *beta, float *c, int ldc);

@@ -2,6 +2,7 @@
  * cuBLAS GEMMs used by bsipipe (see cuda_runtime_api.h, cuda_emu_device.h). */
 #include "cuda_runtime.h"
 #include "cublas_v2.h"
+#include "cuda_bf16.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -233,19 +234,34 @@ cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s)
     h->s = s;
     return CUBLAS_STATUS_SUCCESS;
 }
+cublasStatus_t cublasGetStream(cublasHandle_t h, cudaStream_t *s)
+{
+    if (!h)
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    *s = h->s;
+    return CUBLAS_STATUS_SUCCESS;
+}
 
 static float round_bits(float x, int drop) /* round to nearest even, dropping `drop` mantissa bits */
 {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return x; /* NaN stays NaN (adding the rounding bias could carry it into a number) */
     u += ((1u << (drop - 1)) - 1) + ((u >> drop) & 1u);
     u &= ~((1u << drop) - 1);
     memcpy(&x, &u, sizeof x);
     return x;
 }
 
+extern "C++" { /* overloads and a template inside the extern "C" block */
+static inline float ld(const float *p, size_t i) { return p[i]; }
+static inline float ld(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
+
+
+template <typename T>
 static cublasStatus_t gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                           float alpha, const float *a, int lda, const float *b, int ldb,
+                           float alpha, const T *a, int lda, const T *b, int ldb,
                            float beta, float *c, int ldc, int drop)
 {
     if (m < 0 || n < 0 || k < 0 || lda < 1 || ldb < 1 || ldc < (m > 1 ? m : 1))
@@ -256,8 +272,8 @@ static cublasStatus_t gemm(cublasOperation_t ta, cublasOperation_t tb, int m, in
         for (int i = 0; i < m; i++) {
             float s = 0;
             for (int p = 0; p < k; p++) {
-                float x = ta == CUBLAS_OP_N ? a[i + (size_t)p * lda] : a[p + (size_t)i * lda];
-                float y = tb == CUBLAS_OP_N ? b[p + (size_t)j * ldb] : b[j + (size_t)p * ldb];
+                float x = ta == CUBLAS_OP_N ? ld(a, i + (size_t)p * lda) : ld(a, p + (size_t)i * lda);
+                float y = tb == CUBLAS_OP_N ? ld(b, p + (size_t)j * ldb) : ld(b, j + (size_t)p * ldb);
                 if (drop) {
                     x = round_bits(x, drop);
                     y = round_bits(y, drop);
@@ -269,6 +285,8 @@ static cublasStatus_t gemm(cublasOperation_t ta, cublasOperation_t tb, int m, in
         }
     return CUBLAS_STATUS_SUCCESS;
 }
+
+} /* extern "C++" */
 
 cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
                            int n, int k, const float *alpha, const float *a, int lda,
@@ -287,6 +305,10 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
 {
     if (!h)
         return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (at == CUDA_R_16BF && bt == CUDA_R_16BF && ct == CUDA_R_32F && comp == CUBLAS_COMPUTE_32F)
+        /* bf16 storage (BSIPIPE_CUDA_GEMM_BF16S): bf16 operands, fp32 accumulation and C */
+        return gemm(ta, tb, m, n, k, *(const float *)alpha, (const __nv_bfloat16 *)a, lda,
+                    (const __nv_bfloat16 *)b, ldb, *(const float *)beta, (float *)c, ldc, 0);
     if (at != CUDA_R_32F || bt != CUDA_R_32F || ct != CUDA_R_32F)
         return CUBLAS_STATUS_INVALID_VALUE; /* only what bsipipe_cuda_kernels.cu uses */
     int drop = comp == CUBLAS_COMPUTE_32F_FAST_16BF ? 16 : comp == CUBLAS_COMPUTE_32F_FAST_TF32 ? 13 : 0;
