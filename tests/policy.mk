@@ -14,4 +14,4 @@ tests_test_policy_wait_LDADD = libbsipipe.la $(STARPU_LIBS)
 tests_test_policy_configure_LDADD = libbsipipe.la $(STARPU_LIBS)
 tests_test_policy_unplanned_LDADD = libbsipipe.la $(STARPU_LIBS)
 noinst_HEADERS += tests/policy_util.h
-EXTRA_DIST += tests/test_policy_valgrind.sh tests/valgrind.supp
+EXTRA_DIST += tests/test_policy_valgrind.sh tests/valgrind.supp tests/valgrind_util.sh

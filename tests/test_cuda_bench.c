@@ -27,24 +27,7 @@ int main(void)
 
 #include <cuda_runtime_api.h>
 #include "kernels/cuda/bsipipe_cuda_kernels.h"
-
-#define CU(call)                                                                            \
-    do {                                                                                    \
-        cudaError_t e_ = (call);                                                            \
-        if (e_ != cudaSuccess) {                                                            \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                   \
-                    cudaGetErrorString(e_));                                                \
-            exit(99);                                                                       \
-        }                                                                                   \
-    } while (0)
-#define CHECK(call)                                                                         \
-    do {                                                                                    \
-        int rc_ = (call);                                                                   \
-        if (rc_) {                                                                          \
-            fprintf(stderr, "%s:%d: %s returned %d\n", __FILE__, __LINE__, #call, rc_);     \
-            exit(99);                                                                       \
-        }                                                                                   \
-    } while (0)
+#include "tests/cuda_check.h"
 
 static float *dalloc(size_t n)
 {
