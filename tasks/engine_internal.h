@@ -86,7 +86,7 @@ struct bsipipe_engine {
     struct engine_mpi *mpi;            /* NULL without MPI */
     long tasks_popped, tasks_ended;    /* MPI: a task is running while popped > ended (watchdog) */
     double act_bytes_local, sync_bytes_local; /* last iteration, inside this rank */
-    double *busy;                      /* per device, last iteration (all ranks') */
+    double *busy;                      /* per device, µs of F/B/W in the last iteration (all ranks') */
 };
 
 /* 1 when device d runs in this process. */
@@ -188,9 +188,10 @@ int engine_mpi_submit_op(struct bsipipe_engine *e, int d, int i, int dry_run);
 /* Per-chunk squared gradient norms, computed on the chunk's down replica
  * and sent to every rank, for the STEPs (which read e->mpi->h_sumsq). */
 int engine_mpi_submit_norms(struct bsipipe_engine *e);
-/* Around an iteration: registers its MPI buffers and starts the no-progress
- * watchdog; waits for every task and message of every rank, stops the
- * watchdog and agrees on the outcome (the first failure of any rank). */
+/* Around an iteration: sizes its message bookkeeping and arms the watchdog
+ * (the heartbeat thread runs for the engine's life); waits for every task
+ * and message of every rank, disarms it and agrees on the outcome (the most
+ * negative code of any rank). */
 void engine_mpi_iteration_begin(struct bsipipe_engine *e);
 int engine_mpi_iteration_end(struct bsipipe_engine *e, int rc);
 /* Sums a vector over the ranks, in place (entries of remote devices are 0

@@ -69,10 +69,10 @@ struct engine_mpi {
     starpu_data_handle_t *h_sumsq;
     /* Per iteration: */
     struct pending_recv *recv;           /* one per cross-rank message */
-    long n_recv, cap_recv;
+    long n_recv, cap;                    /* cap: entries of recv and of sent */
     struct sent_bytes *sent;
-    long n_sent, cap_sent;
-    double act_bytes[2], sync_bytes[2];  /* this rank's, last iteration */
+    long n_sent;
+    double act_sent, sync_sent;          /* this rank's bytes to other ranks, last iteration */
     long progress;                       /* completed receives */
     /* End of iteration: a barrier that knows who has not arrived. */
     MPI_Comm comm;                       /* a duplicate, for our own messages */
@@ -263,7 +263,7 @@ starpu_data_handle_t engine_mpi_sumsq(struct bsipipe_engine *e, int c)
 static struct pending_recv *add_recv(struct engine_mpi *m, int peer_rank, int device, int peer_device,
                                      const char *what)
 {
-    if (m->n_recv == m->cap_recv)
+    if (m->n_recv == m->cap)
         return NULL;
     struct pending_recv *r = &m->recv[m->n_recv++];
     *r = (struct pending_recv){.m = m, .peer_rank = peer_rank, .device = device, .peer_device = peer_device};
@@ -283,9 +283,9 @@ static void send_done(void *arg)
     struct sent_bytes *s = arg;
     pthread_mutex_lock(&s->m->lock);
     if (s->sync > 0)
-        s->m->sync_bytes[1] += s->bytes;
+        s->m->sync_sent += s->bytes;
     else if (s->sync == 0)
-        s->m->act_bytes[1] += s->bytes;
+        s->m->act_sent += s->bytes;
     pthread_mutex_unlock(&s->m->lock);
 }
 
@@ -297,7 +297,7 @@ static size_t handle_bytes(starpu_data_handle_t h)
 /* sync: 0 activation traffic, 1 gradient sync, -1 not plan traffic (norms). */
 static int post_send(struct engine_mpi *m, starpu_data_handle_t h, int dest, int kind, long index, int sync)
 {
-    if (m->n_sent == m->cap_sent)
+    if (m->n_sent == m->cap)
         return bsipipe_error_set(-ENOMEM, "engine: more cross-rank sends than counted");
     struct sent_bytes *s = &m->sent[m->n_sent++];
     *s = (struct sent_bytes){.m = m, .bytes = (double)handle_bytes(h), .sync = sync};
@@ -329,14 +329,14 @@ static int size_iteration(struct bsipipe_engine *e)
         n += 2L * n_ops;
     }
     n += (long)e->C * e->nranks;
-    if (n > m->cap_recv) {
+    if (n > m->cap) {
         free(m->recv);
         free(m->sent);
         m->recv = calloc((size_t)n, sizeof *m->recv);
         m->sent = calloc((size_t)n, sizeof *m->sent);
         if (!m->recv || !m->sent)
             return -ENOMEM;
-        m->cap_recv = m->cap_sent = n;
+        m->cap = n;
     }
     m->n_recv = m->n_sent = 0;
     return 0;
@@ -607,9 +607,9 @@ void engine_mpi_iteration_begin(struct bsipipe_engine *e)
     if (!m)
         return;
     m->iter++;
-    m->act_bytes[0] = m->act_bytes[1] = m->sync_bytes[0] = m->sync_bytes[1] = 0;
+    m->act_sent = m->sync_sent = 0;
     if (size_iteration(e) < 0)
-        m->cap_recv = m->cap_sent = 0; /* every post then fails with a clear error */
+        m->cap = 0; /* every post then fails with a clear error */
     pthread_mutex_lock(&m->lock);
     m->watching = 1;
     pthread_mutex_unlock(&m->lock);
@@ -705,8 +705,8 @@ void engine_mpi_local_traffic(struct bsipipe_engine *e, double act[2], double sy
     if (!m)
         return;
     pthread_mutex_lock(&m->lock);
-    act[1] += m->act_bytes[1];
-    sync[1] += m->sync_bytes[1];
+    act[1] += m->act_sent;
+    sync[1] += m->sync_sent;
     pthread_mutex_unlock(&m->lock);
 }
 

@@ -113,6 +113,22 @@ static float *zeros_dev(long n)
     return d;
 }
 
+/* Prints one table row (and its TSV line) and counts it: rows, failures, the
+ * worst error (a NaN error stays the worst). */
+static void report_row(const char *kernel, const char *cfg, const char *tensor, double err, double maxdiff, int ok)
+{
+    printf("%-22s %-14s %-12s %10.3e  %10.3e  %7.0e  %s\n", kernel, cfg, tensor, err, maxdiff, g_tol,
+           ok ? "ok" : "FAIL");
+    if (g_tsv)
+        fprintf(g_tsv, "%s\t%s\t%s\t%s\t%.3e\t%.0e\t%s\n", g_mode, kernel, cfg, tensor, err, g_tol,
+                ok ? "ok" : "FAIL");
+    g_rows++;
+    if (!ok)
+        g_fail++;
+    if (!(err <= g_worst))
+        g_worst = err;
+}
+
 /* One table row: normwise relative error of gpu (device) against ref (host). */
 static void cmp(const char *kernel, const char *cfg, const char *tensor, const float *ref,
                 const float *gpu_dev, long n)
@@ -137,17 +153,7 @@ static void cmp(const char *kernel, const char *cfg, const char *tensor, const f
             mr = fabs(b);
     }
     err = bad ? NAN : (mr > 0 ? md / mr : md);
-    int ok = !bad && err < g_tol;
-    printf("%-22s %-14s %-12s %10.3e  %10.3e  %7.0e  %s\n", kernel, cfg, tensor, err,
-           bad ? NAN : md, g_tol, ok ? "ok" : "FAIL");
-    if (g_tsv)
-        fprintf(g_tsv, "%s\t%s\t%s\t%s\t%.3e\t%.0e\t%s\n", g_mode, kernel, cfg, tensor, err,
-                g_tol, ok ? "ok" : "FAIL");
-    g_rows++;
-    if (!ok)
-        g_fail++;
-    if (!(err <= g_worst))
-        g_worst = err;
+    report_row(kernel, cfg, tensor, err, bad ? NAN : md, !bad && err < g_tol);
     free(g);
 }
 static void cmp_scalar(const char *kernel, const char *cfg, const char *tensor, double ref,
@@ -161,17 +167,7 @@ static void cmp_scalar(const char *kernel, const char *cfg, const char *tensor, 
     CU(cudaStreamSynchronize(g_s));
     CU(cudaMemcpy(&g, gpu_dev, sizeof g, cudaMemcpyDeviceToHost));
     err = (!isfinite(g) || !isfinite(ref)) ? NAN : fabs(g - ref) / (fabs(ref) > 0 ? fabs(ref) : 1);
-    int ok = isfinite(err) && err < g_tol;
-    printf("%-22s %-14s %-12s %10.3e  %10.3e  %7.0e  %s\n", kernel, cfg, tensor, err,
-           isfinite(err) ? fabs(g - ref) : NAN, g_tol, ok ? "ok" : "FAIL");
-    if (g_tsv)
-        fprintf(g_tsv, "%s\t%s\t%s\t%s\t%.3e\t%.0e\t%s\n", g_mode, kernel, cfg, tensor, err,
-                g_tol, ok ? "ok" : "FAIL");
-    g_rows++;
-    if (!ok)
-        g_fail++;
-    if (!(err <= g_worst))
-        g_worst = err;
+    report_row(kernel, cfg, tensor, err, isfinite(err) ? fabs(g - ref) : NAN, isfinite(err) && err < g_tol);
 }
 
 /* ------------------------------------------------------------ one config */

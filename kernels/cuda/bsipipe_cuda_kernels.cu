@@ -739,7 +739,9 @@ __global__ void k_adamw(long n, float *p, const float *g, float gm, int use_gm, 
 struct lp { const float *n1w, *n1b, *wqkv, *wo, *n2w, *n2b, *w1, *w2; };
 struct lg { float *n1w, *n1b, *wqkv, *wo, *n2w, *n2b, *w1, *w2; };
 
-static void layer_ptrs(const bsipipe_layer_off *o, const float *b, lp *p)
+/* A layer's tensors inside its parameter (F = const float) or gradient
+ * (F = float) block; the norm biases are NULL in LLaMA. */
+template <typename F, typename P> static void layer_tensors(const bsipipe_layer_off *o, F *b, P *p)
 {
     p->n1w = b + o->n1w;
     p->n1b = o->n1b >= 0 ? b + o->n1b : NULL;
@@ -751,17 +753,8 @@ static void layer_ptrs(const bsipipe_layer_off *o, const float *b, lp *p)
     p->w2 = b + o->w2;
 }
 
-static void layer_gptrs(const bsipipe_layer_off *o, float *b, lg *g)
-{
-    g->n1w = b + o->n1w;
-    g->n1b = o->n1b >= 0 ? b + o->n1b : NULL;
-    g->wqkv = b + o->wqkv;
-    g->wo = b + o->wo;
-    g->n2w = b + o->n2w;
-    g->n2b = o->n2b >= 0 ? b + o->n2b : NULL;
-    g->w1 = b + o->w1;
-    g->w2 = b + o->w2;
-}
+static void layer_ptrs(const bsipipe_layer_off *o, const float *b, lp *p) { layer_tensors(o, b, p); }
+static void layer_gptrs(const bsipipe_layer_off *o, float *b, lg *g) { layer_tensors(o, b, g); }
 
 struct wst_off { long dy, dx2, dqkv, da1, total; };
 static void wst_layout(const bsipipe_model_dims_t *dm, int len, wst_off *o)
