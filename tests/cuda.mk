@@ -22,6 +22,7 @@ endif
 EXTRA_DIST += tests/test_cuda_emu.sh \
 	kernels/cuda/emu/cuda_runtime_api.h kernels/cuda/emu/cuda_runtime.h \
 	kernels/cuda/emu/cublas_v2.h kernels/cuda/emu/cuda_emu_device.h kernels/cuda/emu/cuda_bf16.h \
+	kernels/cuda/emu/mma.h \
 	kernels/cuda/emu/cuda_emu.cc kernels/cuda/emu/probe_emu.c kernels/cuda/emu/bf16_selftest.cc \
 	kernels/cuda/devcheck/cblas.h kernels/cuda/devcheck/cblas_naive.c
 EXTRA_DIST += scripts/device-bundle.sh

@@ -24,6 +24,8 @@ warn="-Wall -Wextra -Werror"
 cflags="-O2 $warn -I$emu -I$top/kernels/cuda/devcheck -I$top"
 echo "building the CUDA kernels for the CPU emulation in $tmp"
 $CXX -std=c++17 $cflags -x c++ -c "$top/kernels/cuda/bsipipe_cuda_kernels.cu" -o "$tmp/cuda_kernels.o" &
+$CXX -std=c++17 $cflags -x c++ -c "$top/kernels/cuda/bsipipe_cuda_attention_tc.cu" \
+    -o "$tmp/cuda_attention_tc.o" &
 $CXX -std=c++17 $cflags -c "$emu/cuda_emu.cc" -o "$tmp/cuda_emu.o" &
 for f in kernels/cpu/model_dims.c kernels/cpu/config.c kernels/cpu/kernels_f32.c \
          kernels/cpu/kernels_f64.c kernels/cuda/devcheck/cblas_naive.c \
@@ -32,7 +34,7 @@ for f in kernels/cpu/model_dims.c kernels/cpu/config.c kernels/cpu/kernels_f32.c
 done
 $CC -std=gnu11 $cflags -DBSIPIPE_HAVE_CUDA=1 -c "$top/tests/test_cuda_kernels.c" -o "$tmp/test.o"
 wait
-for o in cuda_kernels cuda_emu; do
+for o in cuda_kernels cuda_attention_tc cuda_emu; do
     [ -s "$tmp/$o.o" ] || { echo "FAIL: compiling $o for the emulation"; exit 1; }
 done
 $CXX -o "$tmp/test_cuda_kernels_emu" "$tmp"/*.o -lm -lpthread -ldl

@@ -438,6 +438,7 @@ static void run_mode(bsipipe_cuda_gemm_mode_t mode)
     run_attention(3, 40, 45, 77);
     run_attention(2, 128, 33, 64);
     run_attention(2, 64, 100, 1);
+    run_attention(2, 24, 130, 150); /* several query and key tiles; whole tiles masked */
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++)
         run_cfg(&cfgs[i]);
     for (size_t i = 0; g_large && i < sizeof large / sizeof large[0]; i++)

@@ -8,42 +8,18 @@ extern "C" {
 #include "kernels/cpu/internal.h"
 }
 
+#include "kernels/cuda/bsipipe_cuda_internal.h"
+#include "kernels/cuda/bsipipe_cuda_attention_tc.h"
+
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
 
-#define IX(i, j, ld) ((size_t)(i) * (size_t)(ld) + (size_t)(j))
-
-/* Launches and dynamic shared memory through macros, so that this file also builds as C++
- * against the CPU emulation in kernels/cuda/emu/ (tests/test_cuda_emu.sh), which defines
- * them itself. */
-#ifndef BSIPIPE_CUDA_EMU
-#define BSIPIPE_DYN_SHARED(T, name) extern __shared__ T name[]
-#define BSIPIPE_LAUNCH(k, g, b, sm, s, ...) k<<<(g), (b), (sm), (s)>>>(__VA_ARGS__)
-#endif
-
 namespace {
 
-/* ------------------------------------------------------------ error plumbing */
-
-#define CU_TRY(x)                                                                           \
-    do {                                                                                    \
-        if ((x) != cudaSuccess)                                                             \
-            return -EIO;                                                                    \
-    } while (0)
-#define RC_TRY(x)                                                                           \
-    do {                                                                                    \
-        int rc_ = (x);                                                                      \
-        if (rc_)                                                                            \
-            return rc_;                                                                     \
-    } while (0)
-
-static inline int launched(void)
-{
-    return cudaPeekAtLastError() == cudaSuccess ? 0 : -EIO;
-}
+static inline int launched(void) { return bsipipe_cuda_launched(); }
 
 static inline unsigned nblocks(size_t n, int nt)
 {
@@ -618,10 +594,14 @@ static size_t att_bwd_smem(int hd) { return sizeof(float) * (4 * AT_B * (hd + 1)
 
 template <typename K> static int allow_smem(K kern, size_t bytes)
 {
-    if (bytes <= 48 * 1024)
-        return 0;
-    CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    return 0;
+    return bsipipe_cuda_allow_smem(kern, bytes);
+}
+
+/* bf16 products (BF16, BF16S): attention's products too, on the tensor cores
+ * (bsipipe_cuda_attention_tc.cu); FP32 and TF32 keep the fp32 kernels above. */
+static bool attention_on_tensor_cores(void)
+{
+    return g_mode == BSIPIPE_CUDA_GEMM_BF16 || g_mode == BSIPIPE_CUDA_GEMM_BF16S;
 }
 
 static int att_check(int n_heads, int head_dim, int start, int len, const void *q, int ldq,
@@ -1041,11 +1021,15 @@ extern "C" int bsipipe_cuda_attention_forward(int n_heads, int head_dim, int sta
     int rc = att_check(n_heads, head_dim, start, len, q, ldq, k, v, ldk, o, ldo);
     if (rc || !lse)
         return rc ? rc : -EINVAL;
+    float scale = (float)(1.0 / sqrt((double)head_dim));
+    if (attention_on_tensor_cores())
+        return bsipipe_cuda_attention_tc_forward(n_heads, head_dim, start, len, q, ldq, k, v,
+                                                 ldk, o, ldo, lse, scale, s);
     size_t sm = att_fwd_smem(head_dim);
     RC_TRY(allow_smem(k_att_fwd, sm));
     dim3 grid((unsigned)((len + AT_B - 1) / AT_B), (unsigned)n_heads);
     BSIPIPE_LAUNCH(k_att_fwd, grid, AT_NT, sm, s, head_dim, start, len, q, ldq, k, v, ldk, o, ldo, lse,
-                                      (float)(1.0 / sqrt((double)head_dim)));
+                   scale);
     return launched();
 }
 
@@ -1069,6 +1053,13 @@ extern "C" int bsipipe_cuda_attention_backward(int n_heads, int head_dim, int st
     size_t sm = att_bwd_smem(head_dim);
     BSIPIPE_LAUNCH(k_att_dvec, nblocks(nd, 256), 256, 0, s, n_heads, head_dim, len, o, do_, ldo, dvec);
     rc = launched();
+    if (!rc && attention_on_tensor_cores()) {
+        rc = bsipipe_cuda_attention_tc_backward(n_heads, head_dim, start, len, q, ldq, k, v, ldk,
+                                                do_, ldo, lse, dvec, dq, lddq, dk, dv, scale, s);
+        if (cudaFreeAsync(dvec, s) != cudaSuccess && !rc)
+            rc = -EIO;
+        return rc;
+    }
     if (!rc)
         rc = allow_smem(k_att_bwd_dkdv, sm);
     if (!rc)

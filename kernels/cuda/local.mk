@@ -4,10 +4,14 @@
 # libbsipipe links without CUDA.
 nobase_pkginclude_HEADERS += kernels/cuda/bsipipe_cuda_probe.h kernels/cuda/bsipipe_cuda_kernels.h \
 	kernels/cuda/bsipipe_cuda_ops.h
+# internal: shared by the .cu files (and the CPU emulation build of tests/test_cuda_emu.sh)
+noinst_HEADERS += kernels/cuda/bsipipe_cuda_internal.h kernels/cuda/bsipipe_cuda_attention_tc.h
 if HAVE_CUDA
 # fp32 CUDA twins of the CPU kernels (docs/cuda.md). They have no CPU stub: their header
 # needs the CUDA headers, so callers use them only under BSIPIPE_HAVE_CUDA.
 libbsipipe_la_SOURCES += kernels/cuda/bsipipe_cuda_probe.cu kernels/cuda/bsipipe_cuda_kernels.cu
+# attention on the tensor cores (wmma, bf16) for the bf16 product modes
+libbsipipe_la_SOURCES += kernels/cuda/bsipipe_cuda_attention_tc.cu
 # small device operations of the CUDA codelets (clear, add, copy, SYNC sum, scratch)
 libbsipipe_la_SOURCES += kernels/cuda/bsipipe_cuda_ops.cu
 else
@@ -16,7 +20,10 @@ endif
 # nvcc runs without automake's dependency tracking: list the headers each .cu includes.
 kernels/cuda/bsipipe_cuda_probe.lo: kernels/cuda/bsipipe_cuda_probe.h
 kernels/cuda/bsipipe_cuda_kernels.lo: kernels/cuda/bsipipe_cuda_kernels.h kernels/bsipipe_kernels.h \
-	kernels/bsipipe_kernels_decl.h kernels/bsipipe_model.h kernels/cpu/internal.h
+	kernels/bsipipe_kernels_decl.h kernels/bsipipe_model.h kernels/cpu/internal.h \
+	kernels/cuda/bsipipe_cuda_internal.h kernels/cuda/bsipipe_cuda_attention_tc.h
+kernels/cuda/bsipipe_cuda_attention_tc.lo: kernels/cuda/bsipipe_cuda_attention_tc.h \
+	kernels/cuda/bsipipe_cuda_internal.h
 kernels/cuda/bsipipe_cuda_ops.lo: kernels/cuda/bsipipe_cuda_ops.h graph/bsipipe_error.h
 
 check_PROGRAMS += tests/test_cuda_probe

@@ -39,7 +39,9 @@ const dim3 &tid() { return g_fib[g_cur].tid; }
 const dim3 &bid() { return g_bid; }
 const dim3 &bdim() { return g_bdim; }
 const dim3 &gdim() { return g_gdim; }
-void *dyn_smem() { return g_smem.data(); }
+/* 128-byte aligned, as an `extern __shared__ __align__(128)` array is on the GPU (wmma needs
+ * 32-byte aligned tiles) */
+void *dyn_smem() { return (void *)(((uintptr_t)g_smem.data() + 127) & ~(uintptr_t)127); }
 
 static void wait_yield()
 {
@@ -110,7 +112,7 @@ void launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> &bod
         for (unsigned by = 0; by < grid.y; by++)
             for (unsigned bx = 0; bx < grid.x; bx++) {
                 g_bid = dim3(bx, by, bz);
-                g_smem.assign(smem ? smem : 1, 0xff); /* NaN bytes: unwritten shared data shows */
+                g_smem.assign(smem + 128, 0xff); /* NaN bytes: unwritten shared data shows */
                 g_bcount = g_bgen = 0;
                 g_idle = 0;
                 for (int i = 0; i < g_nthr; i++) {

@@ -17,6 +17,7 @@ using std::min;
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __launch_bounds__(...)
 #define __shared__ static
 
 struct dim3 {
@@ -61,6 +62,7 @@ static inline double atomicAdd(double *p, double v)
 }
 
 #define BSIPIPE_DYN_SHARED(T, name) T *name = (T *)bsipipe_emu::dyn_smem()
+#define BSIPIPE_DYN_SHARED_ALIGNED(name) unsigned char *name = (unsigned char *)bsipipe_emu::dyn_smem()
 #define BSIPIPE_LAUNCH(k, g, b, sm, s, ...)                                                  \
     ((void)(s), bsipipe_emu::launch((g), (b), (sm), [&]() { k(__VA_ARGS__); }))
 #endif

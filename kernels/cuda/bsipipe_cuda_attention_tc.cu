@@ -1,0 +1,397 @@
+/* kernels/cuda/bsipipe_cuda_attention_tc.cu: causal attention over the KV prefix on the
+ * tensor cores (see bsipipe_cuda_attention_tc.h).
+ *
+ * Same algorithm as the fp32 kernels of bsipipe_cuda_kernels.cu (online softmax forward;
+ * backward recomputes P from the saved log-sum-exp, one kernel for dK/dV per key tile and
+ * one for dQ per query tile), with the products on wmma 16x16x16 bf16 fragments:
+ *   forward  S = Q K^T, O += P V                 (O rescaled in shared memory)
+ *   dK/dV    S^T = K Q^T, dP^T = V dO^T, dV += P^T dO, dK += dS^T Q   (fragments in registers)
+ *   dQ       S = Q K^T,  dP = dO V^T,  dQ += dS K                     (fragments in registers)
+ * Block: TC_NW warps x TC_W rows = a TC_B-row tile of queries (keys for dK/dV); the other
+ * side streams through shared memory in TC_B-row tiles. head_dim is padded with zeros to
+ * hdp, a multiple of 16 (<= 128). Only wmma's documented interface is used (no fragment
+ * element layout), so the kernels also build against the CPU emulation (emu/mma.h). */
+#include "kernels/cuda/bsipipe_cuda_attention_tc.h"
+#include "kernels/cuda/bsipipe_cuda_internal.h"
+
+#include <cuda_bf16.h>
+#include <math.h>
+#include <mma.h>
+
+namespace {
+
+using namespace nvcuda;
+typedef __nv_bfloat16 bf16;
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_acc;
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> frag_a;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> frag_b;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> frag_bt;
+
+#define TC_W 16                   /* rows per warp (one fragment high) */
+#define TC_NW 4                   /* warps per block */
+#define TC_NT (32 * TC_NW)        /* threads per block */
+#define TC_B (TC_W * TC_NW)       /* rows of a block tile = columns of a score tile */
+#define TC_LDS (TC_B + 4)         /* fp32 score rows (a multiple of 4 for wmma) */
+#define TC_LDP (TC_B + 8)         /* bf16 P / dS rows (a multiple of 8 for wmma) */
+#define TC_MAXHD 128
+
+static inline __host__ __device__ size_t al128(size_t b) { return (b + 127) & ~(size_t)127; }
+
+/* Shared memory: four bf16 [TC_B][hdp + 8] tiles, then per warp two fp32 score tiles
+ * [TC_W][TC_LDS] (S and dP; also the staging of [TC_W][hdp + 4] accumulators), two bf16
+ * [TC_W][TC_LDP] tiles (P and dS) and, forward only, the fp32 output [TC_W][hdp + 4] and its
+ * row statistics; backward: lse and D of the TC_B rows of the query tile. Every region starts
+ * at a multiple of 128 bytes. */
+struct tc_layout {
+    size_t tile, s, p, o, stats, warp, rows, total;
+};
+
+static inline __host__ __device__ tc_layout tc_layout_of(int hdp, bool fwd)
+{
+    tc_layout L;
+    L.tile = al128(sizeof(bf16) * TC_B * (size_t)(hdp + 8));
+    L.s = al128(sizeof(float) * TC_W * TC_LDS * 2);
+    L.p = al128(sizeof(bf16) * TC_W * TC_LDP * 2);
+    L.o = fwd ? al128(sizeof(float) * TC_W * (size_t)(hdp + 4)) : 0;
+    L.stats = fwd ? al128(sizeof(float) * 3 * TC_W) : 0;
+    L.warp = L.s + L.p + L.o + L.stats;
+    L.rows = fwd ? 0 : al128(sizeof(float) * 2 * TC_B);
+    L.total = 4 * L.tile + TC_NW * L.warp + L.rows;
+    return L;
+}
+
+/* rows [row0, row0 + nrows) of the head's columns [col0, col0 + hd) -> bf16 tile, zeros
+ * beyond (rows >= nrows, columns >= hd): padded products add nothing */
+__device__ inline void tc_load(bf16 *dst, int hdp, const float *src, int ld, int col0, int row0,
+                               int nrows, int hd)
+{
+    const int ldb = hdp + 8;
+    for (int e = threadIdx.x; e < TC_B * hdp; e += TC_NT) {
+        int r = e / hdp, c = e % hdp;
+        float x = r < nrows && c < hd ? src[IX(row0 + r, col0 + c, ld)] : 0.0f;
+        dst[r * ldb + c] = __float2bfloat16_rn(x);
+    }
+}
+
+/* out[TC_W][TC_B] (fp32, ld TC_LDS) = A[TC_W rows of a][0, hdp) B[TC_B rows of b][0, hdp)^T */
+__device__ inline void tc_scores(float *out, const bf16 *a, const bf16 *b, int hdp)
+{
+    const int ldb = hdp + 8;
+    for (int n = 0; n < TC_B / 16; n++) {
+        frag_acc acc;
+        wmma::fill_fragment(acc, 0.0f);
+        for (int kk = 0; kk < hdp / 16; kk++) {
+            frag_a fa;
+            frag_bt fb;
+            wmma::load_matrix_sync(fa, a + kk * 16, ldb);
+            wmma::load_matrix_sync(fb, b + (size_t)n * 16 * ldb + kk * 16, ldb);
+            wmma::mma_sync(acc, fa, fb, acc);
+        }
+        wmma::store_matrix_sync(out + n * 16, acc, TC_LDS, wmma::mem_row_major);
+    }
+}
+
+/* acc[f] += P[TC_W][TC_B] (bf16, ld TC_LDP) X[TC_B][16 f .. 16 f + 16) (bf16 tile) */
+template <int NF>
+__device__ inline void tc_accumulate(frag_acc (&acc)[NF], const bf16 *p, const bf16 *x)
+{
+    const int ldb = NF * 16 + 8;
+    BSIPIPE_UNROLL
+    for (int f = 0; f < NF; f++)
+        for (int kk = 0; kk < TC_B / 16; kk++) {
+            frag_a fa;
+            frag_b fb;
+            wmma::load_matrix_sync(fa, p + kk * 16, TC_LDP);
+            wmma::load_matrix_sync(fb, x + (size_t)kk * 16 * ldb + f * 16, ldb);
+            wmma::mma_sync(acc[f], fa, fb, acc[f]);
+        }
+}
+
+/* dst[rows < nrows, columns < hd] (+)= the warp's accumulators, staged through stage */
+template <int NF>
+__device__ inline void tc_write(float *dst, int ld, int nrows, int hd, bool add,
+                                const frag_acc (&acc)[NF], float *stage)
+{
+    const int lds = NF * 16 + 4, lane = threadIdx.x & 31;
+    BSIPIPE_UNROLL
+    for (int f = 0; f < NF; f++)
+        wmma::store_matrix_sync(stage + f * 16, acc[f], lds, wmma::mem_row_major);
+    __syncwarp();
+    for (int e = lane; e < TC_W * hd; e += 32) {
+        int r = e / hd, c = e % hd;
+        if (r < nrows) {
+            float x = stage[r * lds + c];
+            dst[IX(r, c, ld)] = add ? dst[IX(r, c, ld)] + x : x;
+        }
+    }
+    __syncwarp();
+}
+
+/* Forward: grid (query tiles, heads). */
+__global__ void __launch_bounds__(TC_NT)
+k_tc_att_fwd(int hd, int hdp, int start, int len, const float *q, int ldq, const float *k,
+             const float *v, int ldk, float *o, int ldo, float *lse, float scale)
+{
+    BSIPIPE_DYN_SHARED_ALIGNED(tsm);
+    const tc_layout L = tc_layout_of(hdp, true);
+    const int ldb = hdp + 8, lda = hdp + 4, t = threadIdx.x, lane = t & 31, w = t >> 5;
+    const int h = blockIdx.y, i0 = blockIdx.x * TC_B, qr0 = w * TC_W;
+    const int nq = min(TC_B, len - i0), kend = start + i0 + nq;
+    bf16 *Qs = (bf16 *)tsm, *Ks = (bf16 *)(tsm + L.tile), *Vs = (bf16 *)(tsm + 2 * L.tile);
+    unsigned char *wb = tsm + 4 * L.tile + w * L.warp;
+    float *Sw = (float *)wb, *Ow = (float *)(wb + L.s + L.p);
+    bf16 *Pw = (bf16 *)(wb + L.s);
+    float *alpha = (float *)(wb + L.s + L.p + L.o), *mrow = alpha + TC_W, *lrow = mrow + TC_W;
+    const bool active = qr0 < nq;
+
+    tc_load(Qs, hdp, q, ldq, h * hd, i0, nq, hd);
+    for (int e = lane; e < TC_W * lda; e += 32)
+        Ow[e] = 0.0f;
+    if (lane < TC_W) {
+        mrow[lane] = -INFINITY;
+        lrow[lane] = 0.0f;
+    }
+    for (int j0 = 0; j0 < kend; j0 += TC_B) {
+        const int nk = min(TC_B, kend - j0);
+        __syncthreads(); /* the previous tile is no longer read */
+        tc_load(Ks, hdp, k, ldk, h * hd, j0, nk, hd);
+        tc_load(Vs, hdp, v, ldk, h * hd, j0, nk, hd);
+        __syncthreads();
+        if (!active || start + i0 + qr0 + TC_W - 1 < j0)
+            continue; /* the warp's rows see none of this tile (causal) */
+        tc_scores(Sw, Qs + qr0 * ldb, Ks, hdp);
+        __syncwarp();
+        /* online softmax of the warp's rows, two columns per lane */
+        for (int r = 0; r < TC_W; r++) {
+            const int qi = qr0 + r, pos = start + i0 + qi;
+            const int c0 = lane, c1 = lane + 32;
+            const float s0 = Sw[r * TC_LDS + c0] * scale, s1 = Sw[r * TC_LDS + c1] * scale;
+            const bool v0 = qi < nq && c0 < nk && j0 + c0 <= pos;
+            const bool v1 = qi < nq && c1 < nk && j0 + c1 <= pos;
+            float mx = fmaxf(v0 ? s0 : -INFINITY, v1 ? s1 : -INFINITY);
+            for (int of = 16; of > 0; of >>= 1)
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, of));
+            const float mold = mrow[r], mnew = fmaxf(mold, mx);
+            const float p0 = v0 ? expf(s0 - mnew) : 0.0f, p1 = v1 ? expf(s1 - mnew) : 0.0f;
+            float sum = p0 + p1;
+            for (int of = 16; of > 0; of >>= 1)
+                sum += __shfl_xor_sync(0xffffffffu, sum, of);
+            Pw[r * TC_LDP + c0] = __float2bfloat16_rn(p0);
+            Pw[r * TC_LDP + c1] = __float2bfloat16_rn(p1);
+            __syncwarp(); /* every lane has read mrow[r] */
+            if (lane == 0) {
+                const float al = mnew == -INFINITY ? 1.0f : expf(mold - mnew);
+                alpha[r] = al;
+                lrow[r] = lrow[r] * al + sum;
+                mrow[r] = mnew;
+            }
+        }
+        __syncwarp();
+        for (int e = lane; e < TC_W * hdp; e += 32)
+            Ow[(e / hdp) * lda + e % hdp] *= alpha[e / hdp];
+        __syncwarp();
+        for (int f = 0; f < hdp / 16; f++) {
+            frag_acc acc;
+            wmma::load_matrix_sync(acc, Ow + f * 16, lda, wmma::mem_row_major);
+            for (int kk = 0; kk < TC_B / 16; kk++) {
+                frag_a fa;
+                frag_b fb;
+                wmma::load_matrix_sync(fa, Pw + kk * 16, TC_LDP);
+                wmma::load_matrix_sync(fb, Vs + (size_t)kk * 16 * ldb + f * 16, ldb);
+                wmma::mma_sync(acc, fa, fb, acc);
+            }
+            wmma::store_matrix_sync(Ow + f * 16, acc, lda, wmma::mem_row_major);
+        }
+        __syncwarp();
+    }
+    if (!active)
+        return;
+    __syncwarp();
+    for (int e = lane; e < TC_W * hd; e += 32) {
+        const int r = e / hd, c = e % hd;
+        if (qr0 + r < nq)
+            o[IX(i0 + qr0 + r, h * hd + c, ldo)] = Ow[r * lda + c] / lrow[r];
+    }
+    if (lane < TC_W && qr0 + lane < nq)
+        lse[IX(h, i0 + qr0 + lane, len)] = mrow[lane] + logf(lrow[lane]);
+}
+
+/* dK, dV (+=) of one key tile of one head, over the piece's query tiles that see it. */
+template <int NF>
+__global__ void __launch_bounds__(TC_NT)
+k_tc_att_dkdv(int hd, int start, int len, const float *q, int ldq, const float *k,
+              const float *v, int ldk, const float *do_, int ldo, const float *lse,
+              const float *dvec, float *dk, float *dv, float scale)
+{
+    BSIPIPE_DYN_SHARED_ALIGNED(tsm);
+    const int hdp = NF * 16, ldb = hdp + 8;
+    const tc_layout L = tc_layout_of(hdp, false);
+    const int t = threadIdx.x, lane = t & 31, w = t >> 5, h = blockIdx.y;
+    const int j0 = blockIdx.x * TC_B, kr0 = w * TC_W, nk = min(TC_B, start + len - j0);
+    bf16 *Ks = (bf16 *)tsm, *Vs = (bf16 *)(tsm + L.tile), *Qs = (bf16 *)(tsm + 2 * L.tile);
+    bf16 *dOs = (bf16 *)(tsm + 3 * L.tile);
+    unsigned char *wb = tsm + 4 * L.tile + w * L.warp;
+    float *St = (float *)wb, *dPt = St + TC_W * TC_LDS;
+    bf16 *Pt = (bf16 *)(wb + L.s), *dSt = Pt + TC_W * TC_LDP;
+    float *lse_s = (float *)(tsm + 4 * L.tile + TC_NW * L.warp), *d_s = lse_s + TC_B;
+    const bool active = kr0 < nk;
+    frag_acc adk[NF], adv[NF];
+    BSIPIPE_UNROLL
+    for (int f = 0; f < NF; f++) {
+        wmma::fill_fragment(adk[f], 0.0f);
+        wmma::fill_fragment(adv[f], 0.0f);
+    }
+    tc_load(Ks, hdp, k, ldk, h * hd, j0, nk, hd);
+    tc_load(Vs, hdp, v, ldk, h * hd, j0, nk, hd);
+    const int first = j0 > start ? ((j0 - start) / TC_B) * TC_B : 0;
+    for (int i0 = first; i0 < len; i0 += TC_B) {
+        const int nq = min(TC_B, len - i0);
+        __syncthreads(); /* the previous query tile is no longer read */
+        tc_load(Qs, hdp, q, ldq, h * hd, i0, nq, hd);
+        tc_load(dOs, hdp, do_, ldo, h * hd, i0, nq, hd);
+        if (t < TC_B) {
+            lse_s[t] = t < nq ? lse[IX(h, i0 + t, len)] : 0.0f;
+            d_s[t] = t < nq ? dvec[IX(h, i0 + t, len)] : 0.0f;
+        }
+        __syncthreads();
+        if (!active || j0 + kr0 > start + i0 + nq - 1)
+            continue; /* every query of the tile precedes the warp's keys */
+        tc_scores(St, Ks + kr0 * ldb, Qs, hdp);
+        tc_scores(dPt, Vs + kr0 * ldb, dOs, hdp);
+        __syncwarp();
+        for (int e = lane; e < TC_W * TC_B; e += 32) {
+            const int r = e / TC_B, c = e % TC_B; /* key kr0 + r, query c */
+            const bool vis = kr0 + r < nk && c < nq && j0 + kr0 + r <= start + i0 + c;
+            const float p = vis ? expf(St[r * TC_LDS + c] * scale - lse_s[c]) : 0.0f;
+            Pt[r * TC_LDP + c] = __float2bfloat16_rn(p);
+            dSt[r * TC_LDP + c] = __float2bfloat16_rn(p * (dPt[r * TC_LDS + c] - d_s[c]) * scale);
+        }
+        __syncwarp();
+        tc_accumulate<NF>(adv, Pt, dOs);
+        tc_accumulate<NF>(adk, dSt, Qs);
+    }
+    if (!active)
+        return;
+    __syncwarp();
+    tc_write<NF>(dv + IX(j0 + kr0, h * hd, ldk), ldk, nk - kr0, hd, true, adv, St);
+    tc_write<NF>(dk + IX(j0 + kr0, h * hd, ldk), ldk, nk - kr0, hd, true, adk, St);
+}
+
+/* dQ (overwritten) of one query tile of one head. */
+template <int NF>
+__global__ void __launch_bounds__(TC_NT)
+k_tc_att_dq(int hd, int start, int len, const float *q, int ldq, const float *k,
+            const float *v, int ldk, const float *do_, int ldo, const float *lse,
+            const float *dvec, float *dq, int lddq, float scale)
+{
+    BSIPIPE_DYN_SHARED_ALIGNED(tsm);
+    const int hdp = NF * 16, ldb = hdp + 8;
+    const tc_layout L = tc_layout_of(hdp, false);
+    const int t = threadIdx.x, lane = t & 31, w = t >> 5, h = blockIdx.y;
+    const int i0 = blockIdx.x * TC_B, qr0 = w * TC_W, nq = min(TC_B, len - i0);
+    const int kend = start + i0 + nq;
+    bf16 *Qs = (bf16 *)tsm, *dOs = (bf16 *)(tsm + L.tile), *Ks = (bf16 *)(tsm + 2 * L.tile);
+    bf16 *Vs = (bf16 *)(tsm + 3 * L.tile);
+    unsigned char *wb = tsm + 4 * L.tile + w * L.warp;
+    float *S = (float *)wb, *dP = S + TC_W * TC_LDS;
+    bf16 *dS = (bf16 *)(wb + L.s);
+    float *lse_s = (float *)(tsm + 4 * L.tile + TC_NW * L.warp), *d_s = lse_s + TC_B;
+    const bool active = qr0 < nq;
+    frag_acc adq[NF];
+    BSIPIPE_UNROLL
+    for (int f = 0; f < NF; f++)
+        wmma::fill_fragment(adq[f], 0.0f);
+    tc_load(Qs, hdp, q, ldq, h * hd, i0, nq, hd);
+    tc_load(dOs, hdp, do_, ldo, h * hd, i0, nq, hd);
+    if (t < TC_B) {
+        lse_s[t] = t < nq ? lse[IX(h, i0 + t, len)] : 0.0f;
+        d_s[t] = t < nq ? dvec[IX(h, i0 + t, len)] : 0.0f;
+    }
+    for (int j0 = 0; j0 < kend; j0 += TC_B) {
+        const int nk = min(TC_B, kend - j0);
+        __syncthreads(); /* the previous key tile is no longer read */
+        tc_load(Ks, hdp, k, ldk, h * hd, j0, nk, hd);
+        tc_load(Vs, hdp, v, ldk, h * hd, j0, nk, hd);
+        __syncthreads();
+        if (!active || start + i0 + qr0 + TC_W - 1 < j0)
+            continue;
+        tc_scores(S, Qs + qr0 * ldb, Ks, hdp);
+        tc_scores(dP, dOs + qr0 * ldb, Vs, hdp);
+        __syncwarp();
+        for (int e = lane; e < TC_W * TC_B; e += 32) {
+            const int r = e / TC_B, c = e % TC_B, qi = qr0 + r; /* query qi, key j0 + c */
+            const bool vis = qi < nq && c < nk && j0 + c <= start + i0 + qi;
+            const float p = vis ? expf(S[r * TC_LDS + c] * scale - lse_s[qi]) : 0.0f;
+            dS[r * TC_LDP + c] = __float2bfloat16_rn(p * (dP[r * TC_LDS + c] - d_s[qi]) * scale);
+        }
+        __syncwarp();
+        tc_accumulate<NF>(adq, dS, Ks);
+    }
+    if (!active)
+        return;
+    __syncwarp();
+    tc_write<NF>(dq + IX(i0 + qr0, h * hd, lddq), lddq, nq - qr0, hd, false, adq, S);
+}
+
+template <int NF>
+static int tc_backward(int n_heads, int hd, int start, int len, const float *q, int ldq,
+                       const float *k, const float *v, int ldk, const float *do_, int ldo,
+                       const float *lse, const float *dvec, float *dq, int lddq, float *dk,
+                       float *dv, float scale, cudaStream_t s)
+{
+    const size_t sm = tc_layout_of(NF * 16, false).total;
+    RC_TRY(bsipipe_cuda_allow_smem(k_tc_att_dkdv<NF>, sm));
+    RC_TRY(bsipipe_cuda_allow_smem(k_tc_att_dq<NF>, sm));
+    dim3 gk((unsigned)((start + len + TC_B - 1) / TC_B), (unsigned)n_heads);
+    BSIPIPE_LAUNCH(k_tc_att_dkdv<NF>, gk, TC_NT, sm, s, hd, start, len, q, ldq, k, v, ldk, do_,
+                   ldo, lse, dvec, dk, dv, scale);
+    RC_TRY(bsipipe_cuda_launched());
+    dim3 gq((unsigned)((len + TC_B - 1) / TC_B), (unsigned)n_heads);
+    BSIPIPE_LAUNCH(k_tc_att_dq<NF>, gq, TC_NT, sm, s, hd, start, len, q, ldq, k, v, ldk, do_, ldo,
+                   lse, dvec, dq, lddq, scale);
+    return bsipipe_cuda_launched();
+}
+
+static inline int padded(int hd) { return (hd + 15) / 16 * 16; }
+
+} // namespace
+
+int bsipipe_cuda_attention_tc_forward(int n_heads, int head_dim, int start, int len,
+                                      const float *q, int ldq, const float *k, const float *v,
+                                      int ldk, float *o, int ldo, float *lse, float scale,
+                                      cudaStream_t s)
+{
+    const int hdp = padded(head_dim);
+    if (hdp > TC_MAXHD)
+        return -EINVAL;
+    const size_t sm = tc_layout_of(hdp, true).total;
+    RC_TRY(bsipipe_cuda_allow_smem(k_tc_att_fwd, sm));
+    dim3 grid((unsigned)((len + TC_B - 1) / TC_B), (unsigned)n_heads);
+    BSIPIPE_LAUNCH(k_tc_att_fwd, grid, TC_NT, sm, s, head_dim, hdp, start, len, q, ldq, k, v, ldk,
+                   o, ldo, lse, scale);
+    return bsipipe_cuda_launched();
+}
+
+int bsipipe_cuda_attention_tc_backward(int n_heads, int head_dim, int start, int len,
+                                       const float *q, int ldq, const float *k, const float *v,
+                                       int ldk, const float *do_, int ldo, const float *lse,
+                                       const float *dvec, float *dq, int lddq, float *dk,
+                                       float *dv, float scale, cudaStream_t s)
+{
+#define TC_BWD(nf)                                                                          \
+    case nf:                                                                                \
+        return tc_backward<nf>(n_heads, head_dim, start, len, q, ldq, k, v, ldk, do_, ldo,  \
+                               lse, dvec, dq, lddq, dk, dv, scale, s)
+    switch (padded(head_dim) / 16) {
+        TC_BWD(1);
+        TC_BWD(2);
+        TC_BWD(3);
+        TC_BWD(4);
+        TC_BWD(5);
+        TC_BWD(6);
+        TC_BWD(7);
+        TC_BWD(8);
+    default: return -EINVAL;
+    }
+#undef TC_BWD
+}

@@ -1,0 +1,25 @@
+/* kernels/cuda/bsipipe_cuda_attention_tc.h: causal attention over the KV prefix on the
+ * tensor cores (nvcuda::wmma, bf16 operands, fp32 accumulation), flash-attention style.
+ * Used by bsipipe_cuda_attention_forward / _backward when the matrix products are bf16
+ * (BSIPIPE_CUDA_GEMM_BF16, _BF16S): Q, K, V, dO, P and dS enter the products as bf16;
+ * scores, the online softmax, the log-sum-exp and every accumulator stay fp32; the
+ * buffers (fp32, same layouts) and the results' meaning are those of the fp32 kernels.
+ * Not installed. Arguments as bsipipe_cuda_attention_forward / _backward (checked by
+ * them); scale = 1/sqrt(head_dim); dvec[h, i] = rowsum(dO * O) (the caller computes it).
+ * Return 0 or -EIO (a launch failed). */
+#ifndef BSIPIPE_CUDA_ATTENTION_TC_H
+#define BSIPIPE_CUDA_ATTENTION_TC_H
+
+#include <cuda_runtime_api.h>
+
+int bsipipe_cuda_attention_tc_forward(int n_heads, int head_dim, int start, int len,
+                                      const float *q, int ldq, const float *k, const float *v,
+                                      int ldk, float *o, int ldo, float *lse, float scale,
+                                      cudaStream_t s);
+
+int bsipipe_cuda_attention_tc_backward(int n_heads, int head_dim, int start, int len,
+                                       const float *q, int ldq, const float *k, const float *v,
+                                       int ldk, const float *do_, int ldo, const float *lse,
+                                       const float *dvec, float *dq, int lddq, float *dk,
+                                       float *dv, float scale, cudaStream_t s);
+#endif
