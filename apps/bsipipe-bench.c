@@ -39,6 +39,8 @@ static void usage(FILE *out)
 "  --policy NAME     bsipipe (default) or a StarPU policy\n"
 "  --devices cpu|cuda  StarPU CPU workers (default) or CUDA workers as devices\n"
 "                    (several per GPU); --gpus N: GPUs to use (default all)\n"
+"  --precision P     with --devices cuda: matrix products fp32 (default), tf32,\n"
+"                    bf16 or bf16s (docs/cuda.md)\n"
 "  --comm ORDER      transfer order bsipipe (default), ordered, naive\n"
 "  --watchdog S      seconds a send may wait (default 30; ablation preset 2)\n"
 "Model (real compute: CPU kernels):\n"
@@ -109,6 +111,7 @@ typedef struct config {
     int mpi;                 /* engines span the StarPU-MPI ranks */
     bsipipe_engine_devices_t devices;
     int gpus;
+    const char *precision;   /* cuda: o.precision (NULL: fp32) */
 } config_t;
 
 /* One row: a variant under a config, its plan, prediction and samples. */
@@ -227,6 +230,7 @@ static bsipipe_engine_options_t engine_options(const row_t *r, const config_t *c
     o.mpi = c->mpi;
     o.devices = c->devices;
     o.gpus = c->gpus;
+    o.precision = c->precision;
     o.naive_mapping = r->v.naive_mapping;
     return o;
 }
@@ -408,8 +412,10 @@ static const char *mode_name(const config_t *c, char *buf, size_t len)
 {
     if (c->emulate)
         snprintf(buf, len, "EMULATED %g TFLOP/s", c->tflops);
+    else if (c->devices == BSIPIPE_DEVICES_CUDA)
+        snprintf(buf, len, "REAL (CUDA workers, %s products)", c->precision ? c->precision : "fp32");
     else
-        snprintf(buf, len, c->devices == BSIPIPE_DEVICES_CUDA ? "REAL (CUDA workers)" : "REAL (CPU kernels)");
+        snprintf(buf, len, "REAL (CPU kernels)");
     return buf;
 }
 
@@ -639,11 +645,11 @@ int main(int argc, char **argv)
     bsipipe_engine_devices_t devices = BSIPIPE_DEVICES_CPU;
     double tflops = 0.01, watchdog = 30;
     const char *policy = "bsipipe", *csv = NULL, *svg = NULL, *preset = NULL, *schedules = NULL,
-               *trace = NULL;
+               *trace = NULL, *precision = NULL;
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
     enum { O_SCHEDS = 256, O_REPS, O_WARMUP, O_ITERS, O_W, O_P, O_K, O_M, O_POLICY, O_COMM, O_WATCHDOG, O_MODEL,
            O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_SEED, O_EMULATE, O_TFLOPS, O_PRESET, O_CSV, O_SVG, O_TRACE,
-           O_MPI, O_DEVICES, O_GPUS };
+           O_MPI, O_DEVICES, O_GPUS, O_PRECISION };
     static const struct option longopts[] = {
         {"schedules", 1, 0, O_SCHEDS}, {"reps", 1, 0, O_REPS}, {"warmup", 1, 0, O_WARMUP},
         {"iters", 1, 0, O_ITERS}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P}, {"k", 1, 0, O_K}, {"m", 1, 0, O_M},
@@ -652,6 +658,7 @@ int main(int argc, char **argv)
         {"heads", 1, 0, O_HEADS}, {"ffn", 1, 0, O_FFN}, {"seq", 1, 0, O_SEQ}, {"seed", 1, 0, O_SEED},
         {"emulate", 0, 0, O_EMULATE}, {"device-tflops", 1, 0, O_TFLOPS}, {"preset", 1, 0, O_PRESET},
         {"csv", 1, 0, O_CSV}, {"svg", 1, 0, O_SVG}, {"trace", 1, 0, O_TRACE}, {"mpi", 0, 0, O_MPI}, {"devices", 1, 0, O_DEVICES}, {"gpus", 1, 0, O_GPUS},
+        {"precision", 1, 0, O_PRECISION},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
@@ -699,6 +706,13 @@ int main(int argc, char **argv)
             }
             break;
         case O_GPUS: bad = cli_parse_int(PROG, "--gpus", optarg, 1, 64, &gpus); break;
+        case O_PRECISION:
+            if (bsipipe_engine_precision_check(optarg) < 0) {
+                fprintf(stderr, PROG ": --precision: %s\n", bsipipe_error_detail());
+                return 2;
+            }
+            precision = optarg;
+            break;
         default:
             fprintf(stderr, PROG ": unknown or incomplete option '%s'; see --help\n", argv[optind - 1]);
             return 2;
@@ -803,7 +817,7 @@ int main(int argc, char **argv)
     /* Configurations. */
     config_t cfg[MAX_CONFIGS];
     int nc = 0;
-    config_t base = {"", dims, w, m, emulate, tflops, 0, watchdog, mpi, devices, gpus};
+    config_t base = {"", dims, w, m, emulate, tflops, 0, watchdog, mpi, devices, gpus, precision};
     if (!preset) {
         cfg[nc] = base;
         snprintf(cfg[nc].title, sizeof cfg[nc].title, "schedules side by side, w=%d", w);

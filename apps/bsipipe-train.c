@@ -44,6 +44,12 @@ static void usage(FILE *out)
 "  --checkpoint DIR  save DIR/checkpoint.bin after every iteration (atomic)\n"
 "  --resume          continue from DIR/checkpoint.bin (bit-identical to an\n"
 "                    uninterrupted run); --iters is the total\n"
+"  --devices cpu|cuda  StarPU CPU workers (default) or CUDA workers as devices\n"
+"  --gpus N          with --devices cuda: GPUs to spread the devices over\n"
+"  --transport local|nccl  with --devices cuda: NCCL between GPUs\n"
+"  --precision P     with --devices cuda: matrix products fp32 (default), tf32,\n"
+"                    bf16 (tensor cores, fp32 accumulation; attention too) or\n"
+"                    bf16s (bf16 operands in memory); docs/cuda.md\n"
 "  --mpi             run as one StarPU-MPI rank (node) of an mpirun job: every\n"
 "                    rank runs its share of the devices (mirrored pairs of the\n"
 "                    two pipes on one rank); only rank 0 prints. E.g.\n"
@@ -128,7 +134,7 @@ int main(int argc, char **argv)
     int w = 4, p = -1, k = -1, m = 8, iters = 30, seed = 1, unchecked = 0;
     double lr = 3e-3, watchdog = 30, tflops = 0.05;
     int emulate = 0, resume = 0, mpi = 0, naive_mapping = 0;
-    const char *ckpt = NULL, *trace = NULL, *transport = NULL;
+    const char *ckpt = NULL, *trace = NULL, *transport = NULL, *precision = NULL;
     bsipipe_engine_devices_t devices = BSIPIPE_DEVICES_CPU;
     int gpus = 0;
     const char *policy = getenv("BSIPIPE_POLICY") ? getenv("BSIPIPE_POLICY") : "bsipipe";
@@ -136,7 +142,7 @@ int main(int argc, char **argv)
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
     enum { O_SCHED = 256, O_POLICY, O_W, O_P, O_K, O_M, O_MODEL, O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_ITERS,
            O_SEED, O_LR, O_DATA, O_COMM, O_WATCHDOG, O_UNCHECKED, O_EMULATE, O_TFLOPS, O_CKPT, O_RESUME, O_TRACE,
-           O_MPI, O_NAIVE_MAPPING, O_DEVICES, O_GPUS, O_TRANSPORT };
+           O_MPI, O_NAIVE_MAPPING, O_DEVICES, O_GPUS, O_TRANSPORT, O_PRECISION };
     static const struct option longopts[] = {
         {"schedule", 1, 0, O_SCHED}, {"policy", 1, 0, O_POLICY}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P},
         {"k", 1, 0, O_K}, {"m", 1, 0, O_M}, {"model", 1, 0, O_MODEL}, {"layers", 1, 0, O_LAYERS},
@@ -147,6 +153,7 @@ int main(int argc, char **argv)
         {"resume", 0, 0, O_RESUME}, {"trace", 1, 0, O_TRACE}, {"mpi", 0, 0, O_MPI},
         {"naive-mapping", 0, 0, O_NAIVE_MAPPING}, {"devices", 1, 0, O_DEVICES},
         {"gpus", 1, 0, O_GPUS}, {"transport", 1, 0, O_TRANSPORT},
+        {"precision", 1, 0, O_PRECISION},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
@@ -206,6 +213,13 @@ int main(int argc, char **argv)
                 return 2;
             }
             transport = optarg;
+            break;
+        case O_PRECISION:
+            if (bsipipe_engine_precision_check(optarg) < 0) {
+                fprintf(stderr, "bsipipe-train: --precision: %s\n", bsipipe_error_detail());
+                return 2;
+            }
+            precision = optarg;
             break;
         default:
             fprintf(stderr, "bsipipe-train: unknown or incomplete option '%s'; see --help\n", argv[optind - 1]);
@@ -291,6 +305,7 @@ int main(int argc, char **argv)
     o.devices = devices;
     o.gpus = gpus;
     o.transport = transport;
+    o.precision = precision;
     bsipipe_engine_t *e;
     int rc = bsipipe_engine_create(&o, &e);
     if (rc < 0) {
@@ -327,8 +342,8 @@ int main(int argc, char **argv)
     }
     free(dev_rank);
     if (devices == BSIPIPE_DEVICES_CUDA)
-        printf("bsipipe-train: devices: CUDA workers (one per device), transport %s\n",
-               transport ? transport : "local");
+        printf("bsipipe-train: devices: CUDA workers (one per device), transport %s, precision %s\n",
+               transport ? transport : "local", precision ? precision : "fp32");
     const char *emu = emulate ? " [EMULATED]" : "";
     if (emulate)
         printf("EMULATED: compute tasks sleep for their FLOPs at %g TFLOP/s per device; no loss is computed\n",

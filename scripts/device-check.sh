@@ -23,8 +23,9 @@
 #            workers (w = 4 on the GPUs found, several workers per GPU) against the CPU
 #            engine: loss, every gradient, gnorm, fp32 relative 1e-5, NaN fails. It needs the
 #            autotools build (StarPU): carry devbundle/ (scripts/device-bundle.sh), or a
-#            carried tree whose libraries resolve; else skipped with a message. With two or
-#            more GPUs also --transport nccl.
+#            carried tree whose libraries resolve; else skipped with a message. Then the same
+#            with --precision bf16s (bf16 products, tensor-core attention; relative 1e-2). With
+#            two or more GPUs also --transport nccl.
 # 4. summary table, printed last.
 #
 # Exit: 0 all ran and passed; 1 a check failed; 2 no GPU (dry run: build + CPU side only).
@@ -111,6 +112,9 @@ standalone_build() {
         # shellcheck disable=SC2086
         "$NVCC" $arch -O2 -Xcompiler -fPIC $inc -c "$ROOT/kernels/cuda/bsipipe_cuda_probe.cu" -o probe.o &
         # shellcheck disable=SC2086
+        "$NVCC" $arch -O2 -Xcompiler -fPIC $inc -c "$ROOT/kernels/cuda/bsipipe_cuda_attention_tc.cu" \
+            -o cuda_attention_tc.o &
+        # shellcheck disable=SC2086
         "$NVCC" $arch -O2 -Xcompiler -fPIC $inc -c "$ROOT/kernels/cuda/bsipipe_cuda_kernels.cu" -o cuda_kernels.o
         wait
         # nvcc links (static cudart, its own library path); cuBLAS from the toolkit, or from
@@ -125,7 +129,8 @@ standalone_build() {
             fi
         done
         case $libs in *libcublas.so.*) cublas= ;; *) cublas=-lcublas ;; esac
-        objs="model_dims.o config.o kernels_f32.o kernels_f64.o cblas_naive.o probe.o cuda_kernels.o"
+        objs="model_dims.o config.o kernels_f32.o kernels_f64.o cblas_naive.o probe.o cuda_kernels.o
+              cuda_attention_tc.o"
         for t in test_cuda_kernels test_cuda_bench test_cuda_probe; do
             # shellcheck disable=SC2086
             "$NVCC" -o $t $t.o $objs $libs $cublas ${omp:+-Xcompiler $omp} -lm -lpthread -ldl
@@ -215,7 +220,8 @@ run_gpu() { # name, timeout, cmd...
         *) STATUS[$name]="FAIL (exit $rc)" ;;
     esac
 }
-rm -f "$OUTDIR/kernels.tsv" "$OUTDIR/bench.tsv" "$OUTDIR/engine.tsv" "$OUTDIR/engine_nccl.tsv"
+rm -f "$OUTDIR/kernels.tsv" "$OUTDIR/bench.tsv" "$OUTDIR/engine.tsv" "$OUTDIR/engine_bf16.tsv" \
+    "$OUTDIR/engine_nccl.tsv"
 run_gpu probe 60 "$TP"
 if [ $have_gpu = 1 ]; then
     run_gpu kernels 400 "$TK" --mode all --large --table "$OUTDIR/kernels.tsv"
@@ -234,6 +240,8 @@ fi
 
 if [ $have_gpu = 1 ] && [ -n "$TE" ]; then
     run_gpu engine 240 env "LD_LIBRARY_PATH=$TE_LD" STARPU_SILENT=1 "$TE" --w 4 --table "$OUTDIR/engine.tsv"
+    run_gpu engine_bf16 240 env "LD_LIBRARY_PATH=$TE_LD" STARPU_SILENT=1 "$TE" --w 4 --precision bf16s \
+        --table "$OUTDIR/engine_bf16.tsv"
     ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
     if [ "${ngpu:-0}" -ge 2 ]; then
         run_gpu engine_nccl 240 env "LD_LIBRARY_PATH=$TE_LD" STARPU_SILENT=1 "$TE" --w 4 --transport nccl \
@@ -243,9 +251,11 @@ if [ $have_gpu = 1 ] && [ -n "$TE" ]; then
     fi
 elif [ $have_gpu = 1 ]; then
     STATUS[engine]="skipped (no runnable test_cuda_engine: carry devbundle/)"
+    STATUS[engine_bf16]="skipped (no runnable test_cuda_engine)"
     STATUS[engine_nccl]="skipped (no runnable test_cuda_engine)"
 else
     STATUS[engine]="skipped (no CUDA GPU found)"
+    STATUS[engine_bf16]="skipped (no CUDA GPU found)"
     STATUS[engine_nccl]="skipped (no CUDA GPU found)"
 fi
 
@@ -261,11 +271,16 @@ fi
     echo "bench:      ${STATUS[bench]}"
     echo "engine CPU: ${STATUS[engine_cpu]}"
     echo "engine:     ${STATUS[engine]}"
+    echo "engine bf16s: ${STATUS[engine_bf16]}"
     echo "engine nccl: ${STATUS[engine_nccl]}"
-    for t in engine engine_nccl; do
+    for t in engine engine_bf16 engine_nccl; do
         [ -s "$OUTDIR/$t.tsv" ] || continue
         echo
-        echo "$t: CUDA workers vs CPU workers, relative error (fp32 < 1e-5):"
+        case $t in
+            engine_bf16) tl="bf16s products and tensor-core attention < 1e-2" ;;
+            *) tl="fp32 < 1e-5" ;;
+        esac
+        echo "$t: CUDA workers vs CPU workers, relative error ($tl):"
         printf '%-30s %10s %10s %10s  %s\n' case loss gnorm grads result
         awk -F'\t' '{ printf "%-30s %10s %10s %10s  %s (worst %s)\n", $1, $2, $3, $4, $6, $5 }' "$OUTDIR/$t.tsv"
     done
@@ -288,15 +303,16 @@ fi
     if [ -s "$OUTDIR/bench.tsv" ]; then
         echo
         echo "block forward+backward (model FLOPs), hidden/heads/seq as given, k = 2:"
-        printf '%-6s %6s %6s %6s %9s %11s %9s %12s\n' gemm hidden heads seq fwd_ms fwdbwd_ms TFLOP/s of_bf16_gemm
-        awk -F'\t' '{ printf "%-6s %6d %6d %6d %9.2f %11.2f %9.2f %11.1f%%\n", $1, $2, $3, $4, $5, $6, $7, 100 * $8; r = $9 }
+        printf '%-6s %6s %6s %6s %9s %11s %9s %12s %9s %10s\n' gemm hidden heads seq fwd_ms fwdbwd_ms \
+            TFLOP/s of_bf16_gemm attn_ms attn_TF/s
+        awk -F'\t' '{ printf "%-6s %6d %6d %6d %9.2f %11.2f %9.2f %11.1f%% %9.2f %10.2f\n", $1, $2, $3, $4, $5, $6, $7, 100 * $8, $10, $11; r = $9 }
                     END { if (r) printf "measured cublasGemmEx bf16 rate: %.1f TFLOP/s\n", r }' "$OUTDIR/bench.tsv"
     fi
     echo "total time: $((SECONDS - T0)) s; log: $LOG"
 } | tee -a "$LOG"
 
 fail=0
-for k in build cpu probe kernels bench engine_cpu engine engine_nccl; do
+for k in build cpu probe kernels bench engine_cpu engine engine_bf16 engine_nccl; do
     case ${STATUS[$k]:-FAIL} in ok*|skipped*) ;; *) fail=1 ;; esac
 done
 [ $fail = 1 ] && exit 1

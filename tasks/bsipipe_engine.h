@@ -31,6 +31,10 @@ typedef enum {
 /* "cpu" / "cuda" -> kind; -EINVAL for anything else. */
 int bsipipe_engine_devices_parse(const char *name, bsipipe_engine_devices_t *out);
 
+/* 0 when name is a precision of o.precision ("fp32", "tf32", "bf16", "bf16s"; NULL is fp32),
+ * else -EINVAL with a detail naming the choices. */
+int bsipipe_engine_precision_check(const char *name);
+
 typedef struct bsipipe_engine_options {
     bsipipe_model_dims_t dims;
     bsipipe_parallel_config_t pc;
@@ -42,6 +46,10 @@ typedef struct bsipipe_engine_options {
                                  at most one per device); devices / gpus workers per GPU */
     const char *transport;    /* "local" (default when NULL) or "nccl" (cuda only: pairs on
                                  two GPUs use NCCL, pairs on one GPU the local copy) */
+    const char *precision;    /* cuda: the matrix products (docs/cuda.md) — "fp32" (default
+                                 when NULL), "tf32", "bf16" (tensor cores, bf16 inputs, fp32
+                                 accumulation; attention too) or "bf16s" (bf16 operands in
+                                 memory); process-wide while the engine lives. cpu: "fp32" */
     double watchdog_s;        /* a send waiting longer fails the run (default 30 s when 0) */
     int unchecked_plan;       /* 1: run the plan even if the validator finds a deadlock
                                  (to watch the watchdog catch it at run time) */

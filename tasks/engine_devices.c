@@ -13,6 +13,7 @@
 
 #ifdef BSIPIPE_HAVE_CUDA
 #include <starpu_cublas_v2.h>
+#include "kernels/cuda/bsipipe_cuda_kernels.h"
 #endif
 #ifdef BSIPIPE_HAVE_NCCL
 #include "tasks/bsipipe_transport_nccl.h"
@@ -29,6 +30,24 @@ int bsipipe_engine_devices_parse(const char *name, bsipipe_engine_devices_t *out
     return 0;
 }
 
+/* o.precision's names, in the order of bsipipe_cuda_gemm_mode_t */
+static const char *const precisions[] = {"fp32", "tf32", "bf16", "bf16s"};
+
+static int precision_index(const char *name)
+{
+    for (int i = 0; i < (int)(sizeof precisions / sizeof precisions[0]); i++)
+        if (strcmp(name ? name : "fp32", precisions[i]) == 0)
+            return i;
+    return -1;
+}
+
+int bsipipe_engine_precision_check(const char *name)
+{
+    if (precision_index(name) < 0)
+        return bsipipe_error_set(-EINVAL, "unknown precision '%s' (fp32, tf32, bf16 or bf16s)", name);
+    return 0;
+}
+
 static int wants_nccl(const struct bsipipe_engine *e)
 {
     return e->o.transport && strcmp(e->o.transport, "nccl") == 0;
@@ -41,6 +60,13 @@ int engine_devices_configure(struct bsipipe_engine *e, struct starpu_conf *conf)
         return bsipipe_error_set(-EINVAL, "engine: unknown transport '%s' (local or nccl)", tr);
     if (wants_nccl(e) && e->o.devices != BSIPIPE_DEVICES_CUDA)
         return bsipipe_error_set(-EINVAL, "engine: the nccl transport needs CUDA devices (--devices cuda)");
+    int rc = bsipipe_engine_precision_check(e->o.precision);
+    if (rc < 0)
+        return rc;
+    if (precision_index(e->o.precision) != 0 && e->o.devices != BSIPIPE_DEVICES_CUDA)
+        return bsipipe_error_set(-EINVAL, "engine: precision %s needs CUDA devices (--devices cuda); the CPU "
+                                          "kernels compute in fp32",
+                                 e->o.precision);
     conf->nopencl = 0;
     if (e->o.devices == BSIPIPE_DEVICES_CPU) {
         conf->ncpus = e->n_local;
@@ -155,6 +181,11 @@ int engine_devices_start(struct bsipipe_engine *e)
     if (!ids || !(e->gpu = calloc((size_t)e->W, sizeof *e->gpu))) {
         free(ids);
         return bsipipe_error_set(-ENOMEM, "out of memory");
+    }
+    /* the kernels' matrix-product mode is process-wide: set before any task runs */
+    if (bsipipe_cuda_set_gemm_mode((bsipipe_cuda_gemm_mode_t)precision_index(e->o.precision)) < 0) {
+        free(ids);
+        return bsipipe_error_set(-EINVAL, "engine: the CUDA kernels refuse precision %s", e->o.precision);
     }
     starpu_cublas_init(); /* from here on, engine_devices_stop shuts it down */
     /* StarPU lists a GPU's workers together: consecutive devices (pipeline

@@ -5,8 +5,13 @@
  *
  *   tests/test_cuda_bench            small shapes, one timed round: a smoke test (make check)
  *   tests/test_cuda_bench --full [--seq 8192] [--hidden 1280] [--heads 32] [--ffn 5120]
- *                         [--family gpt|llama] [--reps 3] [--table FILE]
+ *                         [--family gpt|llama] [--reps 3] [--table FILE] [--rate-n N]
+ * --rate-n N: the bf16 rate's GEMM size (default 8192 with --full, else 2048; 0: not measured,
+ * as in the CPU emulation run of tests/test_cuda_emu.sh).
  * TFLOP/s = model FLOPs (3x the forward's matrix products, bsipipe_model_layer_flops) / time.
+ * Also attention alone (bsipipe_cuda_attention_forward + _backward over the same pieces; its
+ * model FLOPs are 3x the forward's 4 * hidden * visible (query, key) pairs): the share of
+ * the block it takes, and its rate (fp32 kernels, or the tensor cores in bf16 / bf16s).
  * Never asserts on time. Exit 77 without a CUDA GPU, 99 on a CUDA error. */
 #include <math.h>
 #include <stdint.h>
@@ -133,7 +138,7 @@ static double gemm_bf16_rate(cublasHandle_t hb, cudaStream_t s, int n, int reps)
 
 int main(int argc, char **argv)
 {
-    int full = 0, seq = 0, hidden = 0, heads = 0, ffn = 0, reps = 0;
+    int full = 0, seq = 0, hidden = 0, heads = 0, ffn = 0, reps = 0, rate_n = -1;
     bsipipe_model_family_t fam = BSIPIPE_MODEL_GPT;
     const char *table = NULL;
     for (int i = 1; i < argc; i++) {
@@ -145,12 +150,13 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--heads") && v) heads = atoi(argv[++i]);
         else if (!strcmp(a, "--ffn") && v) ffn = atoi(argv[++i]);
         else if (!strcmp(a, "--reps") && v) reps = atoi(argv[++i]);
+        else if (!strcmp(a, "--rate-n") && v) rate_n = atoi(argv[++i]);
         else if (!strcmp(a, "--table") && v) table = argv[++i];
         else if (!strcmp(a, "--family") && v) {
             fam = !strcmp(argv[++i], "llama") ? BSIPIPE_MODEL_LLAMA : BSIPIPE_MODEL_GPT;
         } else {
             fprintf(stderr, "usage: %s [--full] [--seq N] [--hidden D] [--heads H] [--ffn F] "
-                            "[--family gpt|llama] [--reps R] [--table FILE]\n", argv[0]);
+                            "[--family gpt|llama] [--reps R] [--table FILE] [--rate-n N]\n", argv[0]);
             return 99;
         }
     }
@@ -201,16 +207,35 @@ int main(int argc, char **argv)
     for (int j = 0; j < 2; j++)
         fl += 3 * bsipipe_model_layer_flops(&d, st[j], st[j + 1] - st[j]);
 
-    double rate = gemm_bf16_rate(hb, s, full ? 8192 : 2048, full ? 10 : 2);
-    printf("GPU: %s, %d SMs; cublasGemmEx bf16 (fp32 accumulate) %dx%dx%d: %.1f TFLOP/s\n",
-           pr.name, pr.multiProcessorCount, full ? 8192 : 2048, full ? 8192 : 2048,
-           full ? 8192 : 2048, rate);
+    /* attention alone: q/o/dO/dq [seq, hidden], K/V/dK/dV [seq, hidden], lse [heads, seq] */
+    float *aq = dalloc(nd), *ak = dalloc(nd), *av = dalloc(nd), *ao = dalloc(nd);
+    float *ado = dalloc(nd), *adq = dalloc(nd), *adk = dalloc(nd), *adv = dalloc(nd);
+    float *alse = dalloc((size_t)heads * seq);
+    fill_dev(aq, nd, 1.0, 9);
+    fill_dev(ak, nd, 1.0, 10);
+    fill_dev(av, nd, 1.0, 11);
+    fill_dev(ado, nd, 1e-3, 12);
+    double afl = 0; /* 4 * hidden per visible pair, forward; x3 for forward + backward */
+    for (int j = 0; j < 2; j++)
+        for (long i = st[j]; i < st[j + 1]; i++)
+            afl += 3.0 * 4.0 * hidden * (double)(i + 1);
+
+    if (rate_n < 0)
+        rate_n = full ? 8192 : 2048;
+    double rate = rate_n > 0 ? gemm_bf16_rate(hb, s, rate_n, full ? 10 : 2) : 0;
+    if (rate_n > 0)
+        printf("GPU: %s, %d SMs; cublasGemmEx bf16 (fp32 accumulate) %dx%dx%d: %.1f TFLOP/s\n",
+               pr.name, pr.multiProcessorCount, rate_n, rate_n, rate_n, rate);
+    else
+        printf("GPU: %s, %d SMs; bf16 GEMM rate not measured (--rate-n 0)\n", pr.name,
+               pr.multiProcessorCount);
     printf("block: %s hidden %d, %d heads, ffn %d, seq %d in k=2 pieces [0,%d) [%d,%d); "
            "%.1f GFLOP (model FLOPs, fwd+bwd)\n",
            fam == BSIPIPE_MODEL_GPT ? "GPT" : "LLaMA", hidden, heads, ffn, seq, cut, cut, seq,
            fl / 1e9);
     FILE *tsv = table ? fopen(table, "w") : NULL;
-    printf("%-6s %10s %10s %10s %9s\n", "gemm", "fwd_ms", "fwdbwd_ms", "TFLOP/s", "of_bf16");
+    printf("%-6s %10s %10s %10s %9s %10s %10s %8s\n", "gemm", "fwd_ms", "fwdbwd_ms", "TFLOP/s",
+           "of_bf16", "attn_ms", "attn_TF/s", "attn%");
     /* bf16s: bf16 storage of the GEMM operands (conversions included in the time) */
     bsipipe_cuda_gemm_mode_t modes[4] = {BSIPIPE_CUDA_GEMM_FP32, BSIPIPE_CUDA_GEMM_TF32,
                                          BSIPIPE_CUDA_GEMM_BF16, BSIPIPE_CUDA_GEMM_BF16S};
@@ -244,19 +269,45 @@ int main(int argc, char **argv)
                 bf = tf;
             }
         }
-        double tfl = fl / (bt * 1e-3) / 1e12;
-        printf("%-6s %10.2f %10.2f %10.2f %8.1f%%\n", bsipipe_cuda_gemm_mode_name(modes[m]), bf,
-               bt, tfl, rate > 0 ? 100 * tfl / rate : 0);
+        float at = 1e30f;
+        for (int r = 0; r <= reps; r++) {
+            CU(cudaMemsetAsync(adk, 0, sizeof(float) * nd, s));
+            CU(cudaMemsetAsync(adv, 0, sizeof(float) * nd, s));
+            CU(cudaEventRecord(e0, s));
+            for (int j = 0; j < 2; j++) {
+                size_t o0 = (size_t)st[j] * hidden;
+                int len = st[j + 1] - st[j];
+                CHECK(bsipipe_cuda_attention_forward(heads, hidden / heads, st[j], len, aq + o0,
+                                                     hidden, ak, av, hidden, ao + o0, hidden,
+                                                     alse, s));
+                CHECK(bsipipe_cuda_attention_backward(heads, hidden / heads, st[j], len, aq + o0,
+                                                      hidden, ak, av, hidden, ao + o0, ado + o0,
+                                                      hidden, alse, adq + o0, hidden, adk, adv,
+                                                      s));
+            }
+            CU(cudaEventRecord(e1, s));
+            CU(cudaEventSynchronize(e1));
+            float ta = 0;
+            CU(cudaEventElapsedTime(&ta, e0, e1));
+            if (r && ta < at)
+                at = ta;
+        }
+        double tfl = fl / (bt * 1e-3) / 1e12, atfl = afl / (at * 1e-3) / 1e12;
+        printf("%-6s %10.2f %10.2f %10.2f %8.1f%% %10.2f %10.2f %7.1f%%\n",
+               bsipipe_cuda_gemm_mode_name(modes[m]), bf, bt, tfl, rate > 0 ? 100 * tfl / rate : 0,
+               at, atfl, 100.0 * at / bt);
         if (tsv)
-            fprintf(tsv, "%s\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\t%.4f\t%.1f\n",
+            fprintf(tsv, "%s\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\t%.4f\t%.1f\t%.3f\t%.3f\n",
                     bsipipe_cuda_gemm_mode_name(modes[m]), hidden, heads, seq, bf, bt, tfl,
-                    rate > 0 ? tfl / rate : 0, rate);
+                    rate > 0 ? tfl / rate : 0, rate, at, atfl);
     }
     if (tsv)
         fclose(tsv);
     CHECK(bsipipe_cuda_set_gemm_mode(BSIPIPE_CUDA_GEMM_FP32));
     cudaFree(P); cudaFree(G); cudaFree(kv); cudaFree(dkv); cudaFree(work); cudaFree(x);
     cudaFree(y); cudaFree(dy); cudaFree(dx); cudaFree(stash[0]); cudaFree(stash[1]);
+    cudaFree(aq); cudaFree(ak); cudaFree(av); cudaFree(ao); cudaFree(ado); cudaFree(adq);
+    cudaFree(adk); cudaFree(adv); cudaFree(alse);
     cublasDestroy(hb);
     cudaStreamDestroy(s);
     printf("PASS (timings only; nothing asserted)\n");

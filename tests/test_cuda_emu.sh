@@ -33,11 +33,13 @@ for f in kernels/cpu/model_dims.c kernels/cpu/config.c kernels/cpu/kernels_f32.c
     $CC -std=gnu11 $cflags -c "$top/$f" -o "$tmp/$(basename "$f" .c).o"
 done
 $CC -std=gnu11 $cflags -DBSIPIPE_HAVE_CUDA=1 -c "$top/tests/test_cuda_kernels.c" -o "$tmp/test.o"
+$CC -std=gnu11 $cflags -DBSIPIPE_HAVE_CUDA=1 -c "$top/tests/test_cuda_bench.c" -o "$tmp/bench.main"
 wait
 for o in cuda_kernels cuda_attention_tc cuda_emu; do
     [ -s "$tmp/$o.o" ] || { echo "FAIL: compiling $o for the emulation"; exit 1; }
 done
 $CXX -o "$tmp/test_cuda_kernels_emu" "$tmp"/*.o -lm -lpthread -ldl
+$CXX -o "$tmp/test_cuda_bench_emu" "$tmp/bench.main" $(ls "$tmp"/*.o | grep -v '/test.o$') -lm -lpthread -ldl
 $CXX -std=c++17 $cflags -o "$tmp/bf16_selftest" "$emu/bf16_selftest.cc" "$tmp/cuda_emu.o" -lm
 echo "emulated bf16: conversions and a bf16 GEMM with a NaN operand"
 "$tmp/bf16_selftest"
@@ -45,3 +47,7 @@ echo "running tests/test_cuda_kernels on the emulated GPU"
 for mode in ${BSIPIPE_CUDA_EMU_MODE:-fp32 bf16s}; do
     "$tmp/test_cuda_kernels_emu" --mode "$mode"
 done
+# The block benchmark's code path (every product mode, attention alone) on a small shape: it
+# must run and print its table; the emulation's times mean nothing.
+echo "running tests/test_cuda_bench on the emulated GPU (small shape, times meaningless)"
+"$tmp/test_cuda_bench_emu" --seq 96 --hidden 48 --heads 2 --reps 1 --rate-n 0

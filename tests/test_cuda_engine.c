@@ -1,7 +1,9 @@
 /* test_cuda_engine: one iteration of the engine on CUDA workers against the
  * same plan on CPU workers — loss, every gradient (per tensor: max|cuda-cpu|
- * / max|cpu|) and, after an AdamW step, the gradient norm. fp32 tolerance
- * 1e-5; NaN or Inf never passes.
+ * / max|cpu|) and, after an AdamW step, the gradient norm. Tolerance 1e-5
+ * with fp32 products, 1e-2 with --precision tf32|bf16|bf16s (the CUDA
+ * engine's matrix products and, in bf16, attention on the tensor cores; the
+ * CPU engine stays fp32); NaN or Inf never passes.
  *
  * Cases: GPT and LLaMA, BSIPipe (bidirectional: SYNC between mirrors) and
  * ZB-H1 (split B / W), w devices (default 4) on the GPUs found, several CUDA
@@ -11,7 +13,8 @@
  * workers, and this test says so and falls back to 1F1B on w = 1 (F, B and
  * STEP on CUDA, no transfers), which it marks in its output.
  *
- *   test_cuda_engine [--w N] [--transport local|nccl] [--table FILE] [--cpu-only]
+ *   test_cuda_engine [--w N] [--transport local|nccl] [--precision P] [--table FILE]
+ *                    [--cpu-only]
  *
  * --cpu-only runs only the CPU engine of every case (the device check's
  * CPU side: it needs no GPU) and checks that its loss is finite.
@@ -25,8 +28,9 @@
 #include <errno.h>
 #include <stdlib.h>
 
-static const double tol = 1e-5;
+static double tol = 1e-5;
 static int cpu_only;
+static const char *precision; /* of the CUDA engine (NULL: fp32) */
 
 static void make_data(int m, int S, int V, unsigned seed, int *tokens, int *targets)
 {
@@ -105,6 +109,7 @@ static int run_case(const char *name, bsipipe_model_dims_t dims, bsipipe_schedul
     }
     o.devices = BSIPIPE_DEVICES_CUDA;
     o.transport = transport;
+    o.precision = precision;
     int rc_gpu = rc == 0 ? run_one(&o, tok, tgt, &gpu) : rc;
     if (rc == 0 && (rc_gpu == -ENOTSUP || (rc_gpu == -ENODEV && strstr(bsipipe_error_detail(), "CUDA workers")))) {
         printf("%-28s not run: %s\n", name, bsipipe_error_detail());
@@ -163,12 +168,16 @@ int main(int argc, char **argv)
             w = atoi(argv[++i]);
         else if (strcmp(argv[i], "--transport") == 0 && i + 1 < argc)
             transport = argv[++i];
+        else if (strcmp(argv[i], "--precision") == 0 && i + 1 < argc &&
+                 bsipipe_engine_precision_check(argv[i + 1]) == 0)
+            precision = argv[++i];
         else if (strcmp(argv[i], "--cpu-only") == 0)
             cpu_only = 1;
         else if (strcmp(argv[i], "--table") == 0 && i + 1 < argc)
             table_path = argv[++i];
         else {
-            fprintf(stderr, "usage: test_cuda_engine [--w N] [--transport local|nccl] [--table FILE] [--cpu-only]\n");
+            fprintf(stderr, "usage: test_cuda_engine [--w N] [--transport local|nccl] [--precision "
+                            "fp32|tf32|bf16|bf16s] [--table FILE] [--cpu-only]\n");
             return 2;
         }
     }
@@ -176,6 +185,10 @@ int main(int argc, char **argv)
         printf("SKIP: no CUDA GPU found (libbsipipe %s CUDA)\n", bsipipe_cuda_compiled() ? "with" : "without");
         return 77;
     }
+    if (precision && strcmp(precision, "fp32") != 0)
+        tol = 1e-2;
+    printf("CUDA engine precision %s against the fp32 CPU engine, tolerance %.0e\n",
+           precision ? precision : "fp32", tol);
     FILE *table = table_path ? fopen(table_path, "w") : NULL;
     if (table_path && !table) {
         fprintf(stderr, "test_cuda_engine: cannot write %s\n", table_path);
@@ -186,12 +199,13 @@ int main(int argc, char **argv)
     const bsipipe_model_dims_t llama = {BSIPIPE_MODEL_LLAMA, 8, 64, 8, 176, 64, 256};
     char name[64];
     int refused = 0;
-    snprintf(name, sizeof name, "gpt bsipipe w=%d k=2", w);
+    const char *pr = precision ? precision : "fp32";
+    snprintf(name, sizeof name, "gpt bsipipe w=%d k=2 %s", w, pr);
     refused |= run_case(name, gpt, BSIPIPE_SCHED_BSIPIPE, w, 2, transport, table) == 77;
     if (!refused || cpu_only) {
-        snprintf(name, sizeof name, "llama bsipipe w=%d k=2", w);
+        snprintf(name, sizeof name, "llama bsipipe w=%d k=2 %s", w, pr);
         run_case(name, llama, BSIPIPE_SCHED_BSIPIPE, w, 2, transport, table);
-        snprintf(name, sizeof name, "gpt zb-h1 w=%d", w);
+        snprintf(name, sizeof name, "gpt zb-h1 w=%d %s", w, pr);
         run_case(name, gpt, BSIPIPE_SCHED_ZB_H1, w, 1, transport, table);
     } else { /* one CUDA worker per GPU: what runs without a pipeline */
         printf("FALLBACK: 1F1B on w = 1 (no transfers, no SYNC): the pipeline itself has not run on CUDA\n");
