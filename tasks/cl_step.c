@@ -90,7 +90,8 @@ static int step_cuda_update(const bsipipe_adamw_t *h, long t, long n, float *p, 
 
 /* The norm needs every chunk's sum of squares on the host before any update:
  * the one place where a CUDA codelet waits for its stream. The per-chunk sums
- * are added in chunk order, as on the CPU. */
+ * are added in chunk order, as on the CPU. Across MPI ranks buffers 0..C-1
+ * already hold the sums (NORM tasks, one double each on this GPU). */
 static void step_cuda(void *buffers[], void *cl_arg)
 {
     op_args_t *a = cl_arg;
@@ -101,8 +102,9 @@ static void step_cuda(void *buffers[], void *cl_arg)
     double *dsum = NULL, *hsum = calloc((size_t)e->C, sizeof *hsum);
     int rc = hsum ? bsipipe_cuda_scratch_alloc((void **)&dsum, sizeof(double) * (size_t)e->C, s) : -ENOMEM;
     for (int c = 0; c < e->C && rc == 0; c++)
-        rc = bsipipe_cuda_sumsq((long)STARPU_VECTOR_GET_NX(buffers[c]), (const float *)STARPU_VECTOR_GET_PTR(buffers[c]),
-                                dsum + c, s);
+        rc = e->mpi ? bsipipe_cuda_copy(dsum + c, (const double *)STARPU_VECTOR_GET_PTR(buffers[c]), sizeof(double), s)
+                    : bsipipe_cuda_sumsq((long)STARPU_VECTOR_GET_NX(buffers[c]),
+                                         (const float *)STARPU_VECTOR_GET_PTR(buffers[c]), dsum + c, s);
     if (rc == 0)
         rc = bsipipe_cuda_copy_to_host(hsum, dsum, sizeof(double) * (size_t)e->C, s);
     if (dsum) {

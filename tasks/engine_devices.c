@@ -73,9 +73,11 @@ int engine_devices_configure(struct bsipipe_engine *e, struct starpu_conf *conf)
         conf->ncuda = 0;
         return 0;
     }
-    if (e->mpi)
-        return bsipipe_error_set(-ENOTSUP, "engine: CUDA devices across MPI ranks are not supported yet; run "
-                                           "--devices cuda in one process or --mpi on CPU devices");
+    /* Across ranks StarPU-MPI moves the data (through host memory); NCCL
+     * communicators here pair the GPUs of one process only. */
+    if (e->mpi && wants_nccl(e))
+        return bsipipe_error_set(-ENOTSUP, "engine: the nccl transport pairs the GPUs of one process; across MPI "
+                                           "ranks StarPU-MPI moves the data: drop --transport nccl");
     if (e->o.devices != BSIPIPE_DEVICES_CUDA)
         return bsipipe_error_set(-EINVAL, "engine: unknown device kind %d", (int)e->o.devices);
 #ifndef BSIPIPE_HAVE_CUDA
@@ -91,10 +93,11 @@ int engine_devices_configure(struct bsipipe_engine *e, struct starpu_conf *conf)
         return bsipipe_error_set(-ENODEV, "no CUDA device found; run with --devices cpu");
     if (e->o.gpus > found)
         return bsipipe_error_set(-ENODEV, "engine: %d GPUs asked for, %d CUDA devices found", e->o.gpus, found);
+    /* this rank's devices (all of them in one process) over its GPUs */
     int gpus = e->o.gpus > 0 ? e->o.gpus : found;
-    if (gpus > e->W)
-        gpus = e->W;
-    int per_gpu = (e->W + gpus - 1) / gpus;
+    if (gpus > e->n_local)
+        gpus = e->n_local;
+    int per_gpu = (e->n_local + gpus - 1) / gpus;
     char n[16];
     snprintf(n, sizeof n, "%d", per_gpu);
     setenv("STARPU_NWORKER_PER_CUDA", n, 1);
@@ -172,11 +175,12 @@ int engine_devices_start(struct bsipipe_engine *e)
     return bsipipe_error_set(-ENODEV, "no CUDA device found; run with --devices cpu");
 #else
     int got = (int)starpu_cuda_worker_get_count();
-    if (got < e->W)
-        return bsipipe_error_set(-ENODEV, "engine: the plan has %d devices but StarPU started %d CUDA workers "
-                                 "(STARPU_NCUDA, STARPU_WORKERS_CUDAID, or a StarPU with blocking drivers but "
-                                 "without scripts/starpu-patches/0004 can lower the count; docs/cuda.md)",
-                                 e->W, got);
+    if (got < e->n_local)
+        return bsipipe_error_set(-ENODEV, "engine: the plan has %d devices here but StarPU started %d CUDA "
+                                 "workers (STARPU_NCUDA, STARPU_WORKERS_CUDAID, or a StarPU with blocking "
+                                 "drivers but without scripts/starpu-patches/0004 can lower the count; "
+                                 "docs/cuda.md)",
+                                 e->n_local, got);
     int *ids = calloc((size_t)got, sizeof *ids);
     if (!ids || !(e->gpu = calloc((size_t)e->W, sizeof *e->gpu))) {
         free(ids);
@@ -189,14 +193,18 @@ int engine_devices_start(struct bsipipe_engine *e)
     }
     starpu_cublas_init(); /* from here on, engine_devices_stop shuts it down */
     /* StarPU lists a GPU's workers together: consecutive devices (pipeline
-     * neighbours) share a GPU. */
+     * neighbours) share a GPU. This rank's devices take the workers in order;
+     * the others' entries stay 0 (worker) and -1 (GPU), never used. */
     if (starpu_worker_get_ids_by_type(STARPU_CUDA_WORKER, ids, (unsigned)got) != (unsigned)got) {
         free(ids);
         return bsipipe_error_set(-EIO, "engine: cannot list StarPU's CUDA workers");
     }
-    for (int d = 0; d < e->W; d++) {
-        e->workerid[d] = ids[d];
-        e->gpu[d] = starpu_worker_get_devid(ids[d]);
+    for (int d = 0, j = 0; d < e->W; d++) {
+        e->gpu[d] = -1;
+        if (!engine_local(e, d))
+            continue;
+        e->workerid[d] = ids[j];
+        e->gpu[d] = starpu_worker_get_devid(ids[j++]);
     }
     free(ids);
 #ifdef BSIPIPE_HAVE_NCCL

@@ -56,6 +56,28 @@ if ! grep -q "summary: 1 iterations" "$tmp/out"; then
     echo "FAIL: a rank busy with long ops was taken for a dead one" >&2; fails=$((fails + 1))
 fi
 
+# CUDA devices across ranks: without a GPU every rank stops with the same clear error (exit 1,
+# no hang); the nccl transport is refused across ranks on any machine.
+mpi_refuses() { # label, expected message, then train flags
+    local label=$1 want=$2; shift 2
+    echo "== $label"
+    timeout 120 "${MPIRUN[@]}" -np 2 "$train" --mpi --layers 8 --hidden 32 --heads 2 --seq 32 --m 8 --iters 1 \
+        "$@" >"$tmp/out" 2>&1
+    local status=$?
+    grep -F "$want" "$tmp/out" | head -1 | sed 's/^/   | /'
+    if [ "$status" -eq 0 ] || [ "$status" -eq 124 ] || ! grep -qF "$want" "$tmp/out"; then
+        echo "FAIL: $label: exit $status, want an error with '$want'" >&2; tail -10 "$tmp/out" >&2
+        fails=$((fails + 1))
+    fi
+}
+mpi_refuses "2 ranks, --transport nccl" "the nccl transport pairs the GPUs of one process" \
+    --devices cuda --transport nccl
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    echo "== 2 ranks, --devices cuda: not checked (a GPU is present; the no-GPU error cannot show)"
+else
+    mpi_refuses "2 ranks, --devices cuda, no GPU" "no CUDA device found; run with --devices cpu" --devices cuda
+fi
+
 # Fault injection into a running 2-rank training (small model, watchdog 3 s).
 for _ in $(seq 1 200); do echo "the pipeline sends activations forward and gradients back"; done >"$tmp/corpus"
 rank1_pid() {
