@@ -26,6 +26,9 @@
 #            carried tree whose libraries resolve; else skipped with a message. Then the same
 #            with --precision bf16s (bf16 products, tensor-core attention; relative 1e-2). With
 #            two or more GPUs also --transport nccl.
+#            compute-sanitizer (when the image has it): memcheck over the kernel cases in bf16s,
+#            racecheck and synccheck over the attention cases; a tool that cannot attach or
+#            times out is reported as skipped.
 # 4. summary table, printed last.
 #
 # Exit: 0 all ran and passed; 1 a check failed; 2 no GPU (dry run: build + CPU side only).
@@ -259,6 +262,33 @@ else
     STATUS[engine_nccl]="skipped (no CUDA GPU found)"
 fi
 
+# compute-sanitizer, where the image has it and its runtime lets it attach: memcheck over
+# every kernel case (bf16s: the tensor-core attention too), racecheck and synccheck over the
+# attention cases. A time-out or a tool that cannot attach is reported, not failed.
+sanitize() { # name, tool, timeout, test flags...
+    local name=$1 tool=$2 to=$3; shift 3
+    say "GPU: $name: compute-sanitizer --tool $tool $TK $*"
+    timeout "$to" "$CS" --tool "$tool" "$TK" "$@" >"$OUTDIR/$name.log" 2>&1
+    local rc=$? summary
+    summary=$(grep -E "ERROR SUMMARY: [0-9]+ error" "$OUTDIR/$name.log" | tail -n 1)
+    tail -n 3 "$OUTDIR/$name.log" | tee -a "$LOG"
+    if [ $rc = 124 ]; then STATUS[$name]="skipped (timeout after $to s)"
+    elif [ -z "$summary" ]; then STATUS[$name]="skipped (compute-sanitizer did not run: $(tail -n 1 "$OUTDIR/$name.log"))"
+    elif echo "$summary" | grep -q "ERROR SUMMARY: 0 errors" && [ $rc = 0 ]; then STATUS[$name]="ok ($summary)"
+    else STATUS[$name]="FAIL ($summary; exit $rc; $name.log)"
+    fi
+}
+CS=$(command -v compute-sanitizer || true)
+[ -z "$CS" ] && [ -n "${CUDA_HOME:-}" ] && [ -x "$CUDA_HOME/bin/compute-sanitizer" ] && CS="$CUDA_HOME/bin/compute-sanitizer"
+for k in memcheck racecheck synccheck; do STATUS[$k]="skipped (no CUDA GPU found)"; done
+if [ $have_gpu = 1 ] && [ -n "$CS" ]; then
+    sanitize memcheck memcheck 90 --mode bf16s
+    sanitize racecheck racecheck 60 --mode bf16s --attention-only
+    sanitize synccheck synccheck 60 --mode bf16s --attention-only
+elif [ $have_gpu = 1 ]; then
+    for k in memcheck racecheck synccheck; do STATUS[$k]="skipped (no compute-sanitizer on this image)"; done
+fi
+
 # ---------------------------------------------------------------------------- 4. summary
 {
     echo
@@ -273,6 +303,9 @@ fi
     echo "engine:     ${STATUS[engine]}"
     echo "engine bf16s: ${STATUS[engine_bf16]}"
     echo "engine nccl: ${STATUS[engine_nccl]}"
+    echo "memcheck:   ${STATUS[memcheck]}"
+    echo "racecheck:  ${STATUS[racecheck]}"
+    echo "synccheck:  ${STATUS[synccheck]}"
     for t in engine engine_bf16 engine_nccl; do
         [ -s "$OUTDIR/$t.tsv" ] || continue
         echo
@@ -312,7 +345,7 @@ fi
 } | tee -a "$LOG"
 
 fail=0
-for k in build cpu probe kernels bench engine_cpu engine engine_bf16 engine_nccl; do
+for k in build cpu probe kernels bench engine_cpu engine engine_bf16 engine_nccl memcheck racecheck synccheck; do
     case ${STATUS[$k]:-FAIL} in ok*|skipped*) ;; *) fail=1 ;; esac
 done
 [ $fail = 1 ] && exit 1

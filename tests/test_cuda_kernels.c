@@ -8,6 +8,7 @@
  * GEMM operands, fp32 accumulation). Each row also prints max|gpu - cpu| (absolute).
  *
  *   tests/test_cuda_kernels [--mode fp32|tf32|bf16|bf16s|all] [--table FILE] [--cpu-only] [--large]
+ *                           [--attention-only]
  * Default mode: fp32 and bf16. --table also writes the table (TSV) to FILE. --cpu-only runs
  * only the CPU side (reference computations of every case) and needs no GPU. --large adds
  * two cases at the benchmark's layer shapes (hidden 1280; the device check uses it).
@@ -35,7 +36,7 @@ int main(void)
 
 /* --cpu-only (no GPU needed): run every CPU reference computation of the cases, skip the
  * CUDA calls and the comparisons; the device check's dry run uses it. */
-static int g_gpu = 1, g_cpu_cases, g_large;
+static int g_gpu = 1, g_cpu_cases, g_large, g_attention_only;
 #define GCHECK(call)                                                                        \
     do {                                                                                    \
         if (g_gpu)                                                                          \
@@ -439,6 +440,8 @@ static void run_mode(bsipipe_cuda_gemm_mode_t mode)
     run_attention(2, 128, 33, 64);
     run_attention(2, 64, 100, 1);
     run_attention(2, 24, 130, 150); /* several query and key tiles; whole tiles masked */
+    if (g_attention_only)
+        return;
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++)
         run_cfg(&cfgs[i]);
     for (size_t i = 0; g_large && i < sizeof large / sizeof large[0]; i++)
@@ -461,8 +464,11 @@ int main(int argc, char **argv)
             g_gpu = 0;
         else if (!strcmp(argv[i], "--large"))
             g_large = 1;
+        else if (!strcmp(argv[i], "--attention-only"))
+            g_attention_only = 1;
         else {
-            fprintf(stderr, "usage: %s [--mode fp32|tf32|bf16|bf16s|all] [--table FILE] [--cpu-only] [--large]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--mode fp32|tf32|bf16|bf16s|all] [--table FILE] [--cpu-only] [--large] "
+                            "[--attention-only]\n", argv[0]);
             return 99;
         }
     }

@@ -37,11 +37,13 @@ typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> frag_b
 
 static inline __host__ __device__ size_t al128(size_t b) { return (b + 127) & ~(size_t)127; }
 
-/* Shared memory: four bf16 [TC_B][hdp + 8] tiles, then per warp two fp32 score tiles
- * [TC_W][TC_LDS] (S and dP; also the staging of [TC_W][hdp + 4] accumulators), two bf16
- * [TC_W][TC_LDP] tiles (P and dS) and, forward only, the fp32 output [TC_W][hdp + 4] and its
- * row statistics; backward: lse and D of the TC_B rows of the query tile. Every region starts
- * at a multiple of 128 bytes. */
+/* Shared memory. Forward: three bf16 [TC_B][hdp + 8] tiles (Q, K, V), then per warp an fp32
+ * score tile [TC_W][TC_LDS], a bf16 P tile [TC_W][TC_LDP], the fp32 output [TC_W][hdp + 4]
+ * and its row statistics. Backward: four bf16 tiles (the block's two, the streamed two), per
+ * warp two fp32 score tiles (S and dP; after the loop, the staging of [TC_W][hdp + 4]
+ * accumulators) and two bf16 tiles (P and dS), then lse and D of the TC_B rows of the query
+ * tile. Every region starts at a multiple of 128 bytes (wmma needs 32). Smaller is better
+ * here: more blocks fit on an SM. */
 struct tc_layout {
     size_t tile, s, p, o, stats, warp, rows, total;
 };
@@ -50,15 +52,17 @@ static inline __host__ __device__ tc_layout tc_layout_of(int hdp, bool fwd)
 {
     tc_layout L;
     L.tile = al128(sizeof(bf16) * TC_B * (size_t)(hdp + 8));
-    L.s = al128(sizeof(float) * TC_W * TC_LDS * 2);
-    L.p = al128(sizeof(bf16) * TC_W * TC_LDP * 2);
+    L.s = al128(sizeof(float) * TC_W * TC_LDS * (fwd ? 1 : 2));
+    L.p = al128(sizeof(bf16) * TC_W * TC_LDP * (fwd ? 1 : 2));
     L.o = fwd ? al128(sizeof(float) * TC_W * (size_t)(hdp + 4)) : 0;
     L.stats = fwd ? al128(sizeof(float) * 3 * TC_W) : 0;
     L.warp = L.s + L.p + L.o + L.stats;
     L.rows = fwd ? 0 : al128(sizeof(float) * 2 * TC_B);
-    L.total = 4 * L.tile + TC_NW * L.warp + L.rows;
+    L.total = (fwd ? 3 : 4) * L.tile + TC_NW * L.warp + L.rows;
     return L;
 }
+/* the backward's staging of accumulators fits in its two score tiles */
+static_assert(TC_W * (TC_MAXHD + 4) <= 2 * TC_W * TC_LDS, "staging outgrows the score tiles");
 
 /* rows [row0, row0 + nrows) of the head's columns [col0, col0 + hd) -> bf16 tile, zeros
  * beyond (rows >= nrows, columns >= hd): padded products add nothing */
@@ -138,7 +142,7 @@ k_tc_att_fwd(int hd, int hdp, int start, int len, const float *q, int ldq, const
     const int h = blockIdx.y, i0 = blockIdx.x * TC_B, qr0 = w * TC_W;
     const int nq = min(TC_B, len - i0), kend = start + i0 + nq;
     bf16 *Qs = (bf16 *)tsm, *Ks = (bf16 *)(tsm + L.tile), *Vs = (bf16 *)(tsm + 2 * L.tile);
-    unsigned char *wb = tsm + 4 * L.tile + w * L.warp;
+    unsigned char *wb = tsm + 3 * L.tile + w * L.warp;
     float *Sw = (float *)wb, *Ow = (float *)(wb + L.s + L.p);
     bf16 *Pw = (bf16 *)(wb + L.s);
     float *alpha = (float *)(wb + L.s + L.p + L.o), *mrow = alpha + TC_W, *lrow = mrow + TC_W;
@@ -333,6 +337,17 @@ k_tc_att_dq(int hd, int start, int len, const float *q, int ldq, const float *k,
     tc_write<NF>(dq + IX(i0 + qr0, h * hd, lddq), lddq, nq - qr0, hd, false, adq, S);
 }
 
+/* Opt in to `bytes` of shared memory: 1 when the device refuses (less than that per block,
+ * e.g. 99 KB on sm_86 / sm_89; the caller then uses the fp32 kernels), 0 when granted. The
+ * refusal is cleared, so later launch checks do not see it. */
+template <typename K> static int tc_refuses(K kern, size_t bytes)
+{
+    if (bsipipe_cuda_allow_smem(kern, bytes) == 0)
+        return 0;
+    (void)cudaGetLastError();
+    return 1;
+}
+
 template <int NF>
 static int tc_backward(int n_heads, int hd, int start, int len, const float *q, int ldq,
                        const float *k, const float *v, int ldk, const float *do_, int ldo,
@@ -340,8 +355,8 @@ static int tc_backward(int n_heads, int hd, int start, int len, const float *q, 
                        float *dv, float scale, cudaStream_t s)
 {
     const size_t sm = tc_layout_of(NF * 16, false).total;
-    RC_TRY(bsipipe_cuda_allow_smem(k_tc_att_dkdv<NF>, sm));
-    RC_TRY(bsipipe_cuda_allow_smem(k_tc_att_dq<NF>, sm));
+    if (tc_refuses(k_tc_att_dkdv<NF>, sm) || tc_refuses(k_tc_att_dq<NF>, sm))
+        return -ENOSPC;
     dim3 gk((unsigned)((start + len + TC_B - 1) / TC_B), (unsigned)n_heads);
     BSIPIPE_LAUNCH(k_tc_att_dkdv<NF>, gk, TC_NT, sm, s, hd, start, len, q, ldq, k, v, ldk, do_,
                    ldo, lse, dvec, dk, dv, scale);
@@ -365,7 +380,8 @@ int bsipipe_cuda_attention_tc_forward(int n_heads, int head_dim, int start, int 
     if (hdp > TC_MAXHD)
         return -EINVAL;
     const size_t sm = tc_layout_of(hdp, true).total;
-    RC_TRY(bsipipe_cuda_allow_smem(k_tc_att_fwd, sm));
+    if (tc_refuses(k_tc_att_fwd, sm))
+        return -ENOSPC;
     dim3 grid((unsigned)((len + TC_B - 1) / TC_B), (unsigned)n_heads);
     BSIPIPE_LAUNCH(k_tc_att_fwd, grid, TC_NT, sm, s, head_dim, hdp, start, len, q, ldq, k, v, ldk,
                    o, ldo, lse, scale);

@@ -6,7 +6,9 @@
  * buffers (fp32, same layouts) and the results' meaning are those of the fp32 kernels.
  * Not installed. Arguments as bsipipe_cuda_attention_forward / _backward (checked by
  * them); scale = 1/sqrt(head_dim); dvec[h, i] = rowsum(dO * O) (the caller computes it).
- * Return 0 or -EIO (a launch failed). */
+ * Return 0, -ENOSPC (the device grants less shared memory per block than the kernel needs,
+ * up to 154 KB at head_dim 128: nothing was launched, use the fp32 kernels) or -EIO (a
+ * launch failed). */
 #ifndef BSIPIPE_CUDA_ATTENTION_TC_H
 #define BSIPIPE_CUDA_ATTENTION_TC_H
 

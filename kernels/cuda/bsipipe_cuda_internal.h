@@ -34,10 +34,11 @@
             return rc_;                                                                     \
     } while (0)
 
-/* 0 when the last launch was accepted, else -EIO */
+/* 0 when the last launch was accepted, else -EIO. Reading the error clears it (unless the
+ * context is broken), so one refused launch does not fail every later check. */
 static inline int bsipipe_cuda_launched(void)
 {
-    return cudaPeekAtLastError() == cudaSuccess ? 0 : -EIO;
+    return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
 }
 
 /* Kernels with more than 48 KiB of dynamic shared memory must opt in. */
@@ -45,7 +46,11 @@ template <typename K> static inline int bsipipe_cuda_allow_smem(K kern, size_t b
 {
     if (bytes <= 48 * 1024)
         return 0;
-    CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) !=
+        cudaSuccess) {
+        (void)cudaGetLastError(); /* cleared: see bsipipe_cuda_launched */
+        return -EIO;
+    }
     return 0;
 }
 #endif

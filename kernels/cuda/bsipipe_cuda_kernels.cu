@@ -1022,9 +1022,12 @@ extern "C" int bsipipe_cuda_attention_forward(int n_heads, int head_dim, int sta
     if (rc || !lse)
         return rc ? rc : -EINVAL;
     float scale = (float)(1.0 / sqrt((double)head_dim));
-    if (attention_on_tensor_cores())
-        return bsipipe_cuda_attention_tc_forward(n_heads, head_dim, start, len, q, ldq, k, v,
-                                                 ldk, o, ldo, lse, scale, s);
+    if (attention_on_tensor_cores()) {
+        rc = bsipipe_cuda_attention_tc_forward(n_heads, head_dim, start, len, q, ldq, k, v, ldk, o,
+                                               ldo, lse, scale, s);
+        if (rc != -ENOSPC) /* -ENOSPC: too little shared memory here, the fp32 kernel below */
+            return rc;
+    }
     size_t sm = att_fwd_smem(head_dim);
     RC_TRY(allow_smem(k_att_fwd, sm));
     dim3 grid((unsigned)((len + AT_B - 1) / AT_B), (unsigned)n_heads);
@@ -1056,9 +1059,12 @@ extern "C" int bsipipe_cuda_attention_backward(int n_heads, int head_dim, int st
     if (!rc && attention_on_tensor_cores()) {
         rc = bsipipe_cuda_attention_tc_backward(n_heads, head_dim, start, len, q, ldq, k, v, ldk,
                                                 do_, ldo, lse, dvec, dq, lddq, dk, dv, scale, s);
-        if (cudaFreeAsync(dvec, s) != cudaSuccess && !rc)
-            rc = -EIO;
-        return rc;
+        if (rc != -ENOSPC) { /* -ENOSPC: nothing launched, the fp32 kernels below */
+            if (cudaFreeAsync(dvec, s) != cudaSuccess && !rc)
+                rc = -EIO;
+            return rc;
+        }
+        rc = 0;
     }
     if (!rc)
         rc = allow_smem(k_att_bwd_dkdv, sm);

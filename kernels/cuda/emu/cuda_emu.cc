@@ -220,9 +220,13 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
     *ms = (float)(b->t - a->t);
     return cudaSuccess;
 }
+/* Shared memory a block may opt in to: Hopper's 227 KB, or BSIPIPE_EMU_SMEM_OPTIN bytes to
+ * play a smaller GPU (99 KB: sm_86 / sm_89) */
 cudaError_t bsipipe_emu_func_set_attribute(const void *, int, int v)
 {
-    return v >= 0 && v <= 227 * 1024 ? cudaSuccess : cudaErrorInvalidValue; /* Hopper's max */
+    const char *env = getenv("BSIPIPE_EMU_SMEM_OPTIN");
+    long max = env && *env ? strtol(env, NULL, 10) : 227L * 1024;
+    return v >= 0 && v <= max ? cudaSuccess : cudaErrorInvalidValue;
 }
 
 /* ----------------------------------------------------------------------- cuBLAS */
