@@ -51,6 +51,12 @@ done
 # attention kernels that need more step aside for the fp32 ones, and the results still pass.
 echo "attention on an emulated GPU with 99 KB of shared memory per block (bf16s)"
 BSIPIPE_EMU_SMEM_OPTIN=101376 "$tmp/test_cuda_kernels_emu" --mode bf16s --attention-only
+# Strict wmma (a store writes only its lane's share, no barrier inside wmma calls) with the
+# threads resumed in a scrambled order: a missing __syncwarp in the tensor-core attention
+# gives stale data here, which the NaN-initialised shared memory turns into failures.
+echo "attention with strict wmma and scrambled thread order (bf16s)"
+BSIPIPE_EMU_STRICT_WMMA=1 BSIPIPE_EMU_ORDER=scrambled "$tmp/test_cuda_kernels_emu" --mode bf16s \
+    --attention-only
 # The block benchmark's code path (every product mode, attention alone) on a small shape: it
 # must run and print its table; the emulation's times mean nothing.
 echo "running tests/test_cuda_bench on the emulated GPU (small shape, times meaningless)"

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <ucontext.h>
 
+#include <numeric>
 #include <vector>
 
 namespace bsipipe_emu {
@@ -96,6 +97,27 @@ static void entry()
     g_fib[g_cur].done = true;
 }
 
+/* The order in which the scheduler resumes a block's threads: 0..n-1, or with
+ * BSIPIPE_EMU_ORDER=reverse / scrambled another one, so code that only works because lane 0
+ * happens to run first shows (kernels/cuda/emu/mma.h, strict mode). */
+static int lane_order(int i)
+{
+    static int order = -1;
+    if (order < 0) {
+        const char *e = getenv("BSIPIPE_EMU_ORDER");
+        order = !e ? 0 : !strcmp(e, "reverse") ? 1 : !strcmp(e, "scrambled") ? 2 : 0;
+    }
+    if (order == 1)
+        return g_nthr - 1 - i;
+    if (order == 2 && g_nthr > 1) {
+        int step = 37; /* coprime with g_nthr: a permutation */
+        while (std::gcd(step, g_nthr) != 1)
+            step += 2;
+        return (int)(((long)i * step + 11) % g_nthr);
+    }
+    return i;
+}
+
 void launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body)
 {
     g_nthr = (int)(block.x * block.y * block.z);
@@ -129,7 +151,8 @@ void launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> &bod
                 int alive = g_nthr;
                 while (alive > 0) {
                     alive = 0;
-                    for (int i = 0; i < g_nthr; i++) {
+                    for (int ii = 0; ii < g_nthr; ii++) {
+                        int i = lane_order(ii);
                         if (g_fib[i].done)
                             continue;
                         g_cur = i;

@@ -5,7 +5,11 @@
  * as long as the warp works together. As on the GPU, load/store/mma wait for the whole warp
  * first (the "_sync"), so a lane cannot see another lane's later store. Rules the GPU
  * imposes and the emulation checks (abort with a message): pointers 256-bit (32-byte)
- * aligned, ldm a multiple of 8 for bf16 and of 4 for float. */
+ * aligned, ldm a multiple of 8 for bf16 and of 4 for float.
+ * BSIPIPE_EMU_STRICT_WMMA=1 is harsher: no warp barrier inside the wmma calls, and a store
+ * writes only the calling lane's share of the tile (element i by lane i % 32), so a lane that
+ * reads what other lanes stored without a __syncwarp in between sees stale data (with
+ * BSIPIPE_EMU_ORDER=reverse|scrambled, cuda_emu.cc, the lanes run in other orders too). */
 #ifndef BSIPIPE_CUDA_EMU_MMA_H
 #define BSIPIPE_CUDA_EMU_MMA_H
 #include "cuda_bf16.h"
@@ -33,6 +37,20 @@ template <typename Use, int M, int N, int K, typename T, typename Layout = void>
 };
 
 namespace detail {
+static inline bool strict()
+{
+    static int s = -1;
+    if (s < 0) {
+        const char *e = getenv("BSIPIPE_EMU_STRICT_WMMA");
+        s = e && *e == '1';
+    }
+    return s == 1;
+}
+static inline void enter() /* the "_sync": the whole warp first, unless strict */
+{
+    if (!strict())
+        bsipipe_emu::sync_warp();
+}
 static inline void check(const void *p, unsigned ldm, unsigned mult, const char *what)
 {
     if (((uintptr_t)p & 31u) != 0 || ldm % mult != 0) {
@@ -48,7 +66,7 @@ static inline float value(const float &v) { return v; }
 template <typename Use, typename T, typename L>
 static inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, L> &f, const T *p, unsigned ldm)
 {
-    bsipipe_emu::sync_warp();
+    detail::enter();
     detail::check(p, ldm, sizeof(T) == 2 ? 8 : 4, "load_matrix_sync");
     bool rm = std::is_same<L, row_major>::value;
     for (int r = 0; r < 16; r++)
@@ -59,7 +77,7 @@ static inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, L> &f, const T 
 static inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p,
                                     unsigned ldm, layout_t l)
 {
-    bsipipe_emu::sync_warp();
+    detail::enter();
     detail::check(p, ldm, 4, "load_matrix_sync (accumulator)");
     for (int r = 0; r < 16; r++)
         for (int c = 0; c < 16; c++)
@@ -69,11 +87,13 @@ static inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f,
 static inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f,
                                      unsigned ldm, layout_t l)
 {
-    bsipipe_emu::sync_warp();
+    detail::enter();
     detail::check(p, ldm, 4, "store_matrix_sync");
+    const int lane = (int)(threadIdx.x & 31);
     for (int r = 0; r < 16; r++)
         for (int c = 0; c < 16; c++)
-            (l == mem_row_major ? p[(size_t)r * ldm + c] : p[(size_t)c * ldm + r]) = f.x[16 * r + c];
+            if (!detail::strict() || (16 * r + c) % 32 == lane)
+                (l == mem_row_major ? p[(size_t)r * ldm + c] : p[(size_t)c * ldm + r]) = f.x[16 * r + c];
 }
 
 template <typename Use, typename T, typename L>
@@ -90,7 +110,7 @@ static inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
                             const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LB> &b,
                             const fragment<accumulator, 16, 16, 16, float> &c)
 {
-    bsipipe_emu::sync_warp();
+    detail::enter();
     float out[256];
     for (int i = 0; i < 16; i++)
         for (int j = 0; j < 16; j++) {
