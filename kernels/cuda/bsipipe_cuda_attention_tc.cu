@@ -17,6 +17,7 @@
 #include <cuda_bf16.h>
 #include <math.h>
 #include <mma.h>
+#include <stdint.h>
 
 namespace {
 
@@ -38,14 +39,14 @@ typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> frag_b
 static inline __host__ __device__ size_t al128(size_t b) { return (b + 127) & ~(size_t)127; }
 
 /* Shared memory. Forward: three bf16 [TC_B][hdp + 8] tiles (Q, K, V), then per warp an fp32
- * score tile [TC_W][TC_LDS], a bf16 P tile [TC_W][TC_LDP], the fp32 output [TC_W][hdp + 4]
- * and its row statistics. Backward: four bf16 tiles (the block's two, the streamed two), per
+ * score tile [TC_W][TC_LDS], a bf16 P tile [TC_W][TC_LDP] and the fp32 output
+ * [TC_W][hdp + 4] (the softmax statistics live in registers). Backward: four bf16 tiles (the block's two, the streamed two), per
  * warp two fp32 score tiles (S and dP; after the loop, the staging of [TC_W][hdp + 4]
  * accumulators) and two bf16 tiles (P and dS), then lse and D of the TC_B rows of the query
  * tile. Every region starts at a multiple of 128 bytes (wmma needs 32). Smaller is better
  * here: more blocks fit on an SM. */
 struct tc_layout {
-    size_t tile, s, p, o, stats, warp, rows, total;
+    size_t tile, s, p, o, warp, rows, total;
 };
 
 static inline __host__ __device__ tc_layout tc_layout_of(int hdp, bool fwd)
@@ -55,8 +56,7 @@ static inline __host__ __device__ tc_layout tc_layout_of(int hdp, bool fwd)
     L.s = al128(sizeof(float) * TC_W * TC_LDS * (fwd ? 1 : 2));
     L.p = al128(sizeof(bf16) * TC_W * TC_LDP * (fwd ? 1 : 2));
     L.o = fwd ? al128(sizeof(float) * TC_W * (size_t)(hdp + 4)) : 0;
-    L.stats = fwd ? al128(sizeof(float) * 3 * TC_W) : 0;
-    L.warp = L.s + L.p + L.o + L.stats;
+    L.warp = L.s + L.p + L.o;
     L.rows = fwd ? 0 : al128(sizeof(float) * 2 * TC_B);
     L.total = (fwd ? 3 : 4) * L.tile + TC_NW * L.warp + L.rows;
     return L;
@@ -65,15 +65,30 @@ static inline __host__ __device__ tc_layout tc_layout_of(int hdp, bool fwd)
 static_assert(TC_W * (TC_MAXHD + 4) <= 2 * TC_W * TC_LDS, "staging outgrows the score tiles");
 
 /* rows [row0, row0 + nrows) of the head's columns [col0, col0 + hd) -> bf16 tile, zeros
- * beyond (rows >= nrows, columns >= hd): padded products add nothing */
+ * beyond (rows >= nrows, columns >= hd): padded products add nothing. Two threads per row
+ * (TC_NT = 2 TC_B), each taking every other group of 4 columns, so a pair reads 32
+ * contiguous bytes; float4 loads when the rows and the head's columns are 16-byte aligned
+ * (head_dim and ld multiples of 4), else scalar ones. */
 __device__ inline void tc_load(bf16 *dst, int hdp, const float *src, int ld, int col0, int row0,
                                int nrows, int hd)
 {
-    const int ldb = hdp + 8;
-    for (int e = threadIdx.x; e < TC_B * hdp; e += TC_NT) {
-        int r = e / hdp, c = e % hdp;
-        float x = r < nrows && c < hd ? src[IX(row0 + r, col0 + c, ld)] : 0.0f;
-        dst[r * ldb + c] = __float2bfloat16_rn(x);
+    static_assert(TC_NT == 2 * TC_B, "tc_load maps two threads to a row");
+    const int ldb = hdp + 8, r = threadIdx.x >> 1;
+    const float *row = src + IX(row0 + r, col0, ld);
+    const bool in = r < nrows;
+    const bool vec = in && ((ld | col0 | hd) & 3) == 0 && ((uintptr_t)src & 15) == 0;
+    bf16 *out = dst + r * ldb;
+    for (int c = (threadIdx.x & 1) * 4; c < hdp; c += 8) {
+        float x[4];
+        if (vec && c + 4 <= hd) {
+            const float4 v = *(const float4 *)(row + c);
+            x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+        } else {
+            for (int j = 0; j < 4; j++)
+                x[j] = in && c + j < hd ? row[c + j] : 0.0f;
+        }
+        for (int j = 0; j < 4; j++)
+            out[c + j] = __float2bfloat16_rn(x[j]);
     }
 }
 
@@ -145,16 +160,15 @@ k_tc_att_fwd(int hd, int hdp, int start, int len, const float *q, int ldq, const
     unsigned char *wb = tsm + 3 * L.tile + w * L.warp;
     float *Sw = (float *)wb, *Ow = (float *)(wb + L.s + L.p);
     bf16 *Pw = (bf16 *)(wb + L.s);
-    float *alpha = (float *)(wb + L.s + L.p + L.o), *mrow = alpha + TC_W, *lrow = mrow + TC_W;
     const bool active = qr0 < nq;
+    /* the online softmax: lanes 2r and 2r + 1 own row r of the warp (even / odd columns);
+     * both hold its running max and sum */
+    const int r_own = lane >> 1, half = lane & 1, q_own = qr0 + r_own;
+    float m_own = -INFINITY, l_own = 0.0f;
 
     tc_load(Qs, hdp, q, ldq, h * hd, i0, nq, hd);
     for (int e = lane; e < TC_W * lda; e += 32)
         Ow[e] = 0.0f;
-    if (lane < TC_W) {
-        mrow[lane] = -INFINITY;
-        lrow[lane] = 0.0f;
-    }
     for (int j0 = 0; j0 < kend; j0 += TC_B) {
         const int nk = min(TC_B, kend - j0);
         __syncthreads(); /* the previous tile is no longer read */
@@ -165,34 +179,30 @@ k_tc_att_fwd(int hd, int hdp, int start, int len, const float *q, int ldq, const
             continue; /* the warp's rows see none of this tile (causal) */
         tc_scores(Sw, Qs + qr0 * ldb, Ks, hdp);
         __syncwarp();
-        /* online softmax of the warp's rows, two columns per lane */
-        for (int r = 0; r < TC_W; r++) {
-            const int qi = qr0 + r, pos = start + i0 + qi;
-            const int c0 = lane, c1 = lane + 32;
-            const float s0 = Sw[r * TC_LDS + c0] * scale, s1 = Sw[r * TC_LDS + c1] * scale;
-            const bool v0 = qi < nq && c0 < nk && j0 + c0 <= pos;
-            const bool v1 = qi < nq && c1 < nk && j0 + c1 <= pos;
-            float mx = fmaxf(v0 ? s0 : -INFINITY, v1 ? s1 : -INFINITY);
-            for (int of = 16; of > 0; of >>= 1)
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, of));
-            const float mold = mrow[r], mnew = fmaxf(mold, mx);
-            const float p0 = v0 ? expf(s0 - mnew) : 0.0f, p1 = v1 ? expf(s1 - mnew) : 0.0f;
-            float sum = p0 + p1;
-            for (int of = 16; of > 0; of >>= 1)
-                sum += __shfl_xor_sync(0xffffffffu, sum, of);
-            Pw[r * TC_LDP + c0] = __float2bfloat16_rn(p0);
-            Pw[r * TC_LDP + c1] = __float2bfloat16_rn(p1);
-            __syncwarp(); /* every lane has read mrow[r] */
-            if (lane == 0) {
-                const float al = mnew == -INFINITY ? 1.0f : expf(mold - mnew);
-                alpha[r] = al;
-                lrow[r] = lrow[r] * al + sum;
-                mrow[r] = mnew;
+        {
+            const int pos = start + i0 + q_own, lim = min(nk, pos - j0 + 1); /* visible: c < lim */
+            const float *srow = Sw + r_own * TC_LDS;
+            bf16 *prow = Pw + r_own * TC_LDP;
+            float mx = -INFINITY;
+            if (q_own < nq)
+                for (int c = half; c < lim; c += 2)
+                    mx = fmaxf(mx, srow[c] * scale);
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            const float mnew = fmaxf(m_own, mx);
+            float sum = 0.0f;
+            for (int c = half; c < TC_B; c += 2) {
+                const float p = q_own < nq && c < lim ? expf(srow[c] * scale - mnew) : 0.0f;
+                sum += p;
+                prow[c] = __float2bfloat16_rn(p);
             }
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            const float al = mnew == -INFINITY ? 1.0f : expf(m_own - mnew);
+            l_own = l_own * al + sum;
+            m_own = mnew;
+            float *orow = Ow + r_own * lda; /* the pair rescales its row of O */
+            for (int c = half; c < hdp; c += 2)
+                orow[c] *= al;
         }
-        __syncwarp();
-        for (int e = lane; e < TC_W * hdp; e += 32)
-            Ow[(e / hdp) * lda + e % hdp] *= alpha[e / hdp];
         __syncwarp();
         for (int f = 0; f < hdp / 16; f++) {
             frag_acc acc;
@@ -211,13 +221,12 @@ k_tc_att_fwd(int hd, int hdp, int start, int len, const float *q, int ldq, const
     if (!active)
         return;
     __syncwarp();
-    for (int e = lane; e < TC_W * hd; e += 32) {
-        const int r = e / hd, c = e % hd;
-        if (qr0 + r < nq)
-            o[IX(i0 + qr0 + r, h * hd + c, ldo)] = Ow[r * lda + c] / lrow[r];
+    if (q_own < nq) {
+        for (int c = half; c < hd; c += 2)
+            o[IX(i0 + q_own, h * hd + c, ldo)] = Ow[r_own * lda + c] / l_own;
+        if (!half)
+            lse[IX(h, i0 + q_own, len)] = m_own + logf(l_own);
     }
-    if (lane < TC_W && qr0 + lane < nq)
-        lse[IX(h, i0 + qr0 + lane, len)] = mrow[lane] + logf(lrow[lane]);
 }
 
 /* dK, dV (+=) of one key tile of one head, over the piece's query tiles that see it. */
