@@ -49,7 +49,7 @@ static void usage(FILE *out)
 "  --transport local|nccl  with --devices cuda: NCCL between GPUs\n"
 "  --precision P     with --devices cuda: matrix products fp32 (default), tf32,\n"
 "                    bf16 (tensor cores, fp32 accumulation; attention too) or\n"
-"                    bf16s (bf16 operands in memory); docs/cuda.md\n"
+"                    bf16s (bf16 operands and stashed activations); docs/cuda.md\n"
 "  --mpi             run as one StarPU-MPI rank (node) of an mpirun job: every\n"
 "                    rank runs its share of the devices (mirrored pairs of the\n"
 "                    two pipes on one rank); only rank 0 prints. E.g.\n"

@@ -49,6 +49,7 @@ typedef struct bsipipe_engine_options {
     const char *precision;    /* cuda: the matrix products (docs/cuda.md) — "fp32" (default
                                  when NULL), "tf32", "bf16" (tensor cores, bf16 inputs, fp32
                                  accumulation; attention too) or "bf16s" (bf16 operands in
+                                 memory, and the stash in bf16: about half the activation
                                  memory); process-wide while the engine lives. cpu: "fp32" */
     double watchdog_s;        /* a send waiting longer fails the run (default 30 s when 0) */
     int unchecked_plan;       /* 1: run the plan even if the validator finds a deadlock

@@ -222,7 +222,7 @@ static int create_buffers(bsipipe_engine_t *e)
             for (int s = 0; s < e->k; s++) {
                 long i = act_index(e, mb, s, c), len = piece_len(e, s);
                 e->n_x_out[i] = (uint32_t)(len * e->d);
-                e->n_stash[i] = (uint32_t)((l1 - l0) * bsipipe_model_stash_size(D, (int)len));
+                e->n_stash[i] = (uint32_t)engine_stash_floats(e, l1 - l0, (int)len);
                 e->n_dx[i] = c > 0 ? (uint32_t)(len * e->d) : 0;
                 e->n_dy[i] = c == e->C - 1 ? (uint32_t)(len * e->d) : 0;
                 e->n_wstash[i] = e->split ? (uint32_t)((l1 - l0) * bsipipe_model_wstash_size(D, (int)len)) : 0;

@@ -145,6 +145,10 @@ int engine_devices_start(struct bsipipe_engine *e);
 void engine_devices_stop(struct bsipipe_engine *e);
 /* 1 when the SYNC or transfer between devices a and b goes through NCCL. */
 int engine_uses_nccl(const struct bsipipe_engine *e, int a, int b);
+/* Floats of the stash of n_layers layers for a piece of len tokens on this
+ * engine's devices: the CPU kernels' layout, or the CUDA kernels' in the
+ * engine's precision (bf16 activations in bf16s: about half). */
+long engine_stash_floats(const struct bsipipe_engine *e, int n_layers, int len);
 
 extern struct starpu_codelet bsipipe_cl_forward, bsipipe_cl_backward, bsipipe_cl_send, bsipipe_cl_recv,
     bsipipe_cl_sync, bsipipe_cl_sync_peer, bsipipe_cl_step, bsipipe_cl_wgrad;

@@ -114,6 +114,37 @@ static float *zeros_dev(long n)
     return d;
 }
 
+/* The CPU kernels' stash (L layers in the fp32 layout) as the CUDA kernels keep it in the
+ * current mode (bf16 activations in BF16S), packed layer by layer on the device. */
+static float *stash_up(const bsipipe_model_dims_t *d, int L, int len, const float *cpu)
+{
+    if (!g_gpu)
+        return NULL;
+    long ss = bsipipe_model_stash_size(d, len);
+    long sm = bsipipe_cuda_stash_size(d, len, bsipipe_cuda_get_gemm_mode());
+    float *tmp = up(cpu, (long)L * ss), *out = zeros_dev((long)L * sm);
+    for (int l = 0; l < L; l++)
+        CHECK(bsipipe_cuda_stash_pack(d, len, tmp + (size_t)l * ss, out + (size_t)l * sm, g_s));
+    CU(cudaStreamSynchronize(g_s));
+    dfree(tmp);
+    return out;
+}
+
+/* A device stash in the current mode unpacked to the fp32 layout (a new device buffer), to
+ * compare with the CPU's. */
+static float *stash_down32(const bsipipe_model_dims_t *d, int L, int len, const float *dev)
+{
+    if (!g_gpu)
+        return NULL;
+    long ss = bsipipe_model_stash_size(d, len);
+    long sm = bsipipe_cuda_stash_size(d, len, bsipipe_cuda_get_gemm_mode());
+    float *out = zeros_dev((long)L * ss);
+    for (int l = 0; l < L; l++)
+        CHECK(bsipipe_cuda_stash_unpack(d, len, dev + (size_t)l * sm, out + (size_t)l * ss, g_s));
+    CU(cudaStreamSynchronize(g_s));
+    return out;
+}
+
 /* Prints one table row (and its TSV line) and counts it: rows, failures, the
  * worst error (a NaN error stays the worst). */
 static void report_row(const char *kernel, const char *cfg, const char *tensor, double err, double maxdiff, int ok)
@@ -230,7 +261,8 @@ static void run_cfg(const struct cfg *c)
         stot[j] = (long)L * ss[j];
         stash[j] = xalloc(sizeof(float) * (size_t)stot[j]);
         xo[j] = xalloc(sizeof(float) * (size_t)ln[j] * h);
-        float *dkv_in = up(kv, kvn), *dst = zeros_dev(stot[j]), *dxo = zeros_dev((long)ln[j] * h);
+        long smode = (long)L * bsipipe_cuda_stash_size(d, ln[j], bsipipe_cuda_get_gemm_mode());
+        float *dkv_in = up(kv, kvn), *dst = zeros_dev(smode), *dxo = zeros_dev((long)ln[j] * h);
         float *dxin = up(x0 + (size_t)st[j] * h, (long)ln[j] * h);
         CHECK(bsipipe_chunk_forward(d, 0, L, st[j], ln[j], params + lo, x0 + (size_t)st[j] * h,
                                     xo[j], stash[j], kv));
@@ -240,7 +272,9 @@ static void run_cfg(const struct cfg *c)
         snprintf(t, sizeof t, "x_out[p%d]", j);
         cmp("chunk_forward", nm, t, xo[j], dxo, (long)ln[j] * h);
         snprintf(t, sizeof t, "stash[p%d]", j);
-        cmp("chunk_forward", nm, t, stash[j], dst, stot[j]);
+        float *dst32 = stash_down32(d, L, ln[j], dst); /* bf16 values in BF16S */
+        cmp("chunk_forward", nm, t, stash[j], dst32, stot[j]);
+        dfree(dst32);
         snprintf(t, sizeof t, "kv[p%d]", j);
         cmp("chunk_forward", nm, t, kv, dkv_in, kvn);
         dfree(dkv_in); dfree(dst); dfree(dxo); dfree(dxin);
@@ -287,7 +321,7 @@ static void run_cfg(const struct cfg *c)
         float *grads = xalloc(sizeof(float) * (size_t)lp), *dxh = xalloc(sizeof(float) * (size_t)ln[j] * h);
         float *wk = xalloc(sizeof(float) * (size_t)wn);
         float *ddkv = up(dkv, kvn), *dgr = zeros_dev(lp), *ddy = up(dy[j], (long)ln[j] * h);
-        float *ddx = zeros_dev((long)ln[j] * h), *dst = up(stash[j], stot[j]);
+        float *ddx = zeros_dev((long)ln[j] * h), *dst = stash_up(d, L, ln[j], stash[j]);
         CHECK(bsipipe_chunk_backward(d, 0, L, st[j], ln[j], params + lo, grads, dy[j], dxh,
                                      stash[j], kv, dkv, wk));
         GCHECK(bsipipe_cuda_chunk_backward(d, 0, L, st[j], ln[j], dparams + lo, dgr, ddy, ddx,
@@ -308,7 +342,8 @@ static void run_cfg(const struct cfg *c)
         float *wk = xalloc(sizeof(float) * (size_t)wn), *ws = xalloc(sizeof(float) * (size_t)wsn);
         float *dk2 = xalloc(sizeof(float) * (size_t)kvn);
         float *ddkv = zeros_dev(kvn), *dgr = zeros_dev(lp), *ddy = up(dy1, (long)ln[1] * h);
-        float *ddx = zeros_dev((long)ln[1] * h), *dst = up(stash[1], stot[1]), *dws = zeros_dev(wsn);
+        float *ddx = zeros_dev((long)ln[1] * h), *dst = stash_up(d, L, ln[1], stash[1]);
+        float *dws = zeros_dev(wsn);
         CHECK(bsipipe_chunk_backward_input(d, 0, L, st[1], ln[1], params + lo, grads, dy1, dxh,
                                            stash[1], kv, dk2, ws, wk));
         GCHECK(bsipipe_cuda_chunk_backward_input(d, 0, L, st[1], ln[1], dparams + lo, dgr, ddy,

@@ -122,6 +122,102 @@ static int copy_d2d(float *dst, const float *src, size_t n, cudaStream_t s)
     return 0;
 }
 
+/* ------------------------------------------------------- the stash in bf16 (BF16S) */
+
+/* In BF16S the activations a layer keeps for its backward are stored in bf16: one layer's
+ * stash is the fp32 layout of bsipipe__stash_off held as bf16 values (element i at bf16
+ * index i; the statistics' slots unused), then, from float `half` on, the statistics in fp32
+ * (s1 [2 len], s2 [2 len], lse [heads, len]: exp(S - lse) would lose too much in bf16).
+ * The kernels compute in fp32 as always: a layer's forward writes an fp32 scratch copy of
+ * its stash that is then packed; its backward unpacks into fp32 scratch first (both
+ * stream-ordered, cudaMallocAsync). The backward thus sees activations rounded to bf16. */
+struct stash_fmt {
+    size_t ss;    /* floats of the fp32 layout */
+    size_t half;  /* floats holding the ss bf16 values (16-byte multiple); 0: fp32 layout */
+    size_t total; /* floats of one layer's stash in this mode */
+};
+
+static inline bool stash_bf16(bsipipe_cuda_gemm_mode_t m) { return m == BSIPIPE_CUDA_GEMM_BF16S; }
+
+static stash_fmt stash_fmt_of(const bsipipe_model_dims_t *d, int len, bsipipe_cuda_gemm_mode_t m)
+{
+    bsipipe_stash_off so;
+    bsipipe__stash_off(d, len, &so);
+    stash_fmt f;
+    f.ss = (size_t)so.total;
+    f.half = 0;
+    f.total = f.ss;
+    if (stash_bf16(m)) {
+        size_t stats = (size_t)(4 + d->n_heads) * (size_t)len;
+        f.half = ((f.ss + 1) / 2 + 3) / 4 * 4;
+        f.total = f.half + (stats + 3) / 4 * 4;
+    }
+    return f;
+}
+
+__global__ void k_f32_to_bf16(size_t n, const float *src, __nv_bfloat16 *dst)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+__global__ void k_bf16_to_f32(size_t n, const __nv_bfloat16 *src, float *dst)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __bfloat162float(src[i]);
+}
+
+/* one layer: fp32 layout st32 -> this mode's layout st (BF16S only) */
+static int stash_pack(const bsipipe_model_dims_t *d, int len, const float *st32, float *st,
+                      cudaStream_t s)
+{
+    bsipipe_stash_off so;
+    bsipipe__stash_off(d, len, &so);
+    stash_fmt f = stash_fmt_of(d, len, BSIPIPE_CUDA_GEMM_BF16S);
+    size_t n2 = 2 * (size_t)len, nl = (size_t)d->n_heads * len;
+    BSIPIPE_LAUNCH(k_f32_to_bf16, nblocks(f.ss, 256), 256, 0, s, f.ss, st32, (__nv_bfloat16 *)st);
+    RC_TRY(launched());
+    RC_TRY(copy_d2d(st + f.half, st32 + so.s1, n2, s));
+    RC_TRY(copy_d2d(st + f.half + n2, st32 + so.s2, n2, s));
+    return copy_d2d(st + f.half + 2 * n2, st32 + so.lse, nl, s);
+}
+
+/* one layer: this mode's layout st -> fp32 layout st32 (BF16S only) */
+static int stash_unpack(const bsipipe_model_dims_t *d, int len, const float *st, float *st32,
+                        cudaStream_t s)
+{
+    bsipipe_stash_off so;
+    bsipipe__stash_off(d, len, &so);
+    stash_fmt f = stash_fmt_of(d, len, BSIPIPE_CUDA_GEMM_BF16S);
+    size_t n2 = 2 * (size_t)len, nl = (size_t)d->n_heads * len;
+    BSIPIPE_LAUNCH(k_bf16_to_f32, nblocks(f.ss, 256), 256, 0, s, f.ss,
+                   (const __nv_bfloat16 *)st, st32);
+    RC_TRY(launched());
+    RC_TRY(copy_d2d(st32 + so.s1, st + f.half, n2, s));
+    RC_TRY(copy_d2d(st32 + so.s2, st + f.half + n2, n2, s));
+    return copy_d2d(st32 + so.lse, st + f.half + 2 * n2, nl, s);
+}
+
+/* stream-ordered fp32 scratch; scratch_end frees it and keeps the first error */
+static int scratch(float **p, size_t n, cudaStream_t s)
+{
+    if (cudaMallocAsync((void **)p, (n ? n : 1) * sizeof(float), s) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *p = NULL;
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+static int scratch_end(float *p, int rc, cudaStream_t s)
+{
+    if (p && cudaFreeAsync(p, s) != cudaSuccess && !rc)
+        rc = -EIO;
+    return rc;
+}
+
 /* ------------------------------------------------------------------ reductions */
 
 /* Sum over a block of NT threads in a fixed order (deterministic). sh: NT/32 doubles. */
@@ -917,19 +1013,28 @@ static int chunk_bwd(const bsipipe_model_dims_t *d, int l0, int l1, int start, i
     bsipipe__layer_off(d, &lo);
     bsipipe__work_off(d, len, &wo);
     wst_layout(d, len, &wso);
-    ss = (size_t)bsipipe_model_stash_size(d, len);
+    const stash_fmt f = stash_fmt_of(d, len, g_mode);
+    ss = f.total;
     kvs = (size_t)bsipipe_model_kv_size(d);
     nd = (size_t)len * d->hidden;
-    RC_TRY(copy_d2d(work + wo.dy, dy, nd, s));
-    for (int l = l1 - 1; l >= l0; l--) {
+    float *st32 = NULL; /* BF16S: the layer's stash unpacked to fp32 */
+    if (f.half)
+        RC_TRY(scratch(&st32, f.ss, s));
+    int rc = copy_d2d(work + wo.dy, dy, nd, s);
+    for (int l = l1 - 1; l >= l0 && !rc; l--) {
         size_t i = (size_t)(l - l0);
+        const float *st = stash + i * ss;
+        if (st32 && !(rc = stash_unpack(d, len, st, st32, s)))
+            st = st32;
         layer_ptrs(&lo, layers + i * (size_t)lo.total, &p);
         layer_gptrs(&lo, grads + i * (size_t)lo.total, &g);
-        RC_TRY(layer_bwd(d, start, len, &p, &g, stash + i * ss, kv + i * kvs, dkv + i * kvs,
-                         work, work + wo.dy, wstash ? wstash + i * (size_t)wso.total : NULL, s,
-                         hb));
+        if (!rc)
+            rc = layer_bwd(d, start, len, &p, &g, st, kv + i * kvs, dkv + i * kvs, work,
+                           work + wo.dy, wstash ? wstash + i * (size_t)wso.total : NULL, s, hb);
     }
-    return copy_d2d(dx, work + wo.dy, nd, s);
+    if (!rc)
+        rc = copy_d2d(dx, work + wo.dy, nd, s);
+    return scratch_end(st32, rc, s);
 }
 
 static int head_check(const bsipipe_model_dims_t *d, int len, const float *head,
@@ -979,6 +1084,34 @@ extern "C" const char *bsipipe_cuda_gemm_mode_name(bsipipe_cuda_gemm_mode_t mode
     case BSIPIPE_CUDA_GEMM_BF16S: return "bf16s";
     }
     return "?";
+}
+
+extern "C" long bsipipe_cuda_stash_size(const bsipipe_model_dims_t *d, int len,
+                                        bsipipe_cuda_gemm_mode_t mode)
+{
+    if (bsipipe_model_dims_check(d) || len < 1)
+        return -EINVAL;
+    return (long)stash_fmt_of(d, len, mode).total;
+}
+
+extern "C" int bsipipe_cuda_stash_pack(const bsipipe_model_dims_t *d, int len,
+                                       const float *fp32_stash, float *stash, cudaStream_t s)
+{
+    if (bsipipe_model_dims_check(d) || len < 1 || len > d->seq_len || !fp32_stash || !stash)
+        return -EINVAL;
+    if (!stash_bf16(g_mode))
+        return copy_d2d(stash, fp32_stash, stash_fmt_of(d, len, g_mode).ss, s);
+    return stash_pack(d, len, fp32_stash, stash, s);
+}
+
+extern "C" int bsipipe_cuda_stash_unpack(const bsipipe_model_dims_t *d, int len,
+                                         const float *stash, float *fp32_stash, cudaStream_t s)
+{
+    if (bsipipe_model_dims_check(d) || len < 1 || len > d->seq_len || !fp32_stash || !stash)
+        return -EINVAL;
+    if (!stash_bf16(g_mode))
+        return copy_d2d(fp32_stash, stash, stash_fmt_of(d, len, g_mode).ss, s);
+    return stash_unpack(d, len, stash, fp32_stash, s);
 }
 
 extern "C" int bsipipe_cuda_embed_forward(const bsipipe_model_dims_t *d, const float *embed,
@@ -1102,17 +1235,36 @@ extern "C" int bsipipe_cuda_chunk_forward(const bsipipe_model_dims_t *d, int l0,
     RC_TRY(set_stream(hb, s));
     bsipipe__layer_off(d, &lo);
     bsipipe__stash_off(d, len, &so);
-    ss = (size_t)so.total;
+    const stash_fmt f = stash_fmt_of(d, len, g_mode);
+    ss = f.total;
     kvs = (size_t)bsipipe_model_kv_size(d);
-    RC_TRY(copy_d2d(stash + so.x, x_in, (size_t)len * d->hidden, s));
-    for (int l = l0; l < l1; l++) {
-        size_t i = (size_t)(l - l0);
-        float *st = stash + i * ss;
-        float *y = l + 1 < l1 ? stash + (i + 1) * ss + so.x : x_out;
-        layer_ptrs(&lo, layers + i * (size_t)lo.total, &p);
-        RC_TRY(layer_fwd(d, start, len, &p, st, kv + i * kvs, y, s, hb));
+    size_t nd = (size_t)len * d->hidden;
+    if (!f.half) { /* fp32 stash: each layer's output is the next one's stashed input */
+        RC_TRY(copy_d2d(stash + so.x, x_in, nd, s));
+        for (int l = l0; l < l1; l++) {
+            size_t i = (size_t)(l - l0);
+            float *st = stash + i * ss;
+            float *y = l + 1 < l1 ? stash + (i + 1) * ss + so.x : x_out;
+            layer_ptrs(&lo, layers + i * (size_t)lo.total, &p);
+            RC_TRY(layer_fwd(d, start, len, &p, st, kv + i * kvs, y, s, hb));
+        }
+        return 0;
     }
-    return 0;
+    /* BF16S: each layer runs on an fp32 scratch stash, packed into bf16 after it; its
+     * output goes to x_out and from there into the scratch as the next layer's input */
+    float *st32 = NULL;
+    RC_TRY(scratch(&st32, f.ss, s));
+    int rc = copy_d2d(st32 + so.x, x_in, nd, s);
+    for (int l = l0; l < l1 && !rc; l++) {
+        size_t i = (size_t)(l - l0);
+        layer_ptrs(&lo, layers + i * (size_t)lo.total, &p);
+        rc = layer_fwd(d, start, len, &p, st32, kv + i * kvs, x_out, s, hb);
+        if (!rc)
+            rc = stash_pack(d, len, st32, stash + i * ss, s);
+        if (!rc && l + 1 < l1)
+            rc = copy_d2d(st32 + so.x, x_out, nd, s);
+    }
+    return scratch_end(st32, rc, s);
 }
 
 extern "C" int bsipipe_cuda_chunk_backward(const bsipipe_model_dims_t *d, int l0, int l1,
@@ -1153,15 +1305,23 @@ extern "C" int bsipipe_cuda_chunk_backward_weight(const bsipipe_model_dims_t *d,
     RC_TRY(set_stream(hb, s));
     bsipipe__layer_off(d, &lo);
     wst_layout(d, len, &wso);
-    ss = (size_t)bsipipe_model_stash_size(d, len);
-    for (int l = l1 - 1; l >= l0; l--) {
+    const stash_fmt f = stash_fmt_of(d, len, g_mode);
+    ss = f.total;
+    float *st32 = NULL; /* BF16S: the layer's stash unpacked to fp32 */
+    if (f.half)
+        RC_TRY(scratch(&st32, f.ss, s));
+    int rc = 0;
+    for (int l = l1 - 1; l >= l0 && !rc; l--) {
         size_t i = (size_t)(l - l0);
-        const float *w = wstash + i * (size_t)wso.total;
+        const float *w = wstash + i * (size_t)wso.total, *st = stash + i * ss;
+        if (st32 && !(rc = stash_unpack(d, len, st, st32, s)))
+            st = st32;
         layer_gptrs(&lo, grads + i * (size_t)lo.total, &g);
-        RC_TRY(layer_wgrad(d, len, &g, stash + i * ss, w + wso.dy, w + wso.da1, w + wso.dx2,
-                           w + wso.dqkv, hb));
+        if (!rc)
+            rc = layer_wgrad(d, len, &g, st, w + wso.dy, w + wso.da1, w + wso.dx2, w + wso.dqkv,
+                             hb);
     }
-    return 0;
+    return scratch_end(st32, rc, s);
 }
 
 extern "C" int bsipipe_cuda_head_forward(const bsipipe_model_dims_t *d, const float *head,

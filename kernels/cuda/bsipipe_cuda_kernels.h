@@ -50,9 +50,15 @@ extern "C" {
  *         stream-ordered scratch (cudaMallocAsync on the handle's stream; the
  *         weights are converted again at every GEMM, not cached), then
  *         cublasGemmEx with CUDA_R_16BF A and B, fp32 C, CUBLAS_COMPUTE_32F
- *         (fp32 accumulation). Master weights, gradients, stash, kv, attention
- *         and every elementwise kernel stay fp32. A GEMM may also fail with
- *         -ENOMEM (its scratch). Only run in the CPU emulation so far. */
+ *         (fp32 accumulation). The STASH is stored in bf16 as well (the
+ *         activations a layer keeps for its backward; its statistics stay
+ *         fp32): about half of bsipipe_model_stash_size, see
+ *         bsipipe_cuda_stash_size. Master weights, gradients, kv, the work
+ *         buffers and every elementwise kernel stay fp32; each layer computes
+ *         in fp32 scratch (cudaMallocAsync) and its backward sees the
+ *         activations rounded to bf16. Chunk calls may also fail with -ENOMEM
+ *         (scratch). Only run in the CPU emulation so far.
+ * In BF16 and BF16S attention runs on the tensor cores as well. */
 typedef enum {
     BSIPIPE_CUDA_GEMM_FP32 = 0,
     BSIPIPE_CUDA_GEMM_TF32 = 1,
@@ -63,13 +69,27 @@ int bsipipe_cuda_set_gemm_mode(bsipipe_cuda_gemm_mode_t mode); /* 0 or -EINVAL *
 bsipipe_cuda_gemm_mode_t bsipipe_cuda_get_gemm_mode(void);
 const char *bsipipe_cuda_gemm_mode_name(bsipipe_cuda_gemm_mode_t mode);
 
+/* ---- the stash ----
+ * Floats of ONE layer's stash for a piece of len tokens when the kernels run in `mode`:
+ * bsipipe_model_stash_size in FP32 / TF32 / BF16, about half in BF16S (bf16 activations
+ * plus fp32 statistics). A chunk's stash buffer holds (l1 - l0) of these, layer after
+ * layer. -EINVAL for bad dims. */
+long bsipipe_cuda_stash_size(const bsipipe_model_dims_t *d, int len, bsipipe_cuda_gemm_mode_t mode);
+/* One layer's stash between the CPU kernels' fp32 layout (bsipipe_model_stash_size floats)
+ * and the current mode's layout (plain copies unless BF16S). Device pointers; asynchronous
+ * on stream. For tests and inspection. */
+int bsipipe_cuda_stash_pack(const bsipipe_model_dims_t *d, int len, const float *fp32_stash,
+    float *stash, cudaStream_t stream);
+int bsipipe_cuda_stash_unpack(const bsipipe_model_dims_t *d, int len, const float *stash,
+    float *fp32_stash, cudaStream_t stream);
+
 /* ---- embedding ---- */
 int bsipipe_cuda_embed_forward(const bsipipe_model_dims_t *d, const float *embed,
     const int *tokens, int start, int len, float *x_out, cudaStream_t stream);
 int bsipipe_cuda_embed_backward(const bsipipe_model_dims_t *d, float *embed_grad,
     const int *tokens, int start, int len, const float *dx, cudaStream_t stream);
 
-/* ---- chunk of layers [l0, l1) ---- */
+/* ---- chunk of layers [l0, l1) ---- (stash: (l1 - l0) * bsipipe_cuda_stash_size floats) */
 int bsipipe_cuda_chunk_forward(const bsipipe_model_dims_t *d, int l0, int l1, int start,
     int len, const float *layers, const float *x_in, float *x_out, float *stash, float *kv,
     cudaStream_t stream, cublasHandle_t handle);
