@@ -26,6 +26,9 @@
 #            carried tree whose libraries resolve; else skipped with a message. Then the same
 #            with --precision bf16s (bf16 products, tensor-core attention; relative 1e-2). With
 #            two or more GPUs also --transport nccl.
+#            pipeline: bsipipe-bench on 4 CUDA workers (BSIPipe, Seq1F1B-I, 1F1B; GPT 8 layers,
+#            hidden 1280, 4K tokens), fp32 then bf16s: tokens/s, bubble, peak activation
+#            memory (needs the bundle; skipped once 300 s are used).
 #            compute-sanitizer (when the image has it): memcheck over the kernel cases in bf16s,
 #            racecheck and synccheck over the attention cases; a tool that cannot attach or
 #            times out is reported as skipped.
@@ -192,6 +195,15 @@ else
     say "engine: no runnable test_cuda_engine (needs StarPU): run scripts/device-bundle.sh and carry devbundle"
 fi
 te() { env "LD_LIBRARY_PATH=$TE_LD" STARPU_SILENT=1 "$TE" "$@"; }
+# the schedules' bench, from the same place as the engine test
+PB=
+if [ -n "$TE" ]; then
+    case $TE in
+        */devbundle/*) PB="$ROOT/devbundle/bin/bsipipe-bench" ;;
+        *) PB="$ROOT/apps/.libs/bsipipe-bench" ;;
+    esac
+    [ -x "$PB" ] || PB=
+fi
 
 # ---------------------------------------------------------------------------- 2. CPU side
 say "CPU side: reference computations of every kernel case"
@@ -262,6 +274,34 @@ else
     STATUS[engine_nccl]="skipped (no CUDA GPU found)"
 fi
 
+# The pipeline on CUDA workers: BSIPipe, Seq1F1B-I and 1F1B side by side on 4 CUDA workers of
+# the GPU (GPT, 8 layers, hidden 1280, 32 heads, 4K tokens, 8 micro-batches), fp32 then
+# bf16s products: tokens/s, measured against planned bubble, peak activation memory (the
+# bf16 stash halves it). Timings only; a failure to run fails the step.
+pipeline() { # name, precision
+    local name=$1 prec=$2
+    say "GPU: $name: bsipipe-bench --devices cuda --precision $prec"
+    timeout 150 env "LD_LIBRARY_PATH=$TE_LD" STARPU_SILENT=1 "$PB" --devices cuda --precision "$prec" \
+        --schedules bsipipe,seq1f1b-i,1f1b --w 4 --m 8 --layers 8 --hidden 1280 --heads 32 --seq 4096 \
+        --reps 2 --warmup 1 >"$OUTDIR/$name.md" 2>&1
+    local rc=$?
+    tail -n 6 "$OUTDIR/$name.md" | tee -a "$LOG"
+    case $rc in
+        0) STATUS[$name]=ok ;;
+        124) STATUS[$name]="TIMEOUT after 150 s" ;;
+        *) STATUS[$name]="FAIL (exit $rc; $name.md)" ;;
+    esac
+}
+for k in pipeline_fp32 pipeline_bf16s; do STATUS[$k]="skipped (no CUDA GPU found)"; done
+if [ $have_gpu = 1 ] && [ -n "$PB" ] && [ $((SECONDS - T0)) -le 300 ]; then
+    pipeline pipeline_fp32 fp32
+    pipeline pipeline_bf16s bf16s
+elif [ $have_gpu = 1 ] && [ -n "$PB" ]; then
+    for k in pipeline_fp32 pipeline_bf16s; do STATUS[$k]="skipped (time: $((SECONDS - T0)) s used)"; done
+elif [ $have_gpu = 1 ]; then
+    for k in pipeline_fp32 pipeline_bf16s; do STATUS[$k]="skipped (no runnable bsipipe-bench: carry devbundle/)"; done
+fi
+
 # compute-sanitizer, where the image has it and its runtime lets it attach: memcheck over
 # every kernel case (bf16s: the tensor-core attention too), racecheck and synccheck over the
 # attention cases. A time-out or a tool that cannot attach is reported, not failed.
@@ -307,6 +347,8 @@ fi
     echo "engine:     ${STATUS[engine]}"
     echo "engine bf16s: ${STATUS[engine_bf16]}"
     echo "engine nccl: ${STATUS[engine_nccl]}"
+    echo "pipeline fp32:  ${STATUS[pipeline_fp32]}"
+    echo "pipeline bf16s: ${STATUS[pipeline_bf16s]}"
     echo "memcheck:   ${STATUS[memcheck]}"
     echo "racecheck:  ${STATUS[racecheck]}"
     echo "synccheck:  ${STATUS[synccheck]}"
@@ -345,11 +387,18 @@ fi
         awk -F'\t' '{ printf "%-6s %6d %6d %6d %9.2f %11.2f %9.2f %11.1f%% %9.2f %10.2f\n", $1, $2, $3, $4, $5, $6, $7, 100 * $8, $10, $11; r = $9 }
                     END { if (r) printf "measured cublasGemmEx bf16 rate: %.1f TFLOP/s\n", r }' "$OUTDIR/bench.tsv"
     fi
+    for t in pipeline_fp32 pipeline_bf16s; do
+        [ -s "$OUTDIR/$t.md" ] && grep -q '^| bsipipe ' "$OUTDIR/$t.md" || continue
+        echo
+        echo "$t: schedules on 4 CUDA workers of one GPU (tokens/s, bubble, peak activation MiB):"
+        grep -E '^\| (schedule|bsipipe|seq1f1b-i|1f1b) ' "$OUTDIR/$t.md" | cut -d'|' -f2,6,7,8,10
+    done
     echo "total time: $((SECONDS - T0)) s; log: $LOG"
 } | tee -a "$LOG"
 
 fail=0
-for k in build cpu probe kernels bench engine_cpu engine engine_bf16 engine_nccl memcheck racecheck synccheck; do
+for k in build cpu probe kernels bench engine_cpu engine engine_bf16 engine_nccl pipeline_fp32 pipeline_bf16s \
+    memcheck racecheck synccheck; do
     case ${STATUS[$k]:-FAIL} in ok*|skipped*) ;; *) fail=1 ;; esac
 done
 [ $fail = 1 ] && exit 1
