@@ -449,6 +449,27 @@ static void run_optimizer(void)
     dfree(pd); dfree(gd); dfree(md); dfree(vd); dfree(sd);
 }
 
+/* The stash's size per layer in a mode (host only): the fp32 layout in fp32 / tf32 / bf16;
+ * in bf16s room for every value as bf16 plus the fp32 statistics, i.e. a little over half. */
+static void check_stash_size(const struct cfg *c, bsipipe_cuda_gemm_mode_t mode)
+{
+    const bsipipe_model_dims_t *d = &c->d;
+    int lens[3] = {1, c->cut, d->seq_len};
+    for (int i = 0; i < 3; i++) {
+        long f = bsipipe_model_stash_size(d, lens[i]), m = bsipipe_cuda_stash_size(d, lens[i], mode);
+        long stats = (long)(4 + d->n_heads) * lens[i];
+        int ok = mode != BSIPIPE_CUDA_GEMM_BF16S ? m == f : 2 * (m - stats) >= f && m < 0.6 * f;
+        if (!ok) {
+            printf("FAIL: stash_size %s len %d: %ld floats in %s for %ld in fp32\n", c->name,
+                   lens[i], m, bsipipe_cuda_gemm_mode_name(mode), f);
+            g_fail++;
+        } else if (i == 2 && mode == BSIPIPE_CUDA_GEMM_BF16S) {
+            printf("%-22s %-14s per layer, %d tokens: %ld floats (fp32 %ld: %.1f%%)\n",
+                   "stash_size", c->name, lens[i], m, f, 100.0 * (double)m / (double)f);
+        }
+    }
+}
+
 static void run_mode(bsipipe_cuda_gemm_mode_t mode)
 {
     static const struct cfg cfgs[] = {
@@ -477,6 +498,8 @@ static void run_mode(bsipipe_cuda_gemm_mode_t mode)
     run_attention(2, 24, 130, 150); /* several query and key tiles; whole tiles masked */
     if (g_attention_only)
         return;
+    for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++)
+        check_stash_size(&cfgs[i], mode);
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++)
         run_cfg(&cfgs[i]);
     for (size_t i = 0; g_large && i < sizeof large / sizeof large[0]; i++)
