@@ -433,14 +433,16 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
     }
     struct starpu_conf conf;
     starpu_conf_init(&conf);
-    if ((rc = engine_devices_configure(e, &conf)) < 0) { /* CPU or CUDA workers */
-        bsipipe_engine_destroy(e);
-        return rc;
-    }
+    rc = engine_devices_configure(e, &conf); /* CPU or CUDA workers */
     setenv("STARPU_WORKERS_NOBIND", "1", 0); /* more devices than cores is the normal case here */
-    if ((rc = bsipipe_policy_configure(&conf, e->o.policy)) < 0) {
+    if (rc >= 0)
+        rc = bsipipe_policy_configure(&conf, e->o.policy);
+    /* A rank may fail here alone (no GPU on its node, too few GPUs): all stop. */
+    if ((rc = engine_mpi_agree_setup(e, rc)) < 0) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", bsipipe_error_detail());
         bsipipe_engine_destroy(e);
-        return rc;
+        return bsipipe_error_set(rc, "%s", why);
     }
     e->inorder = bsipipe_policy_is_inorder(e->o.policy);
     if ((rc = engine_mpi_start(e, &conf)) < 0) {
@@ -450,9 +452,13 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
         return bsipipe_error_set(rc, "%s", why);
     }
     e->started = 1;
-    if ((rc = engine_devices_start(e)) < 0) { /* e->workerid: the worker of each device */
+    /* e->workerid: the worker of each device; a rank whose StarPU started too
+     * few workers fails alone, so all agree before going on */
+    if ((rc = engine_mpi_agree_setup(e, engine_devices_start(e))) < 0) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", bsipipe_error_detail());
         bsipipe_engine_destroy(e);
-        return rc;
+        return bsipipe_error_set(rc, "%s", why);
     }
     e->wmask_len = starpu_worker_get_count() / 32 + 1;
     if (!ALLOC(e->wmask, e->W)) {

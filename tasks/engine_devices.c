@@ -98,8 +98,14 @@ int engine_devices_configure(struct bsipipe_engine *e, struct starpu_conf *conf)
     if (gpus > e->n_local)
         gpus = e->n_local;
     int per_gpu = (e->n_local + gpus - 1) / gpus;
+    /* Across ranks, StarPU-MPI sends from and receives into host memory, and
+     * a GPU's transfers are driven by its workers' threads: one extra worker
+     * per GPU, never given a plan op, keeps them moving while every device of
+     * that GPU waits inside a SEND's rendezvous. */
+    e->cuda_per_gpu = per_gpu;
+    e->cuda_spare = e->mpi ? 1 : 0;
     char n[16];
-    snprintf(n, sizeof n, "%d", per_gpu);
+    snprintf(n, sizeof n, "%d", per_gpu + e->cuda_spare);
     setenv("STARPU_NWORKER_PER_CUDA", n, 1);
     /* A SEND waits in the rendezvous inside its codelet: each CUDA worker
      * needs its own driver thread, or it would also stall the receiver that
@@ -174,26 +180,26 @@ int engine_devices_start(struct bsipipe_engine *e)
 #ifndef BSIPIPE_HAVE_CUDA
     return bsipipe_error_set(-ENODEV, "no CUDA device found; run with --devices cpu");
 #else
+    /* the kernels' matrix-product mode is process-wide: set before any task runs */
+    if (bsipipe_cuda_set_gemm_mode((bsipipe_cuda_gemm_mode_t)precision_index(e->o.precision)) < 0)
+        return bsipipe_error_set(-EINVAL, "engine: the CUDA kernels refuse precision %s", e->o.precision);
     int got = (int)starpu_cuda_worker_get_count();
-    if (got < e->n_local)
-        return bsipipe_error_set(-ENODEV, "engine: the plan has %d devices here but StarPU started %d CUDA "
-                                 "workers (STARPU_NCUDA, STARPU_WORKERS_CUDAID, or a StarPU with blocking "
-                                 "drivers but without scripts/starpu-patches/0004 can lower the count; "
-                                 "docs/cuda.md)",
-                                 e->n_local, got);
+    int gpus = (e->n_local + e->cuda_per_gpu - 1) / e->cuda_per_gpu;
+    if (got < e->n_local + gpus * e->cuda_spare)
+        return bsipipe_error_set(-ENODEV, "engine: the plan has %d devices here (%d CUDA workers with the "
+                                 "idle ones) but StarPU started %d CUDA workers (STARPU_NCUDA, "
+                                 "STARPU_WORKERS_CUDAID, or a StarPU with blocking drivers but without "
+                                 "scripts/starpu-patches/0004 can lower the count; docs/cuda.md)",
+                                 e->n_local, e->n_local + gpus * e->cuda_spare, got);
     int *ids = calloc((size_t)got, sizeof *ids);
     if (!ids || !(e->gpu = calloc((size_t)e->W, sizeof *e->gpu))) {
         free(ids);
         return bsipipe_error_set(-ENOMEM, "out of memory");
     }
-    /* the kernels' matrix-product mode is process-wide: set before any task runs */
-    if (bsipipe_cuda_set_gemm_mode((bsipipe_cuda_gemm_mode_t)precision_index(e->o.precision)) < 0) {
-        free(ids);
-        return bsipipe_error_set(-EINVAL, "engine: the CUDA kernels refuse precision %s", e->o.precision);
-    }
     starpu_cublas_init(); /* from here on, engine_devices_stop shuts it down */
     /* StarPU lists a GPU's workers together: consecutive devices (pipeline
-     * neighbours) share a GPU. This rank's devices take the workers in order;
+     * neighbours) share a GPU. This rank's devices take the first
+     * cuda_per_gpu workers of each GPU in order (the spare ones stay idle);
      * the others' entries stay 0 (worker) and -1 (GPU), never used. */
     if (starpu_worker_get_ids_by_type(STARPU_CUDA_WORKER, ids, (unsigned)got) != (unsigned)got) {
         free(ids);
@@ -203,8 +209,10 @@ int engine_devices_start(struct bsipipe_engine *e)
         e->gpu[d] = -1;
         if (!engine_local(e, d))
             continue;
-        e->workerid[d] = ids[j];
-        e->gpu[d] = starpu_worker_get_devid(ids[j++]);
+        int w = ids[(j / e->cuda_per_gpu) * (e->cuda_per_gpu + e->cuda_spare) + j % e->cuda_per_gpu];
+        e->workerid[d] = w;
+        e->gpu[d] = starpu_worker_get_devid(w);
+        j++;
     }
     free(ids);
 #ifdef BSIPIPE_HAVE_NCCL

@@ -39,6 +39,7 @@ struct bsipipe_engine {
     int started;                       /* starpu_init succeeded */
     int *workerid;                     /* StarPU worker of each device */
     int *gpu;                          /* CUDA workers: the GPU of each device (else NULL) */
+    int cuda_per_gpu, cuda_spare;      /* CUDA: devices per GPU; idle workers per GPU after them */
     struct bsipipe_nccl *nccl;         /* nccl transport (pairs on two GPUs), else NULL */
     uint32_t **wmask;                  /* per device: worker bitmap (built-in policies) */
     unsigned wmask_len;
@@ -179,6 +180,10 @@ long engine_layer_offset(const struct bsipipe_engine *e, int l);
  * mapper with one node per rank) and sets rank, nranks, dev_rank, n_local.
  * Initialises MPI (MPI_THREAD_MULTIPLE) when nobody has. Before StarPU. */
 int engine_mpi_setup(struct bsipipe_engine *e);
+/* A setup step's outcome shared by every rank before anyone goes on (a rank
+ * that failed keeps its detail, the others name it): so no rank waits in a
+ * collective for one that has given up. rc unchanged without MPI. */
+int engine_mpi_agree_setup(struct bsipipe_engine *e, int rc);
 /* Starts StarPU (starpu_mpi_init_conf with MPI, else starpu_init). */
 int engine_mpi_start(struct bsipipe_engine *e, struct starpu_conf *conf);
 /* Stops StarPU(-MPI) and frees the MPI state. */

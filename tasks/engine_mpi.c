@@ -112,7 +112,11 @@ static int setup_ranks(struct bsipipe_engine *e);
  * rank that has given up. */
 int engine_mpi_setup(struct bsipipe_engine *e)
 {
-    int rc = setup_ranks(e);
+    return engine_mpi_agree_setup(e, setup_ranks(e));
+}
+
+int engine_mpi_agree_setup(struct bsipipe_engine *e, int rc)
+{
     if (!e->mpi)
         return rc;
     char why[512];
@@ -738,6 +742,7 @@ int engine_mpi_submit_norms(struct bsipipe_engine *e) { (void)e; return 0; }
 void engine_mpi_iteration_begin(struct bsipipe_engine *e) { (void)e; }
 int engine_mpi_iteration_end(struct bsipipe_engine *e, int rc) { (void)e; starpu_task_wait_for_all(); return rc; }
 int engine_mpi_agree(struct bsipipe_engine *e, int rc) { (void)e; return rc; }
+int engine_mpi_agree_setup(struct bsipipe_engine *e, int rc) { (void)e; return rc; }
 int engine_mpi_sum(struct bsipipe_engine *e, double *v, int n) { (void)e; (void)v; (void)n; return 0; }
 int engine_mpi_sum_floats(struct bsipipe_engine *e, float *v, long n) { (void)e; (void)v; (void)n; return 0; }
 int engine_mpi_max(struct bsipipe_engine *e, double *v, int n) { (void)e; (void)v; (void)n; return 0; }

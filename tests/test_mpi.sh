@@ -78,6 +78,24 @@ else
     mpi_refuses "2 ranks, --devices cuda, no GPU" "no CUDA device found; run with --devices cpu" --devices cuda
 fi
 
+# A rank that fails to start alone (here rank 1 asks for CUDA devices this machine lacks,
+# rank 0 for CPU ones): every rank stops with an error naming it, none waits for it (this
+# hung before the ranks agreed on the device setup).
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    echo "== rank 1 alone cannot start its devices: not checked (a GPU is present)"
+else
+    echo "== rank 1 alone cannot start its devices"
+    small="--mpi --layers 8 --hidden 32 --heads 2 --seq 32 --m 8 --iters 1"
+    # shellcheck disable=SC2086
+    timeout 60 "${MPIRUN[@]}" -np 1 "$train" $small : -np 1 "$train" $small --devices cuda >"$tmp/out" 2>&1
+    status=$?
+    grep -E "rank 1 could not start" "$tmp/out" | head -1 | sed 's/^/   | /'
+    if [ "$status" -eq 0 ] || [ "$status" -eq 124 ] || ! grep -q "rank 1 could not start" "$tmp/out"; then
+        echo "FAIL: one rank failing its device setup: exit $status (124: a hang)" >&2; tail -10 "$tmp/out" >&2
+        fails=$((fails + 1))
+    fi
+fi
+
 # Fault injection into a running 2-rank training (small model, watchdog 3 s).
 for _ in $(seq 1 200); do echo "the pipeline sends activations forward and gradients back"; done >"$tmp/corpus"
 rank1_pid() {

@@ -1089,7 +1089,7 @@ extern "C" const char *bsipipe_cuda_gemm_mode_name(bsipipe_cuda_gemm_mode_t mode
 extern "C" long bsipipe_cuda_stash_size(const bsipipe_model_dims_t *d, int len,
                                         bsipipe_cuda_gemm_mode_t mode)
 {
-    if (bsipipe_model_dims_check(d) || len < 1)
+    if (bsipipe_model_dims_check(d) || len < 1 || len > d->seq_len)
         return -EINVAL;
     return (long)stash_fmt_of(d, len, mode).total;
 }
