@@ -53,8 +53,9 @@ static void backward_end(const op_args_t *a, void *buffers[], int rc)
     struct bsipipe_engine *e = a->e;
     if (!e->split)
         engine_mem(e, a->op.device, -4.0 * STARPU_VECTOR_GET_NX(buffers[4]));
-    if (a->op.sub == 0)
-        engine_mem(e, a->op.device, -8.0 * STARPU_VECTOR_GET_NX(buffers[6]));
+    if (a->op.sub == 0) /* kv (half the size of dkv when it is bf16) and dkv */
+        engine_mem(e, a->op.device,
+                   -4.0 * ((double)STARPU_VECTOR_GET_NX(buffers[5]) + (double)STARPU_VECTOR_GET_NX(buffers[6])));
     engine_report(e, a, rc);
 }
 

@@ -134,7 +134,7 @@ void bsipipe_engine_destroy(bsipipe_engine_t *e)
         if (e->h_loss[d]) starpu_data_unregister(e->h_loss[d]);
     if (e->h_work)
         starpu_data_unregister(e->h_work);
-    free(e->n_x_out); free(e->n_stash); free(e->n_dx); free(e->n_dy); free(e->n_kv); free(e->n_recv);
+    free(e->n_x_out); free(e->n_stash); free(e->n_dx); free(e->n_dy); free(e->n_kv); free(e->n_dkv); free(e->n_recv);
     free(e->n_wstash); free(e->h_wstash);
     free(e->h_x_out); free(e->h_stash); free(e->h_dx); free(e->h_dy); free(e->h_kv); free(e->h_dkv);
     free(e->h_recv); free(e->uses); free(e->live_bytes); free(e->peak_bytes);
@@ -210,7 +210,7 @@ static int create_buffers(bsipipe_engine_t *e)
     if (!ALLOC(e->n_x_out, n_act) || !ALLOC(e->n_stash, n_act) || !ALLOC(e->n_dx, n_act) || !ALLOC(e->n_dy, n_act) ||
         !ALLOC(e->n_wstash, n_act) || !ALLOC(e->h_wstash, n_act) ||
         !ALLOC(e->h_x_out, n_act) || !ALLOC(e->h_stash, n_act) || !ALLOC(e->h_dx, n_act) || !ALLOC(e->h_dy, n_act) ||
-        !ALLOC(e->n_kv, n_kv) || !ALLOC(e->h_kv, n_kv) || !ALLOC(e->h_dkv, n_kv) || !ALLOC(e->n_recv, nch) ||
+        !ALLOC(e->n_kv, n_kv) || !ALLOC(e->n_dkv, n_kv) || !ALLOC(e->h_kv, n_kv) || !ALLOC(e->h_dkv, n_kv) || !ALLOC(e->n_recv, nch) ||
         !ALLOC(e->h_recv, nch) || !ALLOC(e->uses, 5 * n_act + 2 * n_kv + nch) || !ALLOC(e->live_bytes, e->W) ||
         !ALLOC(e->peak_bytes, e->W) || !ALLOC(e->busy, e->W))
         return -ENOMEM;
@@ -218,7 +218,8 @@ static int create_buffers(bsipipe_engine_t *e)
         for (int c = 0; c < e->C; c++) {
             int l0, l1;
             bsipipe_schedule_chunk_layers(e->sched, c, &l0, &l1);
-            e->n_kv[mb * e->C + c] = (uint32_t)((long)(l1 - l0) * bsipipe_model_kv_size(D));
+            e->n_kv[mb * e->C + c] = (uint32_t)engine_kv_floats(e, l1 - l0);
+            e->n_dkv[mb * e->C + c] = (uint32_t)((long)(l1 - l0) * bsipipe_model_kv_size(D));
             for (int s = 0; s < e->k; s++) {
                 long i = act_index(e, mb, s, c), len = piece_len(e, s);
                 e->n_x_out[i] = (uint32_t)(len * e->d);
@@ -526,7 +527,7 @@ static void register_iteration(bsipipe_engine_t *e)
     }
     for (long i = 0; i < n_kv; i++) {
         REG(e->h_kv[i], e->n_kv[i]);
-        REG(e->h_dkv[i], e->n_kv[i]);
+        REG(e->h_dkv[i], e->n_dkv[i]);
     }
     for (int i = 0; i < nch; i++)
         REG(e->h_recv[i], e->n_recv[i]);

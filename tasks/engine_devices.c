@@ -247,6 +247,16 @@ long engine_stash_floats(const struct bsipipe_engine *e, int n_layers, int len)
     return n_layers * bsipipe_model_stash_size(&e->dims, len);
 }
 
+long engine_kv_floats(const struct bsipipe_engine *e, int n_layers)
+{
+#ifdef BSIPIPE_HAVE_CUDA
+    int mode = precision_index(e->o.precision);
+    if (e->o.devices == BSIPIPE_DEVICES_CUDA && mode >= 0)
+        return n_layers * bsipipe_cuda_kv_size(&e->dims, (bsipipe_cuda_gemm_mode_t)mode);
+#endif
+    return n_layers * bsipipe_model_kv_size(&e->dims);
+}
+
 int engine_uses_nccl(const struct bsipipe_engine *e, int a, int b)
 {
 #ifdef BSIPIPE_HAVE_NCCL

@@ -48,7 +48,7 @@ struct bsipipe_engine {
      * freed after their last use (starpu_data_unregister_submit): sizes in
      * floats (0 = no such buffer) and handles. Activations per (mb, sub,
      * chunk); KV cache and its gradient per (mb, chunk); receives per channel. */
-    uint32_t *n_x_out, *n_stash, *n_dx, *n_dy, *n_wstash, *n_kv, *n_recv;
+    uint32_t *n_x_out, *n_stash, *n_dx, *n_dy, *n_wstash, *n_kv, *n_dkv, *n_recv;
     starpu_data_handle_t *h_x_out, *h_stash, *h_dx, *h_dy, *h_wstash, *h_kv, *h_dkv, *h_recv;
     int split;                         /* backward split into B and W (ZB-H1) */
     struct buffer_use {                /* user data of each per-iteration handle */
@@ -150,6 +150,9 @@ int engine_uses_nccl(const struct bsipipe_engine *e, int a, int b);
  * engine's devices: the CPU kernels' layout, or the CUDA kernels' in the
  * engine's precision (bf16 activations in bf16s: about half). */
 long engine_stash_floats(const struct bsipipe_engine *e, int n_layers, int len);
+/* Floats of the K/V of n_layers layers (bf16 in bf16s on CUDA: half); dK/dV
+ * always n_layers * bsipipe_model_kv_size. */
+long engine_kv_floats(const struct bsipipe_engine *e, int n_layers);
 
 extern struct starpu_codelet bsipipe_cl_forward, bsipipe_cl_backward, bsipipe_cl_send, bsipipe_cl_recv,
     bsipipe_cl_sync, bsipipe_cl_sync_peer, bsipipe_cl_step, bsipipe_cl_wgrad;

@@ -145,6 +145,32 @@ static float *stash_down32(const bsipipe_model_dims_t *d, int L, int len, const 
     return out;
 }
 
+/* The same for kv (L layers of K and V; bf16 in BF16S), and back to fp32 for cmp. */
+static float *kv_up(const bsipipe_model_dims_t *d, int L, const float *cpu)
+{
+    if (!g_gpu)
+        return NULL;
+    long n = bsipipe_model_kv_size(d), m = bsipipe_cuda_kv_size(d, bsipipe_cuda_get_gemm_mode());
+    float *tmp = up(cpu, (long)L * n), *out = zeros_dev((long)L * m);
+    for (int l = 0; l < L; l++)
+        CHECK(bsipipe_cuda_kv_pack(d, tmp + (size_t)l * n, out + (size_t)l * m, g_s));
+    CU(cudaStreamSynchronize(g_s));
+    dfree(tmp);
+    return out;
+}
+
+static float *kv_down32(const bsipipe_model_dims_t *d, int L, const float *dev)
+{
+    if (!g_gpu)
+        return NULL;
+    long n = bsipipe_model_kv_size(d), m = bsipipe_cuda_kv_size(d, bsipipe_cuda_get_gemm_mode());
+    float *out = zeros_dev((long)L * n);
+    for (int l = 0; l < L; l++)
+        CHECK(bsipipe_cuda_kv_unpack(d, dev + (size_t)l * m, out + (size_t)l * n, g_s));
+    CU(cudaStreamSynchronize(g_s));
+    return out;
+}
+
 /* Prints one table row (and its TSV line) and counts it: rows, failures, the
  * worst error (a NaN error stays the worst). */
 static void report_row(const char *kernel, const char *cfg, const char *tensor, double err, double maxdiff, int ok)
@@ -262,7 +288,7 @@ static void run_cfg(const struct cfg *c)
         stash[j] = xalloc(sizeof(float) * (size_t)stot[j]);
         xo[j] = xalloc(sizeof(float) * (size_t)ln[j] * h);
         long smode = (long)L * bsipipe_cuda_stash_size(d, ln[j], bsipipe_cuda_get_gemm_mode());
-        float *dkv_in = up(kv, kvn), *dst = zeros_dev(smode), *dxo = zeros_dev((long)ln[j] * h);
+        float *dkv_in = kv_up(d, L, kv), *dst = zeros_dev(smode), *dxo = zeros_dev((long)ln[j] * h);
         float *dxin = up(x0 + (size_t)st[j] * h, (long)ln[j] * h);
         CHECK(bsipipe_chunk_forward(d, 0, L, st[j], ln[j], params + lo, x0 + (size_t)st[j] * h,
                                     xo[j], stash[j], kv));
@@ -276,7 +302,9 @@ static void run_cfg(const struct cfg *c)
         cmp("chunk_forward", nm, t, stash[j], dst32, stot[j]);
         dfree(dst32);
         snprintf(t, sizeof t, "kv[p%d]", j);
-        cmp("chunk_forward", nm, t, kv, dkv_in, kvn);
+        float *kv32 = kv_down32(d, L, dkv_in); /* bf16 values in BF16S */
+        cmp("chunk_forward", nm, t, kv, kv32, kvn);
+        dfree(kv32);
         dfree(dkv_in); dfree(dst); dfree(dxo); dfree(dxin);
     }
 
@@ -315,7 +343,7 @@ static void run_cfg(const struct cfg *c)
     /* ---- chunk backward, piece 1 then 0 (fused), then the split B/W of piece 1 ---- */
     long wn = bsipipe_model_work_size(d, S);
     float *dkv = xalloc(sizeof(float) * (size_t)kvn);
-    float *dkvd = up(kv, kvn), *dworkb = zeros_dev(wn);
+    float *dkvd = kv_up(d, L, kv), *dworkb = zeros_dev(wn);
     float *dy[2] = {rnd((long)ln[0] * h, 1e-3), dy1};
     for (int j = 1; j >= 0; j--) {
         float *grads = xalloc(sizeof(float) * (size_t)lp), *dxh = xalloc(sizeof(float) * (size_t)ln[j] * h);

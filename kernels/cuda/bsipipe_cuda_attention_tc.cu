@@ -92,6 +92,19 @@ __device__ inline void tc_load(bf16 *dst, int hdp, const float *src, int ld, int
     }
 }
 
+/* the same from a bf16 source (K/V stored in bf16): copies, zeros beyond */
+__device__ inline void tc_load(bf16 *dst, int hdp, const bf16 *src, int ld, int col0, int row0,
+                               int nrows, int hd)
+{
+    const int ldb = hdp + 8, r = threadIdx.x >> 1;
+    const bf16 *row = src + IX(row0 + r, col0, ld);
+    const bool in = r < nrows;
+    bf16 *out = dst + r * ldb;
+    for (int c = (threadIdx.x & 1) * 4; c < hdp; c += 8)
+        for (int j = 0; j < 4; j++)
+            out[c + j] = in && c + j < hd ? row[c + j] : __float2bfloat16_rn(0.0f);
+}
+
 /* out[TC_W][TC_B] (fp32, ld TC_LDS) = A[TC_W rows of a][0, hdp) B[TC_B rows of b][0, hdp)^T */
 __device__ inline void tc_scores(float *out, const bf16 *a, const bf16 *b, int hdp)
 {
@@ -146,10 +159,11 @@ __device__ inline void tc_write(float *dst, int ld, int nrows, int hd, bool add,
     __syncwarp();
 }
 
-/* Forward: grid (query tiles, heads). */
+/* Forward: grid (query tiles, heads). KV: the element type of K and V (float or bf16). */
+template <typename KV>
 __global__ void __launch_bounds__(TC_NT)
-k_tc_att_fwd(int hd, int hdp, int start, int len, const float *q, int ldq, const float *k,
-             const float *v, int ldk, float *o, int ldo, float *lse, float scale)
+k_tc_att_fwd(int hd, int hdp, int start, int len, const float *q, int ldq, const KV *k,
+             const KV *v, int ldk, float *o, int ldo, float *lse, float scale)
 {
     BSIPIPE_DYN_SHARED_ALIGNED(tsm);
     const tc_layout L = tc_layout_of(hdp, true);
@@ -230,10 +244,10 @@ k_tc_att_fwd(int hd, int hdp, int start, int len, const float *q, int ldq, const
 }
 
 /* dK, dV (+=) of one key tile of one head, over the piece's query tiles that see it. */
-template <int NF>
+template <int NF, typename KV>
 __global__ void __launch_bounds__(TC_NT)
-k_tc_att_dkdv(int hd, int start, int len, const float *q, int ldq, const float *k,
-              const float *v, int ldk, const float *do_, int ldo, const float *lse,
+k_tc_att_dkdv(int hd, int start, int len, const float *q, int ldq, const KV *k,
+              const KV *v, int ldk, const float *do_, int ldo, const float *lse,
               const float *dvec, float *dk, float *dv, float scale)
 {
     BSIPIPE_DYN_SHARED_ALIGNED(tsm);
@@ -291,10 +305,10 @@ k_tc_att_dkdv(int hd, int start, int len, const float *q, int ldq, const float *
 }
 
 /* dQ (overwritten) of one query tile of one head. */
-template <int NF>
+template <int NF, typename KV>
 __global__ void __launch_bounds__(TC_NT)
-k_tc_att_dq(int hd, int start, int len, const float *q, int ldq, const float *k,
-            const float *v, int ldk, const float *do_, int ldo, const float *lse,
+k_tc_att_dq(int hd, int start, int len, const float *q, int ldq, const KV *k,
+            const KV *v, int ldk, const float *do_, int ldo, const float *lse,
             const float *dvec, float *dq, int lddq, float scale)
 {
     BSIPIPE_DYN_SHARED_ALIGNED(tsm);
@@ -357,56 +371,57 @@ template <typename K> static int tc_refuses(K kern, size_t bytes)
     return 1;
 }
 
-template <int NF>
+template <int NF, typename KV>
 static int tc_backward(int n_heads, int hd, int start, int len, const float *q, int ldq,
-                       const float *k, const float *v, int ldk, const float *do_, int ldo,
+                       const KV *k, const KV *v, int ldk, const float *do_, int ldo,
                        const float *lse, const float *dvec, float *dq, int lddq, float *dk,
                        float *dv, float scale, cudaStream_t s)
 {
     const size_t sm = tc_layout_of(NF * 16, false).total;
-    if (tc_refuses(k_tc_att_dkdv<NF>, sm) || tc_refuses(k_tc_att_dq<NF>, sm))
+    auto kdkdv = k_tc_att_dkdv<NF, KV>; /* one name: a template's comma would split a macro */
+    auto kdq = k_tc_att_dq<NF, KV>;
+    if (tc_refuses(kdkdv, sm) || tc_refuses(kdq, sm))
         return -ENOSPC;
     dim3 gk((unsigned)((start + len + TC_B - 1) / TC_B), (unsigned)n_heads);
-    BSIPIPE_LAUNCH(k_tc_att_dkdv<NF>, gk, TC_NT, sm, s, hd, start, len, q, ldq, k, v, ldk, do_,
-                   ldo, lse, dvec, dk, dv, scale);
+    BSIPIPE_LAUNCH(kdkdv, gk, TC_NT, sm, s, hd, start, len, q, ldq, k, v, ldk, do_, ldo, lse,
+                   dvec, dk, dv, scale);
     RC_TRY(bsipipe_cuda_launched());
     dim3 gq((unsigned)((len + TC_B - 1) / TC_B), (unsigned)n_heads);
-    BSIPIPE_LAUNCH(k_tc_att_dq<NF>, gq, TC_NT, sm, s, hd, start, len, q, ldq, k, v, ldk, do_, ldo,
-                   lse, dvec, dq, lddq, scale);
+    BSIPIPE_LAUNCH(kdq, gq, TC_NT, sm, s, hd, start, len, q, ldq, k, v, ldk, do_, ldo, lse, dvec,
+                   dq, lddq, scale);
     return bsipipe_cuda_launched();
 }
 
 static inline int padded(int hd) { return (hd + 15) / 16 * 16; }
 
-} // namespace
-
-int bsipipe_cuda_attention_tc_forward(int n_heads, int head_dim, int start, int len,
-                                      const float *q, int ldq, const float *k, const float *v,
-                                      int ldk, float *o, int ldo, float *lse, float scale,
-                                      cudaStream_t s)
+template <typename KV>
+static int tc_forward(int n_heads, int head_dim, int start, int len, const float *q, int ldq,
+                      const KV *k, const KV *v, int ldk, float *o, int ldo, float *lse,
+                      float scale, cudaStream_t s)
 {
     const int hdp = padded(head_dim);
     if (hdp > TC_MAXHD)
         return -EINVAL;
     const size_t sm = tc_layout_of(hdp, true).total;
-    if (tc_refuses(k_tc_att_fwd, sm))
+    auto kfwd = k_tc_att_fwd<KV>;
+    if (tc_refuses(kfwd, sm))
         return -ENOSPC;
     dim3 grid((unsigned)((len + TC_B - 1) / TC_B), (unsigned)n_heads);
-    BSIPIPE_LAUNCH(k_tc_att_fwd, grid, TC_NT, sm, s, head_dim, hdp, start, len, q, ldq, k, v, ldk,
-                   o, ldo, lse, scale);
+    BSIPIPE_LAUNCH(kfwd, grid, TC_NT, sm, s, head_dim, hdp, start, len, q, ldq, k, v, ldk, o, ldo,
+                   lse, scale);
     return bsipipe_cuda_launched();
 }
 
-int bsipipe_cuda_attention_tc_backward(int n_heads, int head_dim, int start, int len,
-                                       const float *q, int ldq, const float *k, const float *v,
-                                       int ldk, const float *do_, int ldo, const float *lse,
-                                       const float *dvec, float *dq, int lddq, float *dk,
-                                       float *dv, float scale, cudaStream_t s)
+template <typename KV>
+static int tc_backward_any(int n_heads, int head_dim, int start, int len, const float *q,
+                           int ldq, const KV *k, const KV *v, int ldk, const float *do_, int ldo,
+                           const float *lse, const float *dvec, float *dq, int lddq, float *dk,
+                           float *dv, float scale, cudaStream_t s)
 {
 #define TC_BWD(nf)                                                                          \
     case nf:                                                                                \
-        return tc_backward<nf>(n_heads, head_dim, start, len, q, ldq, k, v, ldk, do_, ldo,  \
-                               lse, dvec, dq, lddq, dk, dv, scale, s)
+        return tc_backward<nf, KV>(n_heads, head_dim, start, len, q, ldq, k, v, ldk, do_,   \
+                                   ldo, lse, dvec, dq, lddq, dk, dv, scale, s)
     switch (padded(head_dim) / 16) {
         TC_BWD(1);
         TC_BWD(2);
@@ -419,4 +434,43 @@ int bsipipe_cuda_attention_tc_backward(int n_heads, int head_dim, int start, int
     default: return -EINVAL;
     }
 #undef TC_BWD
+}
+
+} // namespace
+
+int bsipipe_cuda_attention_tc_forward(int n_heads, int head_dim, int start, int len,
+                                      const float *q, int ldq, const float *k, const float *v,
+                                      int ldk, float *o, int ldo, float *lse, float scale,
+                                      cudaStream_t s)
+{
+    return tc_forward(n_heads, head_dim, start, len, q, ldq, k, v, ldk, o, ldo, lse, scale, s);
+}
+
+int bsipipe_cuda_attention_tc_forward_kv16(int n_heads, int head_dim, int start, int len,
+                                           const float *q, int ldq, const __nv_bfloat16 *k,
+                                           const __nv_bfloat16 *v, int ldk, float *o, int ldo,
+                                           float *lse, float scale, cudaStream_t s)
+{
+    return tc_forward(n_heads, head_dim, start, len, q, ldq, k, v, ldk, o, ldo, lse, scale, s);
+}
+
+int bsipipe_cuda_attention_tc_backward(int n_heads, int head_dim, int start, int len,
+                                       const float *q, int ldq, const float *k, const float *v,
+                                       int ldk, const float *do_, int ldo, const float *lse,
+                                       const float *dvec, float *dq, int lddq, float *dk,
+                                       float *dv, float scale, cudaStream_t s)
+{
+    return tc_backward_any(n_heads, head_dim, start, len, q, ldq, k, v, ldk, do_, ldo, lse, dvec,
+                           dq, lddq, dk, dv, scale, s);
+}
+
+int bsipipe_cuda_attention_tc_backward_kv16(int n_heads, int head_dim, int start, int len,
+                                            const float *q, int ldq, const __nv_bfloat16 *k,
+                                            const __nv_bfloat16 *v, int ldk, const float *do_,
+                                            int ldo, const float *lse, const float *dvec,
+                                            float *dq, int lddq, float *dk, float *dv,
+                                            float scale, cudaStream_t s)
+{
+    return tc_backward_any(n_heads, head_dim, start, len, q, ldq, k, v, ldk, do_, ldo, lse, dvec,
+                           dq, lddq, dk, dv, scale, s);
 }

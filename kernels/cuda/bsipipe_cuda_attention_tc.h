@@ -12,6 +12,7 @@
 #ifndef BSIPIPE_CUDA_ATTENTION_TC_H
 #define BSIPIPE_CUDA_ATTENTION_TC_H
 
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 int bsipipe_cuda_attention_tc_forward(int n_heads, int head_dim, int start, int len,
@@ -24,4 +25,15 @@ int bsipipe_cuda_attention_tc_backward(int n_heads, int head_dim, int start, int
                                        int ldk, const float *do_, int ldo, const float *lse,
                                        const float *dvec, float *dq, int lddq, float *dk,
                                        float *dv, float scale, cudaStream_t s);
+/* The same with K and V stored in bf16 (the kv buffer in BF16S); other buffers fp32. */
+int bsipipe_cuda_attention_tc_forward_kv16(int n_heads, int head_dim, int start, int len,
+                                           const float *q, int ldq, const __nv_bfloat16 *k,
+                                           const __nv_bfloat16 *v, int ldk, float *o, int ldo,
+                                           float *lse, float scale, cudaStream_t s);
+int bsipipe_cuda_attention_tc_backward_kv16(int n_heads, int head_dim, int start, int len,
+                                            const float *q, int ldq, const __nv_bfloat16 *k,
+                                            const __nv_bfloat16 *v, int ldk, const float *do_,
+                                            int ldo, const float *lse, const float *dvec,
+                                            float *dq, int lddq, float *dk, float *dv,
+                                            float scale, cudaStream_t s);
 #endif

@@ -155,6 +155,14 @@ static stash_fmt stash_fmt_of(const bsipipe_model_dims_t *d, int len, bsipipe_cu
     return f;
 }
 
+/* K/V in bf16 as well (BF16S): one layer's kv is K [seq, hidden] then V [seq, hidden] as bf16,
+ * seq * hidden floats instead of twice that. dK / dV stay fp32. */
+static inline size_t kv_floats(const bsipipe_model_dims_t *d, bsipipe_cuda_gemm_mode_t m)
+{
+    size_t n = (size_t)bsipipe_model_kv_size(d); /* 2 seq hidden */
+    return stash_bf16(m) ? n / 2 : n;
+}
+
 __global__ void k_f32_to_bf16(size_t n, const float *src, __nv_bfloat16 *dst)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -871,30 +879,95 @@ static int act_bwd(cudaStream_t s, bool llama, int n, int f, const float *a1, co
     return launched();
 }
 
+/* fp32 copies of rows [0, n) of bf16 K and V (ld d), for the fp32 attention kernels when the
+ * tensor-core ones do not fit the GPU's shared memory; *t is stream-ordered scratch */
+static int kv16_widen(const __nv_bfloat16 *K, const __nv_bfloat16 *V, size_t n, float **t,
+                      cudaStream_t s)
+{
+    RC_TRY(scratch(t, 2 * n, s));
+    BSIPIPE_LAUNCH(k_bf16_to_f32, nblocks(n, 256), 256, 0, s, n, K, *t);
+    BSIPIPE_LAUNCH(k_bf16_to_f32, nblocks(n, 256), 256, 0, s, n, V, *t + n);
+    return launched();
+}
+
+/* attention forward over bf16 K/V (BF16S) */
+static int attention_fwd_kv16(int H, int hd, int start, int len, const float *q, int ldq,
+                              const __nv_bfloat16 *K, const __nv_bfloat16 *V, int ldk, float *o,
+                              int ldo, float *lse, cudaStream_t s)
+{
+    float scale = (float)(1.0 / sqrt((double)hd)), *t = NULL;
+    int rc = bsipipe_cuda_attention_tc_forward_kv16(H, hd, start, len, q, ldq, K, V, ldk, o, ldo,
+                                                    lse, scale, s);
+    if (rc != -ENOSPC)
+        return rc;
+    size_t n = (size_t)(start + len) * ldk;
+    rc = kv16_widen(K, V, n, &t, s);
+    if (!rc)
+        rc = bsipipe_cuda_attention_forward(H, hd, start, len, q, ldq, t, t + n, ldk, o, ldo, lse, s);
+    return scratch_end(t, rc, s);
+}
+
+/* attention backward over bf16 K/V (BF16S); dK, dV fp32 */
+static int attention_bwd_kv16(int H, int hd, int start, int len, const float *q, int ldq,
+                              const __nv_bfloat16 *K, const __nv_bfloat16 *V, int ldk,
+                              const float *o, const float *do_, int ldo, const float *lse,
+                              float *dq, int lddq, float *dk, float *dv, cudaStream_t s)
+{
+    float scale = (float)(1.0 / sqrt((double)hd)), *dvec = NULL, *t = NULL;
+    size_t nd = (size_t)H * len;
+    RC_TRY(scratch(&dvec, nd, s));
+    BSIPIPE_LAUNCH(k_att_dvec, nblocks(nd, 256), 256, 0, s, H, hd, len, o, do_, ldo, dvec);
+    int rc = launched();
+    if (!rc)
+        rc = bsipipe_cuda_attention_tc_backward_kv16(H, hd, start, len, q, ldq, K, V, ldk, do_,
+                                                     ldo, lse, dvec, dq, lddq, dk, dv, scale, s);
+    if (rc == -ENOSPC) { /* the fp32 kernels on fp32 copies of K and V */
+        size_t n = (size_t)(start + len) * ldk;
+        rc = kv16_widen(K, V, n, &t, s);
+        if (!rc)
+            rc = bsipipe_cuda_attention_backward(H, hd, start, len, q, ldq, t, t + n, ldk, o, do_,
+                                                 ldo, lse, dq, lddq, dk, dv, s);
+        rc = scratch_end(t, rc, s);
+    }
+    return scratch_end(dvec, rc, s);
+}
+
+/* kvtmp (BF16S only, 2 len hidden floats): where the piece's K and V rows are computed
+ * in fp32 before they are stored in the bf16 kv */
 static int layer_fwd(const bsipipe_model_dims_t *dm, int start, int len, const lp *p,
-                     float *stash, float *kv, float *y, cudaStream_t s, cublasHandle_t hb)
+                     float *stash, float *kv, float *y, float *kvtmp, cudaStream_t s,
+                     cublasHandle_t hb)
 {
     bsipipe_stash_off so;
     int d = dm->hidden, H = dm->n_heads, hd = d / H, f = dm->ffn_hidden;
     int a1w = bsipipe__a1_width(dm);
     bool llama = dm->family == BSIPIPE_MODEL_LLAMA;
-    size_t kvrows = (size_t)dm->seq_len * d;
+    size_t kvrows = (size_t)dm->seq_len * d, nd = (size_t)len * d;
+    const bool kv16 = stash_bf16(g_mode);
     float *K = kv, *Vc = kv + kvrows;
+    __nv_bfloat16 *K16 = (__nv_bfloat16 *)kv, *V16 = K16 + kvrows;
+    float *Kw = kv16 ? kvtmp : K + IX(start, 0, d), *Vw = kv16 ? kvtmp + nd : Vc + IX(start, 0, d);
     bsipipe__stash_off(dm, len, &so);
     float *x = stash + so.x, *n1 = stash + so.n1, *q = stash + so.q, *att = stash + so.att;
     float *x2 = stash + so.x2, *n2 = stash + so.n2, *a1 = stash + so.a1, *a2 = stash + so.a2;
 
     RC_TRY(norm_fwd(s, len, d, x, p->n1w, p->n1b, n1, stash + so.s1));
     RC_TRY(lin_fwd(hb, len, d, d, n1, d, p->wqkv, d, 0.0f, q, d));
-    RC_TRY(lin_fwd(hb, len, d, d, n1, d, p->wqkv + IX(d, 0, d), d, 0.0f, K + IX(start, 0, d), d));
-    RC_TRY(lin_fwd(hb, len, d, d, n1, d, p->wqkv + IX(2 * d, 0, d), d, 0.0f,
-                   Vc + IX(start, 0, d), d));
+    RC_TRY(lin_fwd(hb, len, d, d, n1, d, p->wqkv + IX(d, 0, d), d, 0.0f, Kw, d));
+    RC_TRY(lin_fwd(hb, len, d, d, n1, d, p->wqkv + IX(2 * d, 0, d), d, 0.0f, Vw, d));
     if (llama) {
         RC_TRY(rope(s, len, H, hd, start, q, d, 1));
-        RC_TRY(rope(s, len, H, hd, start, K + IX(start, 0, d), d, 1));
+        RC_TRY(rope(s, len, H, hd, start, Kw, d, 1));
     }
-    RC_TRY(bsipipe_cuda_attention_forward(H, hd, start, len, q, d, K, Vc, d, att, d,
-                                          stash + so.lse, s));
+    if (kv16) { /* the piece's rows into the bf16 kv, then attention over the bf16 prefix */
+        BSIPIPE_LAUNCH(k_f32_to_bf16, nblocks(nd, 256), 256, 0, s, nd, Kw, K16 + IX(start, 0, d));
+        BSIPIPE_LAUNCH(k_f32_to_bf16, nblocks(nd, 256), 256, 0, s, nd, Vw, V16 + IX(start, 0, d));
+        RC_TRY(launched());
+        RC_TRY(attention_fwd_kv16(H, hd, start, len, q, d, K16, V16, d, att, d, stash + so.lse, s));
+    } else {
+        RC_TRY(bsipipe_cuda_attention_forward(H, hd, start, len, q, d, K, Vc, d, att, d,
+                                              stash + so.lse, s));
+    }
     RC_TRY(copy_d2d(x2, x, (size_t)len * d, s));
     RC_TRY(lin_fwd(hb, len, d, d, att, d, p->wo, d, 1.0f, x2, d));
     RC_TRY(norm_fwd(s, len, d, x2, p->n2w, p->n2b, n2, stash + so.s2));
@@ -931,6 +1004,7 @@ static int layer_bwd(const bsipipe_model_dims_t *dm, int start, int len, const l
     bool llama = dm->family == BSIPIPE_MODEL_LLAMA;
     size_t kvrows = (size_t)dm->seq_len * d;
     const float *K = kv, *Vc = kv + kvrows;
+    const __nv_bfloat16 *K16 = (const __nv_bfloat16 *)kv, *V16 = K16 + kvrows; /* BF16S */
     float *dK = dkv, *dV = dkv + kvrows;
     bsipipe__stash_off(dm, len, &so);
     bsipipe__work_off(dm, len, &wo);
@@ -958,7 +1032,11 @@ static int layer_bwd(const bsipipe_model_dims_t *dm, int start, int len, const l
     RC_TRY(lin_bwd_x(hb, len, d, d, dx2, d, p->wo, d, 0.0f, datt, d));
     if (wst)
         RC_TRY(copy_d2d(wst + wso.dx2, dx2, nd, s));
-    RC_TRY(bsipipe_cuda_attention_backward(H, hd, start, len, q, d, K, Vc, d, att, datt, d,
+    if (stash_bf16(g_mode))
+        RC_TRY(attention_bwd_kv16(H, hd, start, len, q, d, K16, V16, d, att, datt, d,
+                                  stash + so.lse, dqkv, 3 * d, dK, dV, s));
+    else
+        RC_TRY(bsipipe_cuda_attention_backward(H, hd, start, len, q, d, K, Vc, d, att, datt, d,
                                            stash + so.lse, dqkv, 3 * d, dK, dV, s));
     CU_TRY(cudaMemcpy2DAsync(dqkv + d, sizeof(float) * 3 * d, dK + IX(start, 0, d),
                              sizeof(float) * d, sizeof(float) * d, len,
@@ -1015,7 +1093,7 @@ static int chunk_bwd(const bsipipe_model_dims_t *d, int l0, int l1, int start, i
     wst_layout(d, len, &wso);
     const stash_fmt f = stash_fmt_of(d, len, g_mode);
     ss = f.total;
-    kvs = (size_t)bsipipe_model_kv_size(d);
+    kvs = kv_floats(d, g_mode);
     nd = (size_t)len * d->hidden;
     float *st32 = NULL; /* BF16S: the layer's stash unpacked to fp32 */
     if (f.half)
@@ -1029,7 +1107,8 @@ static int chunk_bwd(const bsipipe_model_dims_t *d, int l0, int l1, int start, i
         layer_ptrs(&lo, layers + i * (size_t)lo.total, &p);
         layer_gptrs(&lo, grads + i * (size_t)lo.total, &g);
         if (!rc)
-            rc = layer_bwd(d, start, len, &p, &g, st, kv + i * kvs, dkv + i * kvs, work,
+            rc = layer_bwd(d, start, len, &p, &g, st, kv + i * kvs,
+                           dkv + i * (size_t)bsipipe_model_kv_size(d), work,
                            work + wo.dy, wstash ? wstash + i * (size_t)wso.total : NULL, s, hb);
     }
     if (!rc)
@@ -1092,6 +1171,37 @@ extern "C" long bsipipe_cuda_stash_size(const bsipipe_model_dims_t *d, int len,
     if (bsipipe_model_dims_check(d) || len < 1 || len > d->seq_len)
         return -EINVAL;
     return (long)stash_fmt_of(d, len, mode).total;
+}
+
+extern "C" long bsipipe_cuda_kv_size(const bsipipe_model_dims_t *d, bsipipe_cuda_gemm_mode_t mode)
+{
+    if (bsipipe_model_dims_check(d))
+        return -EINVAL;
+    return (long)kv_floats(d, mode);
+}
+
+extern "C" int bsipipe_cuda_kv_pack(const bsipipe_model_dims_t *d, const float *fp32_kv, float *kv,
+                                    cudaStream_t s)
+{
+    if (bsipipe_model_dims_check(d) || !fp32_kv || !kv)
+        return -EINVAL;
+    size_t n = (size_t)bsipipe_model_kv_size(d);
+    if (!stash_bf16(g_mode))
+        return copy_d2d(kv, fp32_kv, n, s);
+    BSIPIPE_LAUNCH(k_f32_to_bf16, nblocks(n, 256), 256, 0, s, n, fp32_kv, (__nv_bfloat16 *)kv);
+    return launched();
+}
+
+extern "C" int bsipipe_cuda_kv_unpack(const bsipipe_model_dims_t *d, const float *kv,
+                                      float *fp32_kv, cudaStream_t s)
+{
+    if (bsipipe_model_dims_check(d) || !fp32_kv || !kv)
+        return -EINVAL;
+    size_t n = (size_t)bsipipe_model_kv_size(d);
+    if (!stash_bf16(g_mode))
+        return copy_d2d(fp32_kv, kv, n, s);
+    BSIPIPE_LAUNCH(k_bf16_to_f32, nblocks(n, 256), 256, 0, s, n, (const __nv_bfloat16 *)kv, fp32_kv);
+    return launched();
 }
 
 extern "C" int bsipipe_cuda_stash_pack(const bsipipe_model_dims_t *d, int len,
@@ -1237,7 +1347,7 @@ extern "C" int bsipipe_cuda_chunk_forward(const bsipipe_model_dims_t *d, int l0,
     bsipipe__stash_off(d, len, &so);
     const stash_fmt f = stash_fmt_of(d, len, g_mode);
     ss = f.total;
-    kvs = (size_t)bsipipe_model_kv_size(d);
+    kvs = kv_floats(d, g_mode);
     size_t nd = (size_t)len * d->hidden;
     if (!f.half) { /* fp32 stash: each layer's output is the next one's stashed input */
         RC_TRY(copy_d2d(stash + so.x, x_in, nd, s));
@@ -1246,19 +1356,20 @@ extern "C" int bsipipe_cuda_chunk_forward(const bsipipe_model_dims_t *d, int l0,
             float *st = stash + i * ss;
             float *y = l + 1 < l1 ? stash + (i + 1) * ss + so.x : x_out;
             layer_ptrs(&lo, layers + i * (size_t)lo.total, &p);
-            RC_TRY(layer_fwd(d, start, len, &p, st, kv + i * kvs, y, s, hb));
+            RC_TRY(layer_fwd(d, start, len, &p, st, kv + i * kvs, y, NULL, s, hb));
         }
         return 0;
     }
     /* BF16S: each layer runs on an fp32 scratch stash, packed into bf16 after it; its
-     * output goes to x_out and from there into the scratch as the next layer's input */
+     * output goes to x_out and from there into the scratch as the next layer's input. The
+     * scratch also holds the piece's K and V rows before they go into the bf16 kv. */
     float *st32 = NULL;
-    RC_TRY(scratch(&st32, f.ss, s));
+    RC_TRY(scratch(&st32, f.ss + 2 * nd, s));
     int rc = copy_d2d(st32 + so.x, x_in, nd, s);
     for (int l = l0; l < l1 && !rc; l++) {
         size_t i = (size_t)(l - l0);
         layer_ptrs(&lo, layers + i * (size_t)lo.total, &p);
-        rc = layer_fwd(d, start, len, &p, st32, kv + i * kvs, x_out, s, hb);
+        rc = layer_fwd(d, start, len, &p, st32, kv + i * kvs, x_out, st32 + f.ss, s, hb);
         if (!rc)
             rc = stash_pack(d, len, st32, stash + i * ss, s);
         if (!rc && l + 1 < l1)

@@ -53,7 +53,8 @@ extern "C" {
  *         (fp32 accumulation). The STASH is stored in bf16 as well (the
  *         activations a layer keeps for its backward; its statistics stay
  *         fp32): about half of bsipipe_model_stash_size, see
- *         bsipipe_cuda_stash_size. Master weights, gradients, kv, the work
+ *         bsipipe_cuda_stash_size; so are K and V (bsipipe_cuda_kv_size).
+ *         Master weights, gradients, dkv, the work
  *         buffers and every elementwise kernel stay fp32; each layer computes
  *         in fp32 scratch (cudaMallocAsync) and its backward sees the
  *         activations rounded to bf16. Chunk calls may also fail with -ENOMEM
@@ -83,13 +84,24 @@ int bsipipe_cuda_stash_pack(const bsipipe_model_dims_t *d, int len, const float 
 int bsipipe_cuda_stash_unpack(const bsipipe_model_dims_t *d, int len, const float *stash,
     float *fp32_stash, cudaStream_t stream);
 
+/* Floats of ONE layer's kv (K and V of the whole sequence) in `mode`: bsipipe_model_kv_size,
+ * half in BF16S (K and V stored in bf16; dkv stays fp32, bsipipe_model_kv_size). A chunk's
+ * kv holds (l1 - l0) of these. -EINVAL for bad dims. */
+long bsipipe_cuda_kv_size(const bsipipe_model_dims_t *d, bsipipe_cuda_gemm_mode_t mode);
+/* One layer's kv between the fp32 layout and the current mode's (copies unless BF16S). */
+int bsipipe_cuda_kv_pack(const bsipipe_model_dims_t *d, const float *fp32_kv, float *kv,
+    cudaStream_t stream);
+int bsipipe_cuda_kv_unpack(const bsipipe_model_dims_t *d, const float *kv, float *fp32_kv,
+    cudaStream_t stream);
+
 /* ---- embedding ---- */
 int bsipipe_cuda_embed_forward(const bsipipe_model_dims_t *d, const float *embed,
     const int *tokens, int start, int len, float *x_out, cudaStream_t stream);
 int bsipipe_cuda_embed_backward(const bsipipe_model_dims_t *d, float *embed_grad,
     const int *tokens, int start, int len, const float *dx, cudaStream_t stream);
 
-/* ---- chunk of layers [l0, l1) ---- (stash: (l1 - l0) * bsipipe_cuda_stash_size floats) */
+/* ---- chunk of layers [l0, l1) ---- (stash: (l1 - l0) * bsipipe_cuda_stash_size floats, kv:
+ * (l1 - l0) * bsipipe_cuda_kv_size, dkv: (l1 - l0) * bsipipe_model_kv_size) */
 int bsipipe_cuda_chunk_forward(const bsipipe_model_dims_t *d, int l0, int l1, int start,
     int len, const float *layers, const float *x_in, float *x_out, float *stash, float *kv,
     cudaStream_t stream, cublasHandle_t handle);
