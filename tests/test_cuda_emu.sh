@@ -55,9 +55,8 @@ BSIPIPE_EMU_SMEM_OPTIN=101376 "$tmp/test_cuda_kernels_emu" --mode bf16s
 # Strict wmma (a store writes only its lane's share, no barrier inside wmma calls) with the
 # threads resumed in a scrambled order: a missing __syncwarp in the tensor-core attention
 # gives stale data here, which the NaN-initialised shared memory turns into failures.
-echo "attention with strict wmma and scrambled thread order (bf16s)"
-BSIPIPE_EMU_STRICT_WMMA=1 BSIPIPE_EMU_ORDER=scrambled "$tmp/test_cuda_kernels_emu" --mode bf16s \
-    --attention-only
+echo "bf16s with strict wmma and scrambled thread order (attention over fp32 and bf16 K/V)"
+BSIPIPE_EMU_STRICT_WMMA=1 BSIPIPE_EMU_ORDER=scrambled "$tmp/test_cuda_kernels_emu" --mode bf16s
 # The block benchmark's code path (every product mode, attention alone) on a small shape: it
 # must run and print its table; the emulation's times mean nothing.
 echo "running tests/test_cuda_bench on the emulated GPU (small shape, times meaningless)"

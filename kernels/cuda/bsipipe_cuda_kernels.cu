@@ -1364,12 +1364,13 @@ extern "C" int bsipipe_cuda_chunk_forward(const bsipipe_model_dims_t *d, int l0,
      * output goes to x_out and from there into the scratch as the next layer's input. The
      * scratch also holds the piece's K and V rows before they go into the bf16 kv. */
     float *st32 = NULL;
-    RC_TRY(scratch(&st32, f.ss + 2 * nd, s));
+    const size_t kvtmp = (f.ss + 63) / 64 * 64; /* 256-byte aligned GEMM outputs */
+    RC_TRY(scratch(&st32, kvtmp + 2 * nd, s));
     int rc = copy_d2d(st32 + so.x, x_in, nd, s);
     for (int l = l0; l < l1 && !rc; l++) {
         size_t i = (size_t)(l - l0);
         layer_ptrs(&lo, layers + i * (size_t)lo.total, &p);
-        rc = layer_fwd(d, start, len, &p, st32, kv + i * kvs, x_out, st32 + f.ss, s, hb);
+        rc = layer_fwd(d, start, len, &p, st32, kv + i * kvs, x_out, st32 + kvtmp, s, hb);
         if (!rc)
             rc = stash_pack(d, len, st32, stash + i * ss, s);
         if (!rc && l + 1 < l1)
