@@ -27,14 +27,8 @@ static void norm_cpu(void *buffers[], void *cl_arg)
 }
 
 #ifdef BSIPIPE_HAVE_CUDA
-/* On CUDA devices (a CUDA worker runs only CUDA functions): the same empty
- * slot, and the norm on the worker's stream into the one-double buffer. */
-static void slot_only_cuda(void *buffers[], void *cl_arg)
-{
-    (void)buffers;
-    (void)cl_arg;
-}
-
+/* On CUDA devices (a CUDA worker runs only CUDA functions): the norm on the
+ * worker's stream into the one-double buffer; the slots stay empty. */
 static void norm_cuda(void *buffers[], void *cl_arg)
 {
     struct bsipipe_engine *e = cl_arg;
@@ -54,7 +48,7 @@ static void norm_cuda(void *buffers[], void *cl_arg)
 struct starpu_codelet bsipipe_cl_mpi_marker = {
     .cpu_funcs = {slot_only},
     .cpu_funcs_name = {"slot_only"},
-    BSIPIPE_CL_CUDA(slot_only_cuda)
+    BSIPIPE_CL_CUDA(slot_only)
     .nbuffers = 0,
     .name = "RECV",
 };
@@ -62,7 +56,7 @@ struct starpu_codelet bsipipe_cl_mpi_marker = {
 struct starpu_codelet bsipipe_cl_mpi_send = {
     .cpu_funcs = {slot_only},
     .cpu_funcs_name = {"slot_only"},
-    BSIPIPE_CL_CUDA(slot_only_cuda)
+    BSIPIPE_CL_CUDA(slot_only)
     .nbuffers = 1,
     .modes = {STARPU_RW},
     .name = "SEND",
@@ -71,7 +65,7 @@ struct starpu_codelet bsipipe_cl_mpi_send = {
 struct starpu_codelet bsipipe_cl_mpi_sync_up = {
     .cpu_funcs = {slot_only},
     .cpu_funcs_name = {"slot_only"},
-    BSIPIPE_CL_CUDA(slot_only_cuda)
+    BSIPIPE_CL_CUDA(slot_only)
     .nbuffers = 1,
     .modes = {STARPU_RW},
     .name = "SYNC",

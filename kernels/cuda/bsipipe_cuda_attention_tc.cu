@@ -276,10 +276,7 @@ k_tc_att_dkdv(int hd, int start, int len, const float *q, int ldq, const KV *k,
         __syncthreads(); /* the previous query tile is no longer read */
         tc_load(Qs, hdp, q, ldq, h * hd, i0, nq, hd);
         tc_load(dOs, hdp, do_, ldo, h * hd, i0, nq, hd);
-        if (t < TC_B) {
-            lse_s[t] = t < nq ? lse[IX(h, i0 + t, len)] : 0.0f;
-            d_s[t] = t < nq ? dvec[IX(h, i0 + t, len)] : 0.0f;
-        }
+        bsipipe_att_row_stats(lse_s, d_s, lse, dvec, h, i0, nq, len, TC_B);
         __syncthreads();
         if (!active || j0 + kr0 > start + i0 + nq - 1)
             continue; /* every query of the tile precedes the warp's keys */
@@ -330,10 +327,7 @@ k_tc_att_dq(int hd, int start, int len, const float *q, int ldq, const KV *k,
         wmma::fill_fragment(adq[f], 0.0f);
     tc_load(Qs, hdp, q, ldq, h * hd, i0, nq, hd);
     tc_load(dOs, hdp, do_, ldo, h * hd, i0, nq, hd);
-    if (t < TC_B) {
-        lse_s[t] = t < nq ? lse[IX(h, i0 + t, len)] : 0.0f;
-        d_s[t] = t < nq ? dvec[IX(h, i0 + t, len)] : 0.0f;
-    }
+    bsipipe_att_row_stats(lse_s, d_s, lse, dvec, h, i0, nq, len, TC_B);
     for (int j0 = 0; j0 < kend; j0 += TC_B) {
         const int nk = min(TC_B, kend - j0);
         __syncthreads(); /* the previous key tile is no longer read */

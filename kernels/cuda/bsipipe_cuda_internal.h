@@ -34,6 +34,19 @@
             return rc_;                                                                     \
     } while (0)
 
+/* Attention backward: lse and D (= rowsum(dO * O)) of rows [i0, i0 + nq) of head h into
+ * shared lse_s / d_s [nrows] (zeros beyond nq), by the block's first nrows threads. */
+__device__ inline void bsipipe_att_row_stats(float *lse_s, float *d_s, const float *lse,
+                                             const float *dvec, int h, int i0, int nq, int len,
+                                             int nrows)
+{
+    const int t = (int)threadIdx.x;
+    if (t < nrows) {
+        lse_s[t] = t < nq ? lse[IX(h, i0 + t, len)] : 0.0f;
+        d_s[t] = t < nq ? dvec[IX(h, i0 + t, len)] : 0.0f;
+    }
+}
+
 /* 0 when the last launch was accepted, else -EIO. Reading the error clears it (unless the
  * context is broken), so one refused launch does not fail every later check. */
 static inline int bsipipe_cuda_launched(void)

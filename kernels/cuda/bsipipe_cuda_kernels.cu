@@ -608,10 +608,7 @@ __global__ void k_att_bwd_dkdv(int hd, int start, int len, const float *q, int l
         __syncthreads();
         load_tile(Qs, hdp, q, ldq, h * hd, i0, nq, hd);
         load_tile(dOs, hdp, do_, ldo, h * hd, i0, nq, hd);
-        if (t < AT_B) {
-            lse_s[t] = t < nq ? lse[IX(h, i0 + t, len)] : 0.0f;
-            d_s[t] = t < nq ? dvec[IX(h, i0 + t, len)] : 0.0f;
-        }
+        bsipipe_att_row_stats(lse_s, d_s, lse, dvec, h, i0, nq, len, AT_B);
         __syncthreads();
         att_bwd_tile(hd, hdp, start, i0, nq, j0, nk, Qs, dOs, Ks, Vs, lse_s, d_s, Ps, dSs,
                      scale);
@@ -659,10 +656,7 @@ __global__ void k_att_bwd_dq(int hd, int start, int len, const float *q, int ldq
         adq[j] = 0;
     load_tile(Qs, hdp, q, ldq, h * hd, i0, nq, hd);
     load_tile(dOs, hdp, do_, ldo, h * hd, i0, nq, hd);
-    if (t < AT_B) {
-        lse_s[t] = t < nq ? lse[IX(h, i0 + t, len)] : 0.0f;
-        d_s[t] = t < nq ? dvec[IX(h, i0 + t, len)] : 0.0f;
-    }
+    bsipipe_att_row_stats(lse_s, d_s, lse, dvec, h, i0, nq, len, AT_B);
     for (int j0 = 0; j0 < kend; j0 += AT_B) {
         int nk = min(AT_B, kend - j0);
         __syncthreads();
