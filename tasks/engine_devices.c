@@ -237,12 +237,19 @@ void engine_devices_stop(struct bsipipe_engine *e)
     e->gpu = NULL;
 }
 
+#ifdef BSIPIPE_HAVE_CUDA
+/* The CUDA kernels' product mode of this engine's devices, -1 on CPU devices. */
+static int cuda_mode(const struct bsipipe_engine *e)
+{
+    return e->o.devices == BSIPIPE_DEVICES_CUDA ? precision_index(e->o.precision) : -1;
+}
+#endif
+
 long engine_stash_floats(const struct bsipipe_engine *e, int n_layers, int len)
 {
 #ifdef BSIPIPE_HAVE_CUDA
-    int mode = precision_index(e->o.precision);
-    if (e->o.devices == BSIPIPE_DEVICES_CUDA && mode >= 0)
-        return n_layers * bsipipe_cuda_stash_size(&e->dims, len, (bsipipe_cuda_gemm_mode_t)mode);
+    if (cuda_mode(e) >= 0)
+        return n_layers * bsipipe_cuda_stash_size(&e->dims, len, (bsipipe_cuda_gemm_mode_t)cuda_mode(e));
 #endif
     return n_layers * bsipipe_model_stash_size(&e->dims, len);
 }
@@ -250,9 +257,8 @@ long engine_stash_floats(const struct bsipipe_engine *e, int n_layers, int len)
 long engine_kv_floats(const struct bsipipe_engine *e, int n_layers)
 {
 #ifdef BSIPIPE_HAVE_CUDA
-    int mode = precision_index(e->o.precision);
-    if (e->o.devices == BSIPIPE_DEVICES_CUDA && mode >= 0)
-        return n_layers * bsipipe_cuda_kv_size(&e->dims, (bsipipe_cuda_gemm_mode_t)mode);
+    if (cuda_mode(e) >= 0)
+        return n_layers * bsipipe_cuda_kv_size(&e->dims, (bsipipe_cuda_gemm_mode_t)cuda_mode(e));
 #endif
     return n_layers * bsipipe_model_kv_size(&e->dims);
 }

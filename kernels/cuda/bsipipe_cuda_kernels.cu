@@ -177,35 +177,51 @@ __global__ void k_bf16_to_f32(size_t n, const __nv_bfloat16 *src, float *dst)
         dst[i] = __bfloat162float(src[i]);
 }
 
-/* one layer: fp32 layout st32 -> this mode's layout st (BF16S only) */
+static int to_bf16(size_t n, const float *src, __nv_bfloat16 *dst, cudaStream_t s)
+{
+    BSIPIPE_LAUNCH(k_f32_to_bf16, nblocks(n, 256), 256, 0, s, n, src, dst);
+    return launched();
+}
+
+static int from_bf16(size_t n, const __nv_bfloat16 *src, float *dst, cudaStream_t s)
+{
+    BSIPIPE_LAUNCH(k_bf16_to_f32, nblocks(n, 256), 256, 0, s, n, src, dst);
+    return launched();
+}
+
+/* The statistics of one layer's stash: (offset in the fp32 layout, floats) of s1, s2 and lse;
+ * in the BF16S layout they follow each other from float `half` on, in this order. */
+static void stash_stats(const bsipipe_model_dims_t *d, int len, size_t off[3], size_t n[3])
+{
+    bsipipe_stash_off so;
+    bsipipe__stash_off(d, len, &so);
+    off[0] = (size_t)so.s1, off[1] = (size_t)so.s2, off[2] = (size_t)so.lse;
+    n[0] = n[1] = 2 * (size_t)len, n[2] = (size_t)d->n_heads * len;
+}
+
+/* one layer: fp32 layout st32 <-> this mode's layout st (BF16S only) */
 static int stash_pack(const bsipipe_model_dims_t *d, int len, const float *st32, float *st,
                       cudaStream_t s)
 {
-    bsipipe_stash_off so;
-    bsipipe__stash_off(d, len, &so);
     stash_fmt f = stash_fmt_of(d, len, BSIPIPE_CUDA_GEMM_BF16S);
-    size_t n2 = 2 * (size_t)len, nl = (size_t)d->n_heads * len;
-    BSIPIPE_LAUNCH(k_f32_to_bf16, nblocks(f.ss, 256), 256, 0, s, f.ss, st32, (__nv_bfloat16 *)st);
-    RC_TRY(launched());
-    RC_TRY(copy_d2d(st + f.half, st32 + so.s1, n2, s));
-    RC_TRY(copy_d2d(st + f.half + n2, st32 + so.s2, n2, s));
-    return copy_d2d(st + f.half + 2 * n2, st32 + so.lse, nl, s);
+    size_t off[3], n[3], at = f.half;
+    stash_stats(d, len, off, n);
+    RC_TRY(to_bf16(f.ss, st32, (__nv_bfloat16 *)st, s));
+    for (int i = 0; i < 3; at += n[i++])
+        RC_TRY(copy_d2d(st + at, st32 + off[i], n[i], s));
+    return 0;
 }
 
-/* one layer: this mode's layout st -> fp32 layout st32 (BF16S only) */
 static int stash_unpack(const bsipipe_model_dims_t *d, int len, const float *st, float *st32,
                         cudaStream_t s)
 {
-    bsipipe_stash_off so;
-    bsipipe__stash_off(d, len, &so);
     stash_fmt f = stash_fmt_of(d, len, BSIPIPE_CUDA_GEMM_BF16S);
-    size_t n2 = 2 * (size_t)len, nl = (size_t)d->n_heads * len;
-    BSIPIPE_LAUNCH(k_bf16_to_f32, nblocks(f.ss, 256), 256, 0, s, f.ss,
-                   (const __nv_bfloat16 *)st, st32);
-    RC_TRY(launched());
-    RC_TRY(copy_d2d(st32 + so.s1, st + f.half, n2, s));
-    RC_TRY(copy_d2d(st32 + so.s2, st + f.half + n2, n2, s));
-    return copy_d2d(st32 + so.lse, st + f.half + 2 * n2, nl, s);
+    size_t off[3], n[3], at = f.half;
+    stash_stats(d, len, off, n);
+    RC_TRY(from_bf16(f.ss, (const __nv_bfloat16 *)st, st32, s));
+    for (int i = 0; i < 3; at += n[i++])
+        RC_TRY(copy_d2d(st32 + off[i], st + at, n[i], s));
+    return 0;
 }
 
 /* stream-ordered fp32 scratch; scratch_end frees it and keeps the first error */
@@ -702,6 +718,50 @@ static bool attention_on_tensor_cores(void)
     return g_mode == BSIPIPE_CUDA_GEMM_BF16 || g_mode == BSIPIPE_CUDA_GEMM_BF16S;
 }
 
+static float att_scale(int head_dim) { return (float)(1.0 / sqrt((double)head_dim)); }
+
+/* the fp32 attention kernels (CUDA cores) */
+static int att_fwd_fp32(int H, int hd, int start, int len, const float *q, int ldq,
+                        const float *k, const float *v, int ldk, float *o, int ldo, float *lse,
+                        cudaStream_t s)
+{
+    size_t sm = att_fwd_smem(hd);
+    RC_TRY(allow_smem(k_att_fwd, sm));
+    dim3 grid((unsigned)((len + AT_B - 1) / AT_B), (unsigned)H);
+    BSIPIPE_LAUNCH(k_att_fwd, grid, AT_NT, sm, s, hd, start, len, q, ldq, k, v, ldk, o, ldo, lse,
+                   att_scale(hd));
+    return launched();
+}
+
+static int att_bwd_fp32(int H, int hd, int start, int len, const float *q, int ldq,
+                        const float *k, const float *v, int ldk, const float *do_, int ldo,
+                        const float *lse, const float *dvec, float *dq, int lddq, float *dk,
+                        float *dv, cudaStream_t s)
+{
+    size_t sm = att_bwd_smem(hd);
+    float scale = att_scale(hd);
+    RC_TRY(allow_smem(k_att_bwd_dkdv, sm));
+    RC_TRY(allow_smem(k_att_bwd_dq, sm));
+    dim3 gk((unsigned)((start + len + AT_B - 1) / AT_B), (unsigned)H);
+    BSIPIPE_LAUNCH(k_att_bwd_dkdv, gk, AT_NT, sm, s, hd, start, len, q, ldq, k, v, ldk, do_, ldo,
+                   lse, dvec, dk, dv, scale);
+    RC_TRY(launched());
+    dim3 gq((unsigned)((len + AT_B - 1) / AT_B), (unsigned)H);
+    BSIPIPE_LAUNCH(k_att_bwd_dq, gq, AT_NT, sm, s, hd, start, len, q, ldq, k, v, ldk, do_, ldo,
+                   lse, dvec, dq, lddq, scale);
+    return launched();
+}
+
+/* *dvec (stream-ordered scratch, [H, len]) = rowsum(dO * O) per head */
+static int att_dvec(int H, int hd, int len, const float *o, const float *do_, int ldo,
+                    float **dvec, cudaStream_t s)
+{
+    size_t nd = (size_t)H * len;
+    RC_TRY(scratch(dvec, nd, s));
+    BSIPIPE_LAUNCH(k_att_dvec, nblocks(nd, 256), 256, 0, s, H, hd, len, o, do_, ldo, *dvec);
+    return launched();
+}
+
 static int att_check(int n_heads, int head_dim, int start, int len, const void *q, int ldq,
                      const void *k, const void *v, int ldk, const void *o, int ldo)
 {
@@ -879,9 +939,8 @@ static int kv16_widen(const __nv_bfloat16 *K, const __nv_bfloat16 *V, size_t n, 
                       cudaStream_t s)
 {
     RC_TRY(scratch(t, 2 * n, s));
-    BSIPIPE_LAUNCH(k_bf16_to_f32, nblocks(n, 256), 256, 0, s, n, K, *t);
-    BSIPIPE_LAUNCH(k_bf16_to_f32, nblocks(n, 256), 256, 0, s, n, V, *t + n);
-    return launched();
+    RC_TRY(from_bf16(n, K, *t, s));
+    return from_bf16(n, V, *t + n, s);
 }
 
 /* attention forward over bf16 K/V (BF16S) */
@@ -889,15 +948,15 @@ static int attention_fwd_kv16(int H, int hd, int start, int len, const float *q,
                               const __nv_bfloat16 *K, const __nv_bfloat16 *V, int ldk, float *o,
                               int ldo, float *lse, cudaStream_t s)
 {
-    float scale = (float)(1.0 / sqrt((double)hd)), *t = NULL;
+    float *t = NULL;
     int rc = bsipipe_cuda_attention_tc_forward_kv16(H, hd, start, len, q, ldq, K, V, ldk, o, ldo,
-                                                    lse, scale, s);
+                                                    lse, att_scale(hd), s);
     if (rc != -ENOSPC)
         return rc;
     size_t n = (size_t)(start + len) * ldk;
     rc = kv16_widen(K, V, n, &t, s);
     if (!rc)
-        rc = bsipipe_cuda_attention_forward(H, hd, start, len, q, ldq, t, t + n, ldk, o, ldo, lse, s);
+        rc = att_fwd_fp32(H, hd, start, len, q, ldq, t, t + n, ldk, o, ldo, lse, s);
     return scratch_end(t, rc, s);
 }
 
@@ -907,20 +966,18 @@ static int attention_bwd_kv16(int H, int hd, int start, int len, const float *q,
                               const float *o, const float *do_, int ldo, const float *lse,
                               float *dq, int lddq, float *dk, float *dv, cudaStream_t s)
 {
-    float scale = (float)(1.0 / sqrt((double)hd)), *dvec = NULL, *t = NULL;
-    size_t nd = (size_t)H * len;
-    RC_TRY(scratch(&dvec, nd, s));
-    BSIPIPE_LAUNCH(k_att_dvec, nblocks(nd, 256), 256, 0, s, H, hd, len, o, do_, ldo, dvec);
-    int rc = launched();
+    float *dvec = NULL, *t = NULL;
+    int rc = att_dvec(H, hd, len, o, do_, ldo, &dvec, s);
     if (!rc)
         rc = bsipipe_cuda_attention_tc_backward_kv16(H, hd, start, len, q, ldq, K, V, ldk, do_,
-                                                     ldo, lse, dvec, dq, lddq, dk, dv, scale, s);
+                                                     ldo, lse, dvec, dq, lddq, dk, dv,
+                                                     att_scale(hd), s);
     if (rc == -ENOSPC) { /* the fp32 kernels on fp32 copies of K and V */
         size_t n = (size_t)(start + len) * ldk;
         rc = kv16_widen(K, V, n, &t, s);
         if (!rc)
-            rc = bsipipe_cuda_attention_backward(H, hd, start, len, q, ldq, t, t + n, ldk, o, do_,
-                                                 ldo, lse, dq, lddq, dk, dv, s);
+            rc = att_bwd_fp32(H, hd, start, len, q, ldq, t, t + n, ldk, do_, ldo, lse, dvec, dq,
+                              lddq, dk, dv, s);
         rc = scratch_end(t, rc, s);
     }
     return scratch_end(dvec, rc, s);
@@ -954,9 +1011,8 @@ static int layer_fwd(const bsipipe_model_dims_t *dm, int start, int len, const l
         RC_TRY(rope(s, len, H, hd, start, Kw, d, 1));
     }
     if (kv16) { /* the piece's rows into the bf16 kv, then attention over the bf16 prefix */
-        BSIPIPE_LAUNCH(k_f32_to_bf16, nblocks(nd, 256), 256, 0, s, nd, Kw, K16 + IX(start, 0, d));
-        BSIPIPE_LAUNCH(k_f32_to_bf16, nblocks(nd, 256), 256, 0, s, nd, Vw, V16 + IX(start, 0, d));
-        RC_TRY(launched());
+        RC_TRY(to_bf16(nd, Kw, K16 + IX(start, 0, d), s));
+        RC_TRY(to_bf16(nd, Vw, V16 + IX(start, 0, d), s));
         RC_TRY(attention_fwd_kv16(H, hd, start, len, q, d, K16, V16, d, att, d, stash + so.lse, s));
     } else {
         RC_TRY(bsipipe_cuda_attention_forward(H, hd, start, len, q, d, K, Vc, d, att, d,
@@ -1182,8 +1238,7 @@ extern "C" int bsipipe_cuda_kv_pack(const bsipipe_model_dims_t *d, const float *
     size_t n = (size_t)bsipipe_model_kv_size(d);
     if (!stash_bf16(g_mode))
         return copy_d2d(kv, fp32_kv, n, s);
-    BSIPIPE_LAUNCH(k_f32_to_bf16, nblocks(n, 256), 256, 0, s, n, fp32_kv, (__nv_bfloat16 *)kv);
-    return launched();
+    return to_bf16(n, fp32_kv, (__nv_bfloat16 *)kv, s);
 }
 
 extern "C" int bsipipe_cuda_kv_unpack(const bsipipe_model_dims_t *d, const float *kv,
@@ -1194,8 +1249,7 @@ extern "C" int bsipipe_cuda_kv_unpack(const bsipipe_model_dims_t *d, const float
     size_t n = (size_t)bsipipe_model_kv_size(d);
     if (!stash_bf16(g_mode))
         return copy_d2d(fp32_kv, kv, n, s);
-    BSIPIPE_LAUNCH(k_bf16_to_f32, nblocks(n, 256), 256, 0, s, n, (const __nv_bfloat16 *)kv, fp32_kv);
-    return launched();
+    return from_bf16(n, (const __nv_bfloat16 *)kv, fp32_kv, s);
 }
 
 extern "C" int bsipipe_cuda_stash_pack(const bsipipe_model_dims_t *d, int len,
@@ -1258,19 +1312,13 @@ extern "C" int bsipipe_cuda_attention_forward(int n_heads, int head_dim, int sta
     int rc = att_check(n_heads, head_dim, start, len, q, ldq, k, v, ldk, o, ldo);
     if (rc || !lse)
         return rc ? rc : -EINVAL;
-    float scale = (float)(1.0 / sqrt((double)head_dim));
     if (attention_on_tensor_cores()) {
         rc = bsipipe_cuda_attention_tc_forward(n_heads, head_dim, start, len, q, ldq, k, v, ldk, o,
-                                               ldo, lse, scale, s);
-        if (rc != -ENOSPC) /* -ENOSPC: too little shared memory here, the fp32 kernel below */
+                                               ldo, lse, att_scale(head_dim), s);
+        if (rc != -ENOSPC) /* -ENOSPC: too little shared memory here, the fp32 kernel */
             return rc;
     }
-    size_t sm = att_fwd_smem(head_dim);
-    RC_TRY(allow_smem(k_att_fwd, sm));
-    dim3 grid((unsigned)((len + AT_B - 1) / AT_B), (unsigned)n_heads);
-    BSIPIPE_LAUNCH(k_att_fwd, grid, AT_NT, sm, s, head_dim, start, len, q, ldq, k, v, ldk, o, ldo, lse,
-                   scale);
-    return launched();
+    return att_fwd_fp32(n_heads, head_dim, start, len, q, ldq, k, v, ldk, o, ldo, lse, s);
 }
 
 extern "C" int bsipipe_cuda_attention_backward(int n_heads, int head_dim, int start, int len,
@@ -1284,44 +1332,17 @@ extern "C" int bsipipe_cuda_attention_backward(int n_heads, int head_dim, int st
     if (rc || !do_ || !lse || !dq || !dk || !dv || lddq < n_heads * head_dim)
         return rc ? rc : -EINVAL;
     float *dvec = NULL;
-    size_t nd = (size_t)n_heads * len;
-    if (cudaMallocAsync((void **)&dvec, nd * sizeof(float), s) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return -ENOMEM;
-    }
-    float scale = (float)(1.0 / sqrt((double)head_dim));
-    size_t sm = att_bwd_smem(head_dim);
-    BSIPIPE_LAUNCH(k_att_dvec, nblocks(nd, 256), 256, 0, s, n_heads, head_dim, len, o, do_, ldo, dvec);
-    rc = launched();
-    if (!rc && attention_on_tensor_cores()) {
-        rc = bsipipe_cuda_attention_tc_backward(n_heads, head_dim, start, len, q, ldq, k, v, ldk,
-                                                do_, ldo, lse, dvec, dq, lddq, dk, dv, scale, s);
-        if (rc != -ENOSPC) { /* -ENOSPC: nothing launched, the fp32 kernels below */
-            if (cudaFreeAsync(dvec, s) != cudaSuccess && !rc)
-                rc = -EIO;
-            return rc;
-        }
-        rc = 0;
-    }
-    if (!rc)
-        rc = allow_smem(k_att_bwd_dkdv, sm);
-    if (!rc)
-        rc = allow_smem(k_att_bwd_dq, sm);
-    if (!rc) {
-        dim3 gk((unsigned)((start + len + AT_B - 1) / AT_B), (unsigned)n_heads);
-        BSIPIPE_LAUNCH(k_att_bwd_dkdv, gk, AT_NT, sm, s, head_dim, start, len, q, ldq, k, v, ldk, do_, ldo,
-                                             lse, dvec, dk, dv, scale);
-        rc = launched();
-    }
-    if (!rc) {
-        dim3 gq((unsigned)((len + AT_B - 1) / AT_B), (unsigned)n_heads);
-        BSIPIPE_LAUNCH(k_att_bwd_dq, gq, AT_NT, sm, s, head_dim, start, len, q, ldq, k, v, ldk, do_, ldo,
-                                           lse, dvec, dq, lddq, scale);
-        rc = launched();
-    }
-    if (cudaFreeAsync(dvec, s) != cudaSuccess && !rc)
-        rc = -EIO;
-    return rc;
+    rc = att_dvec(n_heads, head_dim, len, o, do_, ldo, &dvec, s);
+    if (!rc) /* -ENOSPC: the fp32 kernels, chosen or because the tensor-core ones do not fit */
+        rc = attention_on_tensor_cores()
+                 ? bsipipe_cuda_attention_tc_backward(n_heads, head_dim, start, len, q, ldq, k, v,
+                                                      ldk, do_, ldo, lse, dvec, dq, lddq, dk, dv,
+                                                      att_scale(head_dim), s)
+                 : -ENOSPC;
+    if (rc == -ENOSPC)
+        rc = att_bwd_fp32(n_heads, head_dim, start, len, q, ldq, k, v, ldk, do_, ldo, lse, dvec,
+                          dq, lddq, dk, dv, s);
+    return scratch_end(dvec, rc, s);
 }
 
 extern "C" int bsipipe_cuda_chunk_forward(const bsipipe_model_dims_t *d, int l0, int l1,
