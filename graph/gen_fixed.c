@@ -71,6 +71,11 @@ static int generate_1f1b(bsipipe_schedule_t *s)
          * (the micro-batch's last subsequence) has its forward done. */
         long warmup = p == 1 ? w - d - 1 : 2L * (w - d - 1) + (long)(p - 1) * w;
         warmup += s->pc.k - 1;
+        /* When k does not divide w a micro-batch straddles two groups of w
+         * units, and its first backward (last piece) waits for the forward of
+         * the next group's last chunk: (p-1)w forwards further on. */
+        if (p > 1 && w % s->pc.k)
+            warmup += (long)(p - 1) * w;
         if (warmup > total)
             warmup = total;
         long f = 0, b = 0, wgrad = 0;

@@ -21,13 +21,13 @@ static int simulate_costs(bsipipe_parallel_config_t pc, double b_unit, run_t *ou
     unit.b_unit = b_unit;
     if (rc == 0 && b_unit != 2.0) /* transfers ordered for the costs it runs with */
         rc = bsipipe_schedule_reorder_comm_for(s, pc.comm, &unit);
-    CHECK(rc == 0, "%s w=%d m=%d: create: %s", bsipipe_schedule_kind_name(pc.schedule), pc.w, pc.m,
-          bsipipe_error_detail());
+    CHECK(rc == 0, "%s w=%d k=%d p=%d m=%d: create: %s", bsipipe_schedule_kind_name(pc.schedule), pc.w, pc.k,
+          pc.p, pc.m, bsipipe_error_detail());
     if (rc)
         return rc;
     rc = bsipipe_schedule_validate(s);
-    CHECK(rc == 0, "%s w=%d m=%d: validate: %s", bsipipe_schedule_kind_name(pc.schedule), pc.w, pc.m,
-          bsipipe_error_detail());
+    CHECK(rc == 0, "%s w=%d k=%d p=%d m=%d: validate: %s", bsipipe_schedule_kind_name(pc.schedule), pc.w,
+          pc.k, pc.p, pc.m, bsipipe_error_detail());
     bsipipe_sim_result_t *r = NULL;
     if (rc == 0)
         rc = bsipipe_simulate(s, &unit, &r);
@@ -51,8 +51,38 @@ static int simulate(bsipipe_parallel_config_t pc, run_t *out)
     return simulate_costs(pc, 2.0, out);
 }
 
+/* Seq1F1B-I on every w and k the config accepts, not only k | w (issue 12:
+ * w=3, k=2 failed to generate): p = 2 and 3, m = 1..3w. */
+static void seq1f1b_i_sweep(void)
+{
+    int n = 0, straddling = 0;
+    for (int w = 2; w <= 8; w++)
+        for (int k = 1; k <= 4; k++)
+            for (int p = 2; p <= 3; p++)
+                for (int m = 1; m <= 3 * w; m++) {
+                    bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(BSIPIPE_SCHED_SEQ1F1B_I);
+                    pc.w = w;
+                    pc.k = k;
+                    pc.p = p;
+                    pc.m = m;
+                    if (bsipipe_parallel_config_validate(&pc, NULL) < 0)
+                        continue; /* N_s not a multiple of w */
+                    run_t r;
+                    if (simulate(pc, &r))
+                        continue; /* simulate() has reported it */
+                    double closed = bsipipe_bubble_closed_form(&pc);
+                    CHECK(fabs(r.bubble - closed) < 1e-9, "seq1f1b-i w=%d k=%d p=%d m=%d: bubble %.9f, closed form %.9f",
+                          w, k, p, m, r.bubble, closed);
+                    n++;
+                    straddling += w % k != 0;
+                }
+    CHECK(straddling > 50, "the sweep must cover k not dividing w (%d plans)", straddling);
+    printf("seq1f1b-i: %d plans (%d with k not dividing w) valid and at their closed form\n", n, straddling);
+}
+
 int main(void)
 {
+    seq1f1b_i_sweep();
     static const int ws[] = {2, 4, 8, 16};
     printf("%-10s %3s %4s %10s %10s\n", "schedule", "w", "N_s", "bubble", "closed");
     for (int wi = 0; wi < 4; wi++) {
