@@ -83,8 +83,9 @@ int bsipipe_schedule_validate(const bsipipe_schedule_t *s);
 
 /* Closed-form bubble ratio of the schedule's configuration under unit costs
  * (docs/schedules.md derives each): F = 1, B = 2 (ZB-H1: B = W = 1), except
- * Chimera's (w-2)/(2N+w-2), which holds for F = B. For BSIPipe it is the
- * paper's formula, an upper bound. Negative if none is known. */
+ * Chimera's, which holds for F = B and m >= w: (w-2)/(2N+w-2) for even w,
+ * (w-1)/(2N+w-1) for odd w. For BSIPipe it is the paper's formula, an upper
+ * bound. Negative if none is known. */
 double bsipipe_bubble_closed_form(const bsipipe_parallel_config_t *pc);
 
 #ifdef __cplusplus

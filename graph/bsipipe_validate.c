@@ -89,8 +89,10 @@ double bsipipe_bubble_closed_form(const bsipipe_parallel_config_t *pc)
         return (w - 1) / (pc->p * ns + w - 1);
     case BSIPIPE_SCHED_ZB_H1: case BSIPIPE_SCHED_BSIPIPE:
         return (w - 1) / (3 * ns + w - 1);
-    case BSIPIPE_SCHED_CHIMERA: /* holds for F = B, see bsipipe_sim.h */
-        return (w - 2) / (2 * ns + w - 2);
+    case BSIPIPE_SCHED_CHIMERA:
+        /* F = B, m >= w; odd w: the middle device is the same stage of both
+         * pipes, so it starts and drains (w-1)/2 late (docs/schedules.md). */
+        return pc->w % 2 ? (w - 1) / (2 * ns + w - 1) : (w - 2) / (2 * ns + w - 2);
     default:
         return -1;
     }

@@ -80,9 +80,36 @@ static void seq1f1b_i_sweep(void)
     printf("seq1f1b-i: %d plans (%d with k not dividing w) valid and at their closed form\n", n, straddling);
 }
 
+/* Chimera under F = B on odd and even w, m = w..4w (m even): at its closed
+ * form, (w-2)/(2N+w-2) for even w and (w-1)/(2N+w-1) for odd w, which is
+ * also the floor of any order on Chimera's placement (docs/schedules.md). */
+static void chimera_sweep(void)
+{
+    int n = 0;
+    for (int w = 2; w <= 9; w++)
+        for (int m = w + w % 2; m <= 4 * w; m += 2) {
+            bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(BSIPIPE_SCHED_CHIMERA);
+            pc.w = w;
+            pc.m = m;
+            run_t r;
+            if (simulate_costs(pc, 1.0, &r))
+                continue;
+            double closed = bsipipe_bubble_closed_form(&pc);
+            CHECK(fabs(r.bubble - closed) < 1e-9, "chimera w=%d m=%d, F=B: bubble %.9f, closed form %.9f", w, m,
+                  r.bubble, closed);
+            /* Idle per device, makespan - 2m: w-2 for even w, w-1 for odd. */
+            double idle = r.bubble * 2 * m / (1 - r.bubble);
+            CHECK(fabs(idle - (w - 2 + w % 2)) < 1e-6, "chimera w=%d m=%d, F=B: idle %.3f per device, expected %d", w,
+                  m, idle, w - 2 + w % 2);
+            n++;
+        }
+    printf("chimera: %d plans at w = 2..9 at their closed form under F = B\n", n);
+}
+
 int main(void)
 {
     seq1f1b_i_sweep();
+    chimera_sweep();
     static const int ws[] = {2, 4, 8, 16};
     printf("%-10s %3s %4s %10s %10s\n", "schedule", "w", "N_s", "bubble", "closed");
     for (int wi = 0; wi < 4; wi++) {
@@ -112,7 +139,7 @@ int main(void)
                           pc.m * pc.k, r.peak_max, 2 * pc.k * w);
                     CHECK(r.param_max == 2.0, "bsipipe holds 2 M_theta per device (got %g)", r.param_max);
                 } else if (kind == BSIPIPE_SCHED_CHIMERA) {
-                    /* Chimera's (w-2)/(2N+w-2) holds when F = B. */
+                    /* Chimera's closed form holds when F = B. */
                     run_t eq;
                     if (simulate_costs(pc, 1.0, &eq) == 0)
                         CHECK(fabs(eq.bubble - closed) < 1e-9, "chimera w=%d N=%d, F=B: bubble %.9f, closed form %.9f",
