@@ -78,7 +78,10 @@ double bsipipe_sim_op_cost(const bsipipe_schedule_t *s, const bsipipe_cost_model
 /* Validates a schedule: every compute op exactly once, SEND/RECV paired on
  * one channel with matching devices, every dependency satisfiable in list
  * order, and no deadlock under rendezvous send/recv. 0 or a negative code
- * with a detail sentence. */
+ * with a detail sentence. Transfer errors are named: "sends before its
+ * producer" (a SEND ahead of the op making its data), "names the wrong peer"
+ * (either end), "label differs from its SEND" (a RECV's micro-batch,
+ * subsequence, chunk, tensor or pipe). */
 int bsipipe_schedule_validate(const bsipipe_schedule_t *s);
 
 /* Closed-form bubble ratio of the schedule's configuration under unit costs

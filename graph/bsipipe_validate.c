@@ -6,6 +6,49 @@
 
 #include <stdlib.h>
 
+/* A SEND or RECV's label names its producing op: in range, of the pipe its
+ * micro-batch runs in, ACT from a forward or GRAD from a backward, to the
+ * device that runs the consumer (the next chunk for ACT, the previous one for
+ * GRAD). Returns the consumer's device, or -1 when the label is out of range. */
+static int transfer_consumer(const bsipipe_schedule_t *s, const bsipipe_op_t *op)
+{
+    if (op->mb < 0 || op->mb >= s->pc.m || op->sub < 0 || op->sub >= s->pc.k || op->chunk < 0 ||
+        op->chunk >= s->n_chunks || op->pipe >= s->n_pipes || op->pipe != schedule_mb_pipe(s, op->mb))
+        return -1;
+    if (op->tensor == BSIPIPE_TENSOR_ACT && op->chunk + 1 < s->n_chunks)
+        return schedule_dev(s, op->pipe, op->chunk + 1);
+    if (op->tensor == BSIPIPE_TENSOR_GRAD && op->chunk > 0)
+        return schedule_dev(s, op->pipe, op->chunk - 1);
+    return -1;
+}
+
+/* Pairs of one channel: the SEND and the RECV must carry the same label and
+ * name each other's device, and the transfer must cross from the producer's
+ * device to the consumer's. */
+static int check_channel(const bsipipe_schedule_t *s, int c, const bsipipe_op_t *snd, const bsipipe_op_t *rcv)
+{
+    const char *name = bsipipe_schedule_kind_name(s->pc.schedule);
+    char a[96], b[96];
+    if (rcv->mb != snd->mb || rcv->sub != snd->sub || rcv->chunk != snd->chunk || rcv->tensor != snd->tensor ||
+        rcv->pipe != snd->pipe)
+        return bsipipe_error_set(-EINVAL, "%s: channel %d: RECV label differs from its SEND's: %s on device %d, "
+                                 "%s on device %d", name, c, bsipipe_op_format(rcv, a, sizeof a), rcv->device,
+                                 bsipipe_op_format(snd, b, sizeof b), snd->device);
+    if (rcv->peer != snd->device)
+        return bsipipe_error_set(-EINVAL, "%s: channel %d: RECV on device %d names the wrong peer: device %d, "
+                                 "its SEND is on device %d (%s)", name, c, rcv->device, rcv->peer, snd->device,
+                                 bsipipe_op_format(rcv, a, sizeof a));
+    if (snd->peer != rcv->device)
+        return bsipipe_error_set(-EINVAL, "%s: channel %d: SEND on device %d names the wrong peer: device %d, "
+                                 "its RECV is on device %d (%s)", name, c, snd->device, snd->peer, rcv->device,
+                                 bsipipe_op_format(snd, a, sizeof a));
+    if (transfer_consumer(s, snd) != rcv->device)
+        return bsipipe_error_set(-EINVAL, "%s: channel %d: %s goes to device %d, but its consumer runs on "
+                                 "device %d", name, c, bsipipe_op_format(snd, a, sizeof a), rcv->device,
+                                 transfer_consumer(s, snd));
+    return 0;
+}
+
 int bsipipe_schedule_validate(const bsipipe_schedule_t *s)
 {
     const char *name = bsipipe_schedule_kind_name(s->pc.schedule);
@@ -13,8 +56,10 @@ int bsipipe_schedule_validate(const bsipipe_schedule_t *s)
     long nidx = compute_index_count(s);
     unsigned char *seen = calloc((size_t)nidx, 1);
     unsigned char *chan = calloc((size_t)s->n_channels + 1, 1);
+    /* [2c] the channel's SEND, [2c+1] its RECV, for pairing once all are seen */
+    bsipipe_op_t *ends = calloc(2 * (size_t)s->n_channels + 2, sizeof *ends);
     int rc = 0;
-    if (!seen || !chan) {
+    if (!seen || !chan || !ends) {
         rc = bsipipe_error_set(-ENOMEM, "out of memory");
         goto out;
     }
@@ -40,16 +85,30 @@ int bsipipe_schedule_validate(const bsipipe_schedule_t *s)
                                            bsipipe_op_format(op, buf, sizeof buf), d,
                                            schedule_dev(s, schedule_mb_pipe(s, op->mb), op->chunk));
             } else if (op->kind == BSIPIPE_OP_SEND || op->kind == BSIPIPE_OP_RECV) {
+                /* A RECV's label is judged against its SEND's once both are seen. */
+                int to = op->kind == BSIPIPE_OP_SEND ? transfer_consumer(s, op) : 0;
                 if (op->channel < 0 || op->channel >= s->n_channels || op->peer < 0 || op->peer >= s->n_devices ||
                     op->peer == d) {
                     rc = bsipipe_error_set(-EINVAL, "%s: device %d op %d (%s) has a bad channel or peer", name,
                                            d, i, bsipipe_op_format(op, buf, sizeof buf));
+                } else if (to < 0) {
+                    rc = bsipipe_error_set(-EINVAL, "%s: device %d op %d (%s) names no transfer of the plan", name,
+                                           d, i, bsipipe_op_format(op, buf, sizeof buf));
+                } else if (op->kind == BSIPIPE_OP_SEND &&
+                           !seen[compute_index(s, op->tensor == BSIPIPE_TENSOR_ACT ? BSIPIPE_OP_F : BSIPIPE_OP_B,
+                                               op->mb, op->sub, op->chunk)]) {
+                    /* The producer runs on this device (placement is checked
+                     * per compute op), so "not seen yet" means "later in this
+                     * list" or "nowhere". */
+                    rc = bsipipe_error_set(-EINVAL, "%s: device %d op %d (%s) sends before its producer has run "
+                                           "on device %d", name, d, i, bsipipe_op_format(op, buf, sizeof buf), d);
                 } else {
                     unsigned bit = op->kind == BSIPIPE_OP_SEND ? 1u : 2u;
                     if (chan[op->channel] & bit)
                         rc = bsipipe_error_set(-EINVAL, "%s: channel %d has two %ss", name, op->channel,
                                                bsipipe_op_kind_name(op->kind));
                     chan[op->channel] |= (unsigned char)bit;
+                    ends[2 * op->channel + (op->kind == BSIPIPE_OP_RECV)] = *op;
                 }
             }
         }
@@ -65,6 +124,8 @@ int bsipipe_schedule_validate(const bsipipe_schedule_t *s)
         if (chan[c] != 3)
             rc = bsipipe_error_set(-EINVAL, "%s: channel %d has a %s but no %s", name, c,
                                    chan[c] & 1 ? "SEND" : "RECV", chan[c] & 1 ? "RECV" : "SEND");
+        else
+            rc = check_channel(s, c, &ends[2 * c], &ends[2 * c + 1]);
     if (rc == 0) {
         bsipipe_cost_model_t unit = bsipipe_cost_model_unit();
         bsipipe_sim_result_t *r;
@@ -75,6 +136,7 @@ int bsipipe_schedule_validate(const bsipipe_schedule_t *s)
 out:
     free(seen);
     free(chan);
+    free(ends);
     return rc;
 }
 
