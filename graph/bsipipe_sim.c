@@ -164,8 +164,16 @@ static int advance(sim_t *m, int d)
             break;
         }
         case BSIPIPE_OP_RECV:
-            m->posted[op->channel] = start;
+            m->posted[op->channel] = start; /* same value on every retry: now[d] waits */
             end = start;
+            if (m->c->blocking_recv) {
+                double got = m->arrived[op->channel];
+                if (got < 0)
+                    return done;
+                if (got > end)
+                    end = got;
+                r->device[d].comm += end - start;
+            }
             break;
         case BSIPIPE_OP_SEND: {
             double post = m->posted[op->channel];
@@ -219,7 +227,8 @@ static int advance(sim_t *m, int d)
 static int waits_for(const sim_t *m, int d)
 {
     const bsipipe_op_t *op = &m->s->ops[d][m->pos[d]];
-    if (op->kind == BSIPIPE_OP_SEND || op->kind == BSIPIPE_OP_SYNC)
+    if (op->kind == BSIPIPE_OP_SEND || op->kind == BSIPIPE_OP_SYNC ||
+        (op->kind == BSIPIPE_OP_RECV && m->c->blocking_recv))
         return op->peer;
     bsipipe_op_t deps[3];
     int n = compute_deps(m->s, op, deps);
@@ -254,7 +263,8 @@ static int report_stuck(const sim_t *m)
     int rc;
     if (d >= 0 && seen[d] && m->pos[d] < s->n_ops[d]) {
         int first = d;
-        len += (size_t)snprintf(msg, sizeof msg, "deadlock under rendezvous send/recv: ");
+        len += (size_t)snprintf(msg, sizeof msg, "deadlock under rendezvous send/recv%s: ",
+                                m->c->blocking_recv ? " with blocking receives" : "");
         do {
             char buf[96];
             int next = waits_for(m, d);

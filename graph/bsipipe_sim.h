@@ -4,8 +4,9 @@
  * order; a RECV posts a buffer and the device goes on; a SEND blocks its
  * device until the matching RECV is posted, then occupies it for the transfer
  * time; a SYNC waits for the other replica's SYNC (all-reduce); compute ops
- * wait for their inputs. A schedule that cannot finish under these rules is
- * reported as a deadlock naming the cycle of waiting devices.
+ * wait for their inputs. With cost->blocking_recv a RECV also blocks its
+ * device until the data has arrived. A schedule that cannot finish under
+ * these rules is reported as a deadlock naming the cycle of waiting devices.
  */
 #ifndef BSIPIPE_SIM_H
 #define BSIPIPE_SIM_H
@@ -28,6 +29,10 @@ typedef struct bsipipe_cost_model {
     int devices_per_node;   /* link class of a device pair: same node or not; 0 = one node */
     const int *device_node; /* optional: node of each device (overrides devices_per_node);
                                borrowed, must outlive the simulation call */
+    int blocking_recv;      /* 0: a RECV posts its buffer and the device goes on (the
+                               engine's model); 1: a RECV blocks its device until the
+                               data has arrived (rendezvous both ways, a transport that
+                               cannot post ahead) */
 } bsipipe_cost_model_t;
 
 /* Unit costs of the paper's analysis: F = 1, B = 2 per subsequence and chunk
@@ -40,7 +45,7 @@ bsipipe_cost_model_t bsipipe_cost_model_flops(double device_flops);
 
 typedef struct bsipipe_sim_device {
     double busy;             /* time in F/B/W */
-    double comm;             /* time blocked in or moving data for SEND and SYNC */
+    double comm;             /* time blocked in or moving data for SEND, SYNC and blocking RECV */
     double idle;             /* makespan - busy */
     double compute_end;      /* end of the device's last compute op */
     int peak_act_units;      /* most subsequence-chunk activations held at once (M_a) */
@@ -83,6 +88,11 @@ double bsipipe_sim_op_cost(const bsipipe_schedule_t *s, const bsipipe_cost_model
  * (either end), "label differs from its SEND" (a RECV's micro-batch,
  * subsequence, chunk, tensor or pipe). */
 int bsipipe_schedule_validate(const bsipipe_schedule_t *s);
+
+/* The same checks, with the dependency and deadlock simulation run under
+ * `cost` (NULL: unit costs): with cost->blocking_recv set it proves the plan
+ * deadlock-free when receives block too, or names the cycle. */
+int bsipipe_schedule_validate_ex(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost);
 
 /* Closed-form bubble ratio of the schedule's configuration under unit costs
  * (docs/schedules.md derives each): F = 1, B = 2 (ZB-H1: B = W = 1), except

@@ -51,6 +51,11 @@ static int check_channel(const bsipipe_schedule_t *s, int c, const bsipipe_op_t 
 
 int bsipipe_schedule_validate(const bsipipe_schedule_t *s)
 {
+    return bsipipe_schedule_validate_ex(s, NULL);
+}
+
+int bsipipe_schedule_validate_ex(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost)
+{
     const char *name = bsipipe_schedule_kind_name(s->pc.schedule);
     int split = bsipipe_schedule_kind_traits(s->pc.schedule).split_backward;
     long nidx = compute_index_count(s);
@@ -129,7 +134,7 @@ int bsipipe_schedule_validate(const bsipipe_schedule_t *s)
     if (rc == 0) {
         bsipipe_cost_model_t unit = bsipipe_cost_model_unit();
         bsipipe_sim_result_t *r;
-        rc = bsipipe_simulate(s, &unit, &r);
+        rc = bsipipe_simulate(s, cost ? cost : &unit, &r);
         if (rc == 0)
             bsipipe_sim_result_destroy(r);
     }

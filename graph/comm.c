@@ -14,10 +14,15 @@
  *   bsipipe : early receive — at the last boundary of the receiver that ends
  *             no later than the producer, so it is posted before the sender
  *             can send; this reverses the order whenever a backward overlaps
- *             the neighbour's forward — and receives first at every boundary.
+ *             the neighbour's forward — and, at one boundary, transfers by
+ *             (send time, channel): the send of the op just run first, as the
+ *             receives there are for data sent no earlier.
  * Under bsipipe order no send waits in the unit-cost timeline the order is
  * built from; under any other costs a send can wait only for ops that start
- * earlier in that timeline, so waits cannot form a cycle: no deadlock. */
+ * earlier in that timeline, so waits cannot form a cycle: no deadlock. Every
+ * device also meets its transfers in one global order, (send time, channel),
+ * so the plan cannot deadlock when receives block too (the simulator's
+ * blocking_recv): the smallest pending transfer always has both ends ready. */
 #include "graph/schedule_internal.h"
 #include "graph/bsipipe_sim.h"
 #include "graph/bsipipe_error.h"
@@ -98,6 +103,19 @@ static int cmp_transfer_post(const void *a, const void *b)
     if (x->post_after != y->post_after) return x->post_after - y->post_after;
     if (x->send_time != y->send_time) return x->send_time < y->send_time ? -1 : 1;
     return x->dst_pos - y->dst_pos;
+}
+
+/* The SEND (on the producer's device) or RECV (on the consumer's) of transfer
+ * t on channel ch. */
+static bsipipe_op_t comm_op(const transfer_t *t, bsipipe_op_kind_t kind, int device, int ch)
+{
+    bsipipe_op_t op = t->producer;
+    op.kind = (uint8_t)kind;
+    op.tensor = t->producer.kind == BSIPIPE_OP_F ? BSIPIPE_TENSOR_ACT : BSIPIPE_TENSOR_GRAD;
+    op.device = device;
+    op.peer = kind == BSIPIPE_OP_SEND ? t->dst : t->src;
+    op.channel = ch;
+    return op;
 }
 
 int comm_insert(bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost)
@@ -208,29 +226,31 @@ int comm_insert(bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost)
         for (int i = -1; i < s->n_ops[d]; i++) {
             if (i >= 0)
                 l[n++] = s->ops[d][i];
+            int c = i >= 0 ? send_of[dev_base[d] + i] : -1;
+            /* bsipipe: the events of one boundary by (send time, channel), the
+             * key both ends of a channel share; receives at a boundary all
+             * come at or after its send's time, so this is receives first
+             * only on ties. Every device then meets its transfers in one
+             * global order, which cannot deadlock even when receives block
+             * too (a receive posted ahead of the send that feeds it would). */
             for (int pass = 0; pass < 2; pass++) {
                 int do_recv = (pass == 0) == recv_first;
                 if (do_recv) {
                     while (x < nx && xf[x].dst == d && xf[x].post_after == i) {
-                        bsipipe_op_t r = xf[x].producer;
-                        r.kind = BSIPIPE_OP_RECV;
-                        r.tensor = xf[x].producer.kind == BSIPIPE_OP_F ? BSIPIPE_TENSOR_ACT : BSIPIPE_TENSOR_GRAD;
-                        r.device = d;
-                        r.peer = xf[x].src;
-                        r.channel = x;
-                        l[n++] = r;
+                        if (mode == BSIPIPE_COMM_BSIPIPE && c >= 0 &&
+                            (xf[x].send_time > xf[c].send_time || (xf[x].send_time == xf[c].send_time && x > c)))
+                            break; /* the send comes first; the rest after it */
+                        l[n++] = comm_op(&xf[x], BSIPIPE_OP_RECV, d, x);
                         x++;
                     }
-                } else if (i >= 0 && send_of[dev_base[d] + i] >= 0) {
-                    int c = send_of[dev_base[d] + i];
-                    bsipipe_op_t snd = xf[c].producer;
-                    snd.kind = BSIPIPE_OP_SEND;
-                    snd.tensor = xf[c].producer.kind == BSIPIPE_OP_F ? BSIPIPE_TENSOR_ACT : BSIPIPE_TENSOR_GRAD;
-                    snd.device = d;
-                    snd.peer = xf[c].dst;
-                    snd.channel = c;
-                    l[n++] = snd;
+                } else if (c >= 0) {
+                    l[n++] = comm_op(&xf[c], BSIPIPE_OP_SEND, d, c);
+                    c = -1;
                 }
+            }
+            while (x < nx && xf[x].dst == d && xf[x].post_after == i) {
+                l[n++] = comm_op(&xf[x], BSIPIPE_OP_RECV, d, x);
+                x++;
             }
         }
         lists[d] = l;

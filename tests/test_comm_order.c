@@ -4,6 +4,7 @@
  * devices is reported; the paper's order completes, no send waits in the
  * timeline it was built from, and it stays deadlock-free under other costs. */
 #include "graph/bsipipe_sim.h"
+#include "graph/schedule_internal.h"
 #include "graph/bsipipe_error.h"
 #include "tests/check.h"
 
@@ -40,6 +41,66 @@ static void check_sends(const bsipipe_schedule_t *s, const bsipipe_cost_model_t 
     if (must_be_zero)
         CHECK(waits == 0, "%s: %d sends waited for their receive", what, waits);
     bsipipe_sim_result_destroy(r);
+}
+
+/* Receives that block too (rendezvous both ways): every schedule's default
+ * plan at w = 2..8 is deadlock-free under both semantics, with unit and FLOPs
+ * costs, because each device meets its transfers in one global order (send
+ * time, channel). A receive moved ahead of the send that feeds it is still
+ * fine with posted receives, and deadlocks, naming the cycle, when they block. */
+static void blocking_receives(const bsipipe_cost_model_t *unit, const bsipipe_cost_model_t *flops)
+{
+    bsipipe_cost_model_t ub = *unit, fb = *flops;
+    ub.blocking_recv = fb.blocking_recv = 1;
+    int plans = 0;
+    for (int kind = 0; kind < BSIPIPE_SCHED_COUNT; kind++)
+        for (int w = 2; w <= 8; w++)
+            for (int mult = 2; mult <= 4; mult += 2) {
+                bsipipe_schedule_t *s = make((bsipipe_schedule_kind_t)kind, w, mult * w, BSIPIPE_COMM_BSIPIPE);
+                if (!s)
+                    continue;
+                const char *name = bsipipe_schedule_kind_name((bsipipe_schedule_kind_t)kind);
+                const bsipipe_cost_model_t *costs[4] = {unit, &ub, flops, &fb};
+                for (int c = 0; c < 4; c++)
+                    CHECK(bsipipe_schedule_validate_ex(s, costs[c]) == 0, "%s w=%d m=%d, %s costs, %s receives: %s",
+                          name, w, mult * w, c < 2 ? "unit" : "FLOPs", c % 2 ? "blocking" : "posted",
+                          bsipipe_error_detail());
+                plans++;
+                bsipipe_schedule_destroy(s);
+            }
+    printf("%d default plans deadlock-free with posted and with blocking receives\n", plans);
+
+    /* 1F1B w=4: device 0 sends the activation of its last warmup forward,
+     * then (later) receives that micro-batch's gradient; receiving first
+     * blocks device 0 on data that needs the activation it has not sent. */
+    bsipipe_schedule_t *s = make(BSIPIPE_SCHED_1F1B, 4, 8, BSIPIPE_COMM_BSIPIPE);
+    if (!s)
+        return;
+    bsipipe_op_t *l = s->ops[0];
+    int snd = -1, rcv = -1;
+    for (int i = 0; i < s->n_ops[0] && rcv < 0; i++)
+        if (l[i].kind == BSIPIPE_OP_SEND && snd < 0)
+            snd = i;
+        else if (snd >= 0 && l[i].kind == BSIPIPE_OP_RECV && l[i].mb == l[snd].mb)
+            rcv = i;
+    CHECK(snd >= 0 && rcv > snd, "1f1b: device 0 sends mb%d's activation before receiving its gradient",
+          snd >= 0 ? l[snd].mb : -1);
+    if (rcv > snd) {
+        bsipipe_op_t r = l[rcv];
+        memmove(l + snd + 1, l + snd, sizeof *l * (size_t)(rcv - snd));
+        l[snd] = r;
+        CHECK(bsipipe_schedule_validate_ex(s, unit) == 0, "receive moved ahead, posted receives: %s",
+              bsipipe_error_detail());
+        int rc = bsipipe_schedule_validate_ex(s, &ub);
+        const char *msg = bsipipe_error_detail();
+        CHECK(rc == BSIPIPE_EDEADLOCK, "receive moved ahead of its feeding send must deadlock when receives block "
+              "(rc %d)", rc);
+        printf("1f1b w=4, receive ahead of its send, blocking: %s\n", msg);
+        CHECK_CONTAINS(msg, "with blocking receives");
+        CHECK_CONTAINS(msg, "device 0 waits at op");
+        CHECK_CONTAINS(msg, "RECV grad");
+    }
+    bsipipe_schedule_destroy(s);
 }
 
 int main(void)
@@ -127,6 +188,8 @@ int main(void)
         }
         bsipipe_schedule_destroy(s);
     }
+
+    blocking_receives(&unit, &flops);
 
     /* Unidirectional 1F1B with the complementary order alone completes
      * (Megatron pairs its sends and receives that way). */
