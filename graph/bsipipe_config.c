@@ -81,6 +81,7 @@ bsipipe_parallel_config_t bsipipe_parallel_config_default(bsipipe_schedule_kind_
         .schedule = kind, .w = 4, .p = t.interleaved ? 2 : 1, .k = t.sequence_level ? 2 : 1,
         .m = 8, .tp = 1, .nodes = 0, .devices_per_node = 0,
         .partition = BSIPIPE_PARTITION_BALANCED, .comm = BSIPIPE_COMM_BSIPIPE, .concat = 1,
+        .optimise = 1,
     };
     return pc;
 }
@@ -130,6 +131,7 @@ int bsipipe_parallel_config_validate(const bsipipe_parallel_config_t *pc, const 
     RULE((unsigned)pc->partition <= BSIPIPE_PARTITION_EVEN, "unknown partition kind %d", (int)pc->partition);
     RULE((unsigned)pc->comm <= BSIPIPE_COMM_NAIVE, "unknown comm order %d", (int)pc->comm);
     RULE(pc->concat == 0 || pc->concat == 1, "concat must be 0 or 1 (got %d)", pc->concat);
+    RULE(pc->optimise == 0 || pc->optimise == 1, "optimise must be 0 or 1 (got %d)", pc->optimise);
 
     int ns = pc->m * pc->k;
     RULE(t.sequence_level || pc->k == 1,

@@ -72,11 +72,13 @@ typedef struct bsipipe_parallel_config {
     bsipipe_comm_order_t comm;
     int concat;            /* BSIPipe: 1 = basic-unit concatenation, 0 = all forwards
                               of the iteration first (memory grows with N_s) */
+    int optimise;          /* BSIPipe: 1 = the optimising pass runs on the constructed
+                              order (unit costs, never more memory); 0 = as constructed */
 } bsipipe_parallel_config_t;
 
 /* The defaults for `kind`: w=4, p=2 where the schedule interleaves (BSIPipe,
  * 1F1B-I, Seq1F1B-I) else 1, k=2 for sequence-level schedules else 1, m=8,
- * tp=1, balanced partition, BSIPipe comm order, concatenation on. */
+ * tp=1, balanced partition, BSIPipe comm order, concatenation on, optimising pass on. */
 bsipipe_parallel_config_t bsipipe_parallel_config_default(bsipipe_schedule_kind_t kind);
 
 /* Subsequences per iteration N_s = m·k. */

@@ -201,6 +201,9 @@ int bsipipe_schedule_create(const bsipipe_parallel_config_t *pc, const bsipipe_m
              : bsipipe_partition_balanced(&s->dims, pc->k, pc->tp, s->sub_starts);
     if (rc == 0)
         rc = pc->schedule == BSIPIPE_SCHED_BSIPIPE ? generate_greedy(s) : generate_fixed(s);
+    /* The baselines stay exactly as their references build them. */
+    if (rc == 0 && pc->schedule == BSIPIPE_SCHED_BSIPIPE && pc->optimise)
+        rc = schedule_optimise(s, NULL, 0, NULL);
     if (rc == 0)
         rc = comm_insert(s, NULL);
     if (rc == 0)
@@ -225,6 +228,17 @@ int bsipipe_schedule_reorder_comm_for(bsipipe_schedule_t *s, bsipipe_comm_order_
         return bsipipe_error_set(-EINVAL, "unknown comm order %d", (int)order);
     s->pc.comm = order;
     int rc = comm_insert(s, cost);
+    return rc < 0 ? rc : append_sync_step(s);
+}
+
+int bsipipe_schedule_optimise(bsipipe_schedule_t *s, const struct bsipipe_cost_model *cost, int budget,
+                              bsipipe_optimise_report_t *report)
+{
+    if (budget < 0)
+        return bsipipe_error_set(-EINVAL, "optimising pass: the memory budget must be >= 0 (got %d)", budget);
+    int rc = schedule_optimise(s, cost, budget, report);
+    if (rc == 0)
+        rc = comm_insert(s, cost);
     return rc < 0 ? rc : append_sync_step(s);
 }
 

@@ -41,7 +41,7 @@ typedef struct transfer {
 /* Timeline of the compute ops under `cost` (free transfers, sends never
  * wait). Fills end[] per compute index; checks that every dependency is
  * satisfiable in list order (BSIPIPE_EDEPEND naming a stuck op otherwise). */
-static int compute_timeline(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost, double *end)
+int schedule_compute_timeline(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost, double *end)
 {
     int W = s->n_devices;
     int *pos = calloc((size_t)W, sizeof(int));
@@ -146,7 +146,7 @@ int comm_insert(bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost)
         rc = bsipipe_error_set(-ENOMEM, "out of memory inserting transfers");
         goto out;
     }
-    if ((rc = compute_timeline(s, cost, end)) < 0)
+    if ((rc = schedule_compute_timeline(s, cost, end)) < 0)
         goto out;
     for (int d = 0; d < W; d++)
         for (int i = 0; i < s->n_ops[d]; i++) {

@@ -55,6 +55,19 @@ int generate_greedy(bsipipe_schedule_t *s); /* bsipipe */
 struct bsipipe_cost_model;
 int comm_insert(bsipipe_schedule_t *s, const struct bsipipe_cost_model *cost);
 
+/* End time of every compute op (by compute index; -1 for absent ops) when
+ * each device runs its compute ops in list order as early as their inputs
+ * allow under `cost`. BSIPIPE_EDEPEND if the order cannot finish. */
+int schedule_compute_timeline(const bsipipe_schedule_t *s, const struct bsipipe_cost_model *cost, double *end);
+
+/* The optimising pass (opt_justify.c) over the compute ops of s: reorders
+ * them so the makespan under `cost` (NULL: unit costs) can only fall, each
+ * device holding at most max(budget, its current peak) stashes (budget 0:
+ * its current peak). Leaves only compute ops in the lists: the caller
+ * inserts transfers and SYNC/STEP again. */
+int schedule_optimise(bsipipe_schedule_t *s, const struct bsipipe_cost_model *cost, int budget,
+                      bsipipe_optimise_report_t *report);
+
 /* Dense index of a compute op (kind F/B/W, mb, sub, chunk). */
 static inline long compute_index(const bsipipe_schedule_t *s, int kind, int mb, int sub, int chunk)
 {

@@ -1,8 +1,8 @@
 # tests/graph.mk: tests of the planner.
 check_PROGRAMS += tests/test_partition tests/test_config tests/test_schedules tests/test_comm_order \
-	tests/test_mapping tests/test_validate_mutations
+	tests/test_mapping tests/test_validate_mutations tests/test_bsipipe_bound
 TESTS += tests/test_partition tests/test_config tests/test_schedules tests/test_comm_order tests/test_mapping \
-	tests/test_validate_mutations tests/test_plan_cli.sh
+	tests/test_validate_mutations tests/test_bsipipe_bound tests/test_plan_cli.sh
 tests_test_partition_LDADD = libbsipipe.la
 tests_test_config_LDADD = libbsipipe.la
 tests_test_schedules_LDADD = libbsipipe.la
@@ -11,3 +11,4 @@ noinst_HEADERS += tests/check.h tests/test_data.h
 EXTRA_DIST += tests/test_plan_cli.sh tests/cli_util.sh
 tests_test_mapping_LDADD = libbsipipe.la
 tests_test_validate_mutations_LDADD = libbsipipe.la
+tests_test_bsipipe_bound_LDADD = libbsipipe.la
