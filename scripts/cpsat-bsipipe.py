@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""scripts/cpsat-bsipipe.py: the exact BSIPipe schedule of a small case, by
+constraint programming (CP-SAT from Google OR-tools: pip install ortools;
+not part of setup). Research aid for the constructive generator
+(docs/schedules.md): prints the optimal idle per device under unit costs
+(F = 1, B = 2) with at most `cap` stashes per device, and each device's op
+order (Fdi/Fui/Fuo/Fdo: forward of the down pipe's inner chunk, up pipe's
+inner, up outer, down outer; B likewise; [n]: n idle units).
+
+    scripts/cpsat-bsipipe.py W K UNITS [CAP]      (CAP default: one unit, 2kw)
+"""
+import sys
+from ortools.sat.python import cp_model
+
+
+def placement(w):
+    dev = {}
+    for c in range(2 * w):
+        down = c if c < w else 2 * w - 1 - c
+        dev[(0, c)], dev[(1, c)] = down, w - 1 - down
+    return dev
+
+
+def deps(op, k, chunks):
+    kind, pipe, mb, s, c = op
+    if kind == 'F':
+        return ([('F', pipe, mb, s, c - 1)] if c > 0 else []) + ([('F', pipe, mb, s - 1, c)] if s > 0 else [])
+    return ([('F', pipe, mb, s, c)] + ([('B', pipe, mb, s, c + 1)] if c < chunks - 1 else [])
+            + ([('B', pipe, mb, s + 1, c)] if s < k - 1 else []))
+
+
+def solve(w, k, units, cap, seconds=60):
+    chunks, dev, m = 2 * w, placement(w), units * w
+    # units of w micro-batches; odd w: the extra one alternates between pipes
+    pipes = [0 if mb % w < ((w + 1) // 2 if (mb // w) % 2 == 0 else w // 2) else 1 for mb in range(m)]
+    M, horizon = cp_model.CpModel(), units * 6 * k * w + 8 * w * k
+    start, ivs, ops = {}, {d: [] for d in range(w)}, []
+    dur = lambda op: 1 if op[0] == 'F' else 2
+    for mb in range(m):
+        for s in range(k):
+            for c in range(chunks):
+                for kind in 'FB':
+                    op = (kind, pipes[mb], mb, s, c)
+                    ops.append(op)
+                    start[op] = M.NewIntVar(0, horizon, '')
+                    ivs[dev[(op[1], c)]].append(M.NewFixedSizeIntervalVar(start[op], dur(op), ''))
+    for op in ops:
+        for dp in deps(op, k, chunks):
+            M.Add(start[op] >= start[dp] + dur(dp))
+    for d in range(w):
+        M.AddNoOverlap(ivs[d])
+        held = []
+        for op in ops:
+            if op[0] == 'F' and dev[(op[1], op[4])] == d:
+                end = M.NewIntVar(0, horizon, '')
+                M.Add(end == start[('B',) + op[1:]] + 2)
+                size = M.NewIntVar(0, horizon, '')
+                M.Add(size == end - start[op])
+                held.append(M.NewIntervalVar(start[op], size, end, ''))
+        M.AddCumulative(held, [1] * len(held), cap)
+    makespan = M.NewIntVar(0, horizon, '')
+    for op in ops:
+        M.Add(makespan >= start[op] + dur(op))
+    M.Minimize(makespan)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = seconds
+    status = solver.Solve(M)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None, solver.StatusName(status), None
+    return solver.Value(makespan), solver.StatusName(status), {op: solver.Value(start[op]) for op in ops}
+
+
+def main():
+    w, k, units = (int(a) for a in sys.argv[1:4])
+    cap = int(sys.argv[4]) if len(sys.argv) > 4 else 2 * k * w
+    makespan, status, times = solve(w, k, units, cap)
+    if makespan is None:
+        sys.exit(f"no schedule found ({status})")
+    print(f"w={w} k={k} units={units} cap={cap}: makespan {makespan} ({status}), "
+          f"idle per device {makespan - units * 6 * k * w}, paper's 2(w-1) = {2 * w - 2}")
+    dev = placement(w)
+    for d in range(w):
+        line, prev = [], 0
+        for t, op in sorted((t, op) for op, t in times.items() if dev[(op[1], op[4])] == d):
+            if t > prev:
+                line.append(f"[{t - prev}]")
+            line.append(f"{op[0]}{'du'[op[1]]}{'i' if op[4] < w else 'o'}{op[2]}" + (f".{op[3]}" if k > 1 else ""))
+            prev = t + (1 if op[0] == 'F' else 2)
+        print(d, " ".join(line))
+
+
+if __name__ == "__main__":
+    main()
