@@ -137,6 +137,7 @@ void bsipipe_engine_destroy(bsipipe_engine_t *e)
     free(e->n_x_out); free(e->n_stash); free(e->n_dx); free(e->n_dy); free(e->n_kv); free(e->n_dkv); free(e->n_recv);
     free(e->n_wstash); free(e->h_wstash);
     free(e->h_x_out); free(e->h_stash); free(e->h_dx); free(e->h_dy); free(e->h_kv); free(e->h_dkv);
+    free(e->post_notified); free(e->send_tagged);
     free(e->h_recv); free(e->uses); free(e->live_bytes); free(e->peak_bytes);
     free(e->tokens); free(e->targets); free(e->h_tokens); free(e->h_targets);
     free(e->loss); free(e->h_loss);
@@ -212,8 +213,10 @@ static int create_buffers(bsipipe_engine_t *e)
         !ALLOC(e->h_x_out, n_act) || !ALLOC(e->h_stash, n_act) || !ALLOC(e->h_dx, n_act) || !ALLOC(e->h_dy, n_act) ||
         !ALLOC(e->n_kv, n_kv) || !ALLOC(e->n_dkv, n_kv) || !ALLOC(e->h_kv, n_kv) || !ALLOC(e->h_dkv, n_kv) || !ALLOC(e->n_recv, nch) ||
         !ALLOC(e->h_recv, nch) || !ALLOC(e->uses, 5 * n_act + 2 * n_kv + nch) || !ALLOC(e->live_bytes, e->W) ||
-        !ALLOC(e->peak_bytes, e->W) || !ALLOC(e->busy, e->W))
+        !ALLOC(e->peak_bytes, e->W) || !ALLOC(e->busy, e->W) || !ALLOC(e->post_notified, nch) ||
+        !ALLOC(e->send_tagged, nch))
         return -ENOMEM;
+    e->n_channels = nch;
     for (int mb = 0; mb < e->m; mb++)
         for (int c = 0; c < e->C; c++) {
             int l0, l1;
@@ -726,6 +729,14 @@ int engine_task_submit(bsipipe_engine_t *e, int d, int i, struct starpu_codelet 
     } /* else: a task outside the plan under bsipipe: any worker, in arrival order */
     if (a && a->op.kind == BSIPIPE_OP_RECV && cl == &bsipipe_cl_recv)
         starpu_task_end_dep_add(t, 1);
+    if (a && a->op.kind == BSIPIPE_OP_SEND && cl == &bsipipe_cl_send && a->op.channel >= 0 &&
+        a->op.channel < e->n_channels && engine_transfer_tagged(e, d, a->op.peer)) {
+        /* The rendezvous as a dependency: not ready before the RECV posted. */
+        t->use_tag = 1;
+        t->tag_id = (starpu_tag_t)engine_send_tag(e, a->op.channel);
+        starpu_tag_declare_deps(t->tag_id, 1, (starpu_tag_t)engine_post_tag(e, a->op.channel));
+        e->send_tagged[a->op.channel] = 1;
+    }
     int rc = starpu_task_submit(t);
     if (rc != 0)
         return bsipipe_error_set(-EIO, "engine: StarPU refused the task of %s (%d)", name, rc);
@@ -775,6 +786,7 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
     for (int d = 0; d < e->W; d++)
         e->live_bytes[d] = e->peak_bytes[d] = 0;
     register_iteration(e);
+    engine_tags_begin(e);
     double t0 = starpu_timing_now();
     /* A half-submitted plan could leave an in-order worker waiting for a slot
      * that never comes: check every op before submitting any (on every rank:
@@ -784,8 +796,12 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
     if ((rc = engine_mpi_agree(e, rc)) < 0) {
         release_iteration(e, 1);
         starpu_task_wait_for_all();
+        engine_tags_end(e);
         return rc;
     }
+    int wd_rc = engine_watchdog_start(e);
+    if (wd_rc < 0)
+        fprintf(stderr, "bsipipe engine: %s; a deadlock would hang\n", bsipipe_error_detail());
     release_iteration(e, 0); /* buffers no op uses */
     engine_mpi_iteration_begin(e);
     /* Every op but STEP in dependency order, then the STEPs (each reads every
@@ -809,10 +825,13 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
         snprintf(why, sizeof why, "%s", bsipipe_error_detail());
         engine_fail(e, rc);
         bsipipe_transport_abort(e->transport, why);
+        engine_tags_abort(e); /* SENDs submitted without their RECV: let them fail */
         bsipipe_error_set(rc, "%s", why);
     }
     release_iteration(e, 1);
     rc = engine_mpi_iteration_end(e, rc); /* every task and message of every rank */
+    engine_watchdog_stop(e);
+    engine_tags_end(e);
     for (int d = 0; d < e->W; d++) {
         int n;
         bsipipe_schedule_device_ops(e->sched, d, &n);

@@ -88,6 +88,15 @@ struct bsipipe_engine {
     long tasks_popped, tasks_ended;    /* MPI: a task is running while popped > ended (watchdog) */
     double act_bytes_local, sync_bytes_local; /* last iteration, inside this rank */
     double *busy;                      /* per device, µs of F/B/W in the last iteration (all ranks') */
+    /* Rendezvous as a dependency (local transport): the SEND of channel ch
+     * carries tag tag_base + 2 ch and depends on tag tag_base + 2 ch + 1,
+     * which its RECV notifies once it has posted (or the engine, when the
+     * transport fails), so no SEND waits on a worker. */
+    unsigned long long tag_base;       /* this iteration's; 0 before the first */
+    int n_channels;
+    int *post_notified;                /* per channel, __atomic: post tag notified */
+    unsigned char *send_tagged;        /* per channel: its SEND waits for the post tag */
+    struct engine_watchdog *wd;        /* the iteration's watchdog thread (engine.c) */
 };
 
 /* 1 when device d runs in this process. */
@@ -102,6 +111,32 @@ static inline void engine_fail(struct bsipipe_engine *e, int rc)
     int none = 0;
     __atomic_compare_exchange_n(&e->failed, &none, rc, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 }
+
+/* Tags of channel ch's rendezvous (see tag_base). */
+static inline unsigned long long engine_send_tag(const struct bsipipe_engine *e, long ch)
+{
+    return e->tag_base + 2ULL * (unsigned long long)ch;
+}
+static inline unsigned long long engine_post_tag(const struct bsipipe_engine *e, long ch)
+{
+    return e->tag_base + 2ULL * (unsigned long long)ch + 1ULL;
+}
+/* The RECV of channel ch has posted (or the transport failed): lets its SEND
+ * go. Exactly once per channel and iteration; later calls do nothing. */
+void engine_post_notify(struct bsipipe_engine *e, long ch);
+/* 1 when a transfer between devices a and b goes through the local
+ * rendezvous (not NCCL, not across ranks): its SEND waits for the post tag. */
+int engine_transfer_tagged(const struct bsipipe_engine *e, int a, int b);
+
+/* Per iteration (engine_watchdog.c): fresh tags and flags before submission;
+ * after a failed submission, every post tag notified (held SENDs drain);
+ * after the iteration's tasks ended, the tags removed. */
+void engine_tags_begin(struct bsipipe_engine *e);
+void engine_tags_abort(struct bsipipe_engine *e);
+void engine_tags_end(struct bsipipe_engine *e);
+/* The watchdog thread of an iteration (held SENDs, see engine_watchdog.c). */
+int engine_watchdog_start(struct bsipipe_engine *e);
+void engine_watchdog_stop(struct bsipipe_engine *e);
 
 /* A codelet's error: say which op failed and why, then fail the iteration. */
 void engine_report(struct bsipipe_engine *e, const op_args_t *a, int rc);
