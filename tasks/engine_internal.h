@@ -20,6 +20,8 @@ typedef struct op_args {
     char name[64];       /* for reports */
     struct starpu_task *task; /* while submitted: its profiling info feeds the record */
     bsipipe_engine_op_record_t *rec;
+    int ph_ok;                /* phases below set by the last iteration's callback */
+    double ph[5];             /* µs: push, pop, fetch, body, release (StarPU profiling) */
 } op_args_t;
 
 /* One (pipe, chunk) replica: a slice of the whole-model vector. */
@@ -97,7 +99,15 @@ struct bsipipe_engine {
     int *post_notified;                /* per channel, __atomic: post tag notified */
     unsigned char *send_tagged;        /* per channel: its SEND waits for the post tag */
     struct engine_watchdog *wd;        /* the iteration's watchdog thread (engine.c) */
+    /* Overhead measurement (bsipipe_engine_last_overhead, _floor_iteration). */
+    bsipipe_engine_overhead_t ovh;
+    int blocking_send;                 /* bsipipe_engine_set_blocking_send */
+    int floor_flags;                   /* nonzero (with FLOOR_ACTIVE) during a floor iteration */
+    struct starpu_task **floor_recv;   /* per channel: the floor RECV task its SEND releases */
+    starpu_data_handle_t *fl_x_out, *fl_stash, *fl_dx, *fl_dy, *fl_wstash, *fl_kv, *fl_dkv, *fl_recv;
+    float *fl_mem;                     /* one float per floor handle */
 };
+#define ENGINE_FLOOR_ACTIVE 0x100
 
 /* 1 when device d runs in this process. */
 static inline int engine_local(const struct bsipipe_engine *e, int d)
