@@ -448,6 +448,7 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
     starpu_conf_init(&conf);
     rc = engine_devices_configure(e, &conf); /* CPU or CUDA workers */
     setenv("STARPU_WORKERS_NOBIND", "1", 0); /* more devices than cores is the normal case here */
+    engine_starpu_env(); /* FxT off unless asked; StarPU's allocation cache on */
     if (rc >= 0)
         rc = bsipipe_policy_configure(&conf, e->o.policy);
     /* A rank may fail here alone (no GPU on its node, too few GPUs): all stop. */

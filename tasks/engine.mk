@@ -12,3 +12,6 @@ tests_test_engine_equiv_LDADD = libbsipipe.la $(STARPU_LIBS)
 check_PROGRAMS += tests/test_engine_run
 TESTS += tests/test_engine_run
 tests_test_engine_run_LDADD = libbsipipe.la $(STARPU_LIBS)
+check_PROGRAMS += tests/test_blas_threads
+TESTS += tests/test_blas_threads
+tests_test_blas_threads_LDADD = libbsipipe.la $(STARPU_LIBS) -ldl

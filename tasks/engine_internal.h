@@ -186,6 +186,12 @@ void engine_buffer_use(struct bsipipe_engine *e, starpu_data_handle_t h, int dry
  * found; run with --devices cpu" when there is none); after it lists the
  * workers (e->workerid, e->gpu) and starts cuBLAS and the nccl transport. */
 int engine_devices_configure(struct bsipipe_engine *e, struct starpu_conf *conf);
+/* Before starpu_init (engine_devices.c): FxT off unless asked, StarPU's
+ * allocation cache on (STARPU_LIMIT_CPU_MEM); user settings win. */
+void engine_starpu_env(void);
+/* Runs init(arg) (starpu_init or starpu_mpi_init_conf), dropping StarPU's
+ * FxT-compiled-in warning when FxT will not trace. Returns init's value. */
+int engine_starpu_init_quiet(int (*init)(void *), void *arg);
 int engine_devices_start(struct bsipipe_engine *e);
 /* Before starpu_shutdown: cuBLAS handles, NCCL communicators. */
 void engine_devices_stop(struct bsipipe_engine *e);
