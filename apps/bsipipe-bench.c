@@ -649,7 +649,7 @@ typedef struct ov_sample {
     double wall[1000], sub[1000];
     int n;
     bsipipe_engine_overhead_t last;
-    double xfer_ms[1000];
+    double xfer_ms[1000], wait_ms[1000];
 } ov_sample_t;
 
 static int ov_run(bsipipe_engine_t *e, int v, int emulate_time, const int *tok, const int *tgt,
@@ -705,6 +705,7 @@ static int run_overhead(const config_t *c, const row_t *r, const char *policy, i
                     s->wall[s->n] = ov.wall_s;
                     s->sub[s->n] = ov.submit_s;
                     s->xfer_ms[s->n] = ov.xfer_body_us * 1e-3;
+                    s->wait_ms[s->n] = ov.send_wait_us * 1e-3;
                     s->n++;
                 }
                 s->last = ov;
@@ -725,14 +726,15 @@ static int run_overhead(const config_t *c, const row_t *r, const char *policy, i
         printf("Predicted makespan %.1f ms (FLOPs at %g TFLOP/s, free transfers). Overhead per task = (wall - "
                "predicted) / ops per device.\n\n", pred_s * 1e3, c->tflops);
     printf("| run | wall ms/iter | %s | x floor | submission µs/task | push | pop | fetch input | codelet | "
-           "release | SEND+RECV worker time ms/iter (per transfer µs) |\n",
+           "release | SEND+RECV worker time ms/iter (per transfer µs) | SENDs waiting on workers ms/iter |\n",
            zero_time ? "µs/task (wall / tasks)" : "overhead µs/task");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     double floor_cost = NAN;
     for (int v = 0; v < OV_N; v++) {
         ov_sample_t *s = &smp[v];
         const bsipipe_engine_overhead_t *l = &s->last;
-        double wall = median(s->wall, s->n), sub = median(s->sub, s->n), xfer = median(s->xfer_ms, s->n);
+        double wall = median(s->wall, s->n), sub = median(s->sub, s->n), xfer = median(s->xfer_ms, s->n),
+               wait = median(s->wait_ms, s->n);
         double cost = zero_time ? wall * 1e6 / (double)l->n_tasks : (wall - pred_s) * 1e6 / ops_per_dev;
         if (v == 0)
             floor_cost = cost;
@@ -750,8 +752,13 @@ static int run_overhead(const config_t *c, const row_t *r, const char *policy, i
             snprintf(xf, sizeof xf, "%.2f (%.1f)", xfer, ov_per(xfer * 1e3, l->n_xfer));
         else
             snprintf(xf, sizeof xf, "—");
-        printf("| %s | %.2f | %.1f | %.2fx | %.1f | %s | %s | %s | %s | %s | %s |\n", ov_label[v], wall * 1e3, cost,
-               cost / floor_cost, sub * 1e6 / (double)l->n_tasks, ph[0], ph[1], ph[2], ph[3], ph[4], xf);
+        char wt[32];
+        if (v >= OV_ENGINE)
+            snprintf(wt, sizeof wt, "%.2f", wait);
+        else
+            snprintf(wt, sizeof wt, "—");
+        printf("| %s | %.2f | %.1f | %.2fx | %.1f | %s | %s | %s | %s | %s | %s | %s |\n", ov_label[v], wall * 1e3,
+               cost, cost / floor_cost, sub * 1e6 / (double)l->n_tasks, ph[0], ph[1], ph[2], ph[3], ph[4], xf, wt);
     }
     printf("\n(push ... release: µs per task from StarPU's task profiling, only where it is on; codelet includes "
            "the emulated device time when there is some.)\n");

@@ -137,6 +137,7 @@ typedef struct bsipipe_engine_overhead {
                                                                acquisition (allocation), codelet, release */
     long n_xfer;            /* SEND and RECV tasks among them */
     double xfer_body_us;    /* their summed codelet time: the worker time transfers occupy */
+    double send_wait_us;    /* of which SENDs spent waiting for their receive's post (the transport's count) */
 } bsipipe_engine_overhead_t;
 int bsipipe_engine_last_overhead(const bsipipe_engine_t *e, bsipipe_engine_overhead_t *out);
 

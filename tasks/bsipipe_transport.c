@@ -71,6 +71,7 @@ struct bsipipe_transport {
     long waiting;    /* sends in their wait loop */
     long copying;    /* sends copying */
     uint64_t bytes;  /* __atomic */
+    double wait_s;   /* summed time sends spent waiting for their post (mutex) */
 };
 
 static double now_s(void)
@@ -369,7 +370,9 @@ int bsipipe_transport_send_copy(bsipipe_transport_t *t, long ch, const void *src
     }
     struct starpu_task **claimed = NULL;
     long n_claimed = 0;
+    int waited = 0;
     while (!c->posted && !t->failed) {
+        waited = 1;
         int w = pthread_cond_timedwait(&t->cond[ch], &t->mutex, &ts);
         if (w == ETIMEDOUT && !c->posted && !t->failed && now_s() >= deadline) {
             char head[128];
@@ -379,6 +382,8 @@ int bsipipe_transport_send_copy(bsipipe_transport_t *t, long ch, const void *src
         }
     }
     t->waiting--;
+    if (waited)
+        t->wait_s += now_s() - c->send_start;
     int rc = 0;
     struct starpu_task *release_now = NULL;
     if (c->claimed || (t->failed && !c->posted)) {
@@ -554,6 +559,16 @@ long bsipipe_transport_waiting(bsipipe_transport_t *t)
     long n = t->waiting;
     pthread_mutex_unlock(&t->mutex);
     return n;
+}
+
+double bsipipe_transport_wait_seconds(bsipipe_transport_t *t)
+{
+    if (!t)
+        return 0;
+    pthread_mutex_lock(&t->mutex);
+    double w = t->wait_s;
+    pthread_mutex_unlock(&t->mutex);
+    return w;
 }
 
 double bsipipe_transport_bytes(const bsipipe_transport_t *t)

@@ -113,6 +113,10 @@ const char *bsipipe_transport_report(const bsipipe_transport_t *t);
 /* Sends waiting for their receive right now (for tests and reports). */
 long bsipipe_transport_waiting(bsipipe_transport_t *t);
 
+/* Seconds sends have spent inside bsipipe_transport_send waiting for their
+ * receive to be posted, summed over all sends so far (a worker held). */
+double bsipipe_transport_wait_seconds(bsipipe_transport_t *t);
+
 /* Bytes copied so far (all channels, all iterations). */
 double bsipipe_transport_bytes(const bsipipe_transport_t *t);
 

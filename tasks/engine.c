@@ -821,6 +821,7 @@ static int set_vector(starpu_data_handle_t h, const void *src, size_t bytes)
 static void overhead_begin(bsipipe_engine_t *e)
 {
     memset(&e->ovh, 0, sizeof e->ovh);
+    e->ovh.send_wait_us = -bsipipe_transport_wait_seconds(e->transport) * 1e6;
     for (int d = 0; d < e->W; d++) {
         int n;
         bsipipe_schedule_device_ops(e->sched, d, &n);
@@ -833,6 +834,7 @@ static void overhead_end(bsipipe_engine_t *e, double t0, double t_sub, double t1
 {
     bsipipe_engine_overhead_t *o = &e->ovh;
     o->submit_s = (t_sub - t0) * 1e-6;
+    o->send_wait_us += bsipipe_transport_wait_seconds(e->transport) * 1e6;
     o->wall_s = (t1 - t0) * 1e-6;
     for (int d = 0; d < e->W; d++) {
         int n;
