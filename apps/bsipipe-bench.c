@@ -55,6 +55,13 @@ static void usage(FILE *out)
 "                    with --emulate --reps 2 about 3 min on 2 cores\n"
 "  --preset devices  w = 4, 8, 16, emulated (L = 32, m = max(8, w)); about\n"
 "                    10 min at --reps 2 on 2 cores (--schedules shortens it)\n"
+"  --overhead        runtime overhead per task: StarPU's floor for the engine's\n"
+"                    exact task shapes against the engine's emulated run of the\n"
+"                    same plan, in one process (w = 2 and 8 unless --w; the first\n"
+"                    of --schedules, default bsipipe; GPT L = 32, m = max(8, w));\n"
+"                    one table with no device time (--device-tflops 1e6), one at\n"
+"                    --device-tflops (not with --device-tflops 1e5 or more);\n"
+"                    default --reps 3 --iters 2\n"
 "  --preset ablation BSIPipe with transfer order bsipipe, ordered, naive; the\n"
 "                    last two deadlock and are caught by a 2 s watchdog; then\n"
 "                    topology-aware against naive mapping on 2 simulated nodes,\n"
@@ -626,6 +633,140 @@ static void write_svg_panel(FILE *f, const config_t *c, row_t *rows, int nr, dou
     free(sm);
 }
 
+
+/* ---- --overhead ------------------------------------------------------------------------- */
+
+enum { OV_FLOOR, OV_PROF, OV_FRESH, OV_ENGINE, OV_BLOCKING, OV_N };
+static const char *const ov_label[OV_N] = {
+    "StarPU floor: same task shapes, empty codelets, buffers registered once",
+    "+ StarPU task profiling and the engine's per-task callback",
+    "+ per-iteration buffers (registered each iteration, allocated at first write)",
+    "engine (--emulate): codelets, transport copies, accounting",
+    "engine, old blocking SEND (waits on its worker)",
+};
+
+typedef struct ov_sample {
+    double wall[1000], sub[1000];
+    int n;
+    bsipipe_engine_overhead_t last;
+    double xfer_ms[1000], wait_ms[1000];
+} ov_sample_t;
+
+static int ov_run(bsipipe_engine_t *e, int v, int emulate_time, const int *tok, const int *tgt,
+                  bsipipe_engine_overhead_t *o)
+{
+    int rc;
+    bsipipe_engine_set_blocking_send(e, v == OV_BLOCKING);
+    if (v >= OV_ENGINE) {
+        double loss, gn;
+        rc = bsipipe_engine_iteration(e, tok, tgt, &loss, &gn);
+        if (rc == 0)
+            rc = bsipipe_engine_last_overhead(e, o);
+    } else {
+        int fl = (v >= OV_PROF ? BSIPIPE_FLOOR_PROFILE : 0) | (v >= OV_FRESH ? BSIPIPE_FLOOR_FRESH : 0) |
+                 (emulate_time ? BSIPIPE_FLOOR_EMULATE : 0);
+        rc = bsipipe_engine_floor_iteration(e, fl, o);
+    }
+    bsipipe_engine_set_blocking_send(e, 0);
+    return rc;
+}
+
+static double ov_per(double v, long n) { return n > 0 ? v / (double)n : NAN; }
+
+/* One table: an engine of the plan, the variants interleaved over reps. */
+static int run_overhead(const config_t *c, const row_t *r, const char *policy, int reps, int iters, int zero_time,
+                        const int *tok, const int *tgt)
+{
+    config_t cf = *c;
+    cf.emulate = 1;
+    if (zero_time)
+        cf.tflops = 1e6;
+    bsipipe_engine_options_t o = engine_options(r, &cf, policy, 1);
+    bsipipe_engine_t *e = NULL;
+    if (bsipipe_engine_create(&o, &e) < 0) {
+        fprintf(stderr, PROG ": --overhead: %s\n", bsipipe_error_detail());
+        return 1;
+    }
+    static ov_sample_t smp[OV_N];
+    memset(smp, 0, sizeof smp);
+    int rc = 0;
+    for (int v = 0; v < OV_N && rc == 0; v++) { /* warm-up: StarPU's allocation cache, the emulation margins */
+        bsipipe_engine_overhead_t ov;
+        rc = ov_run(e, v, !zero_time, tok, tgt, &ov);
+    }
+    for (int rep = 0; rep < reps && rc == 0; rep++)
+        for (int v = 0; v < OV_N && rc == 0; v++)
+            for (int it = 0; it < iters && rc == 0; it++) {
+                bsipipe_engine_overhead_t ov;
+                if ((rc = ov_run(e, v, !zero_time, tok, tgt, &ov)) < 0)
+                    break;
+                ov_sample_t *s = &smp[v];
+                if (s->n < 1000) {
+                    s->wall[s->n] = ov.wall_s;
+                    s->sub[s->n] = ov.submit_s;
+                    s->xfer_ms[s->n] = ov.xfer_body_us * 1e-3;
+                    s->wait_ms[s->n] = ov.send_wait_us * 1e-3;
+                    s->n++;
+                }
+                s->last = ov;
+            }
+    if (rc < 0) {
+        fprintf(stderr, PROG ": --overhead: %s\n", bsipipe_error_detail());
+        bsipipe_engine_destroy(e);
+        return 1;
+    }
+    double pred_s = zero_time ? 0 : r->pred_makespan_flops / (c->tflops * 1e12);
+    double ops_per_dev = (double)r->n_ops / c->w;
+    printf("\n**%s, w = %d, %s** (%ld tasks per iteration, %.0f ops per device; median of %d iterations)\n\n",
+           bsipipe_schedule_kind_name(r->pc.schedule), c->w,
+           zero_time ? "no device time (every F/B/W lasts ~0 s: all of the wall time is runtime)"
+                     : "with emulated device time",
+           smp[0].last.n_tasks, ops_per_dev, smp[0].n);
+    if (!zero_time)
+        printf("Predicted makespan %.1f ms (FLOPs at %g TFLOP/s, free transfers). Overhead per task = (wall - "
+               "predicted) / ops per device.\n\n", pred_s * 1e3, c->tflops);
+    printf("| run | wall ms/iter | %s | x floor | submission µs/task | push | pop | fetch input | codelet | "
+           "release | SEND+RECV worker time ms/iter (per transfer µs) | SENDs waiting on workers ms/iter |\n",
+           zero_time ? "µs/task (wall / tasks)" : "overhead µs/task");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    double floor_cost = NAN;
+    for (int v = 0; v < OV_N; v++) {
+        ov_sample_t *s = &smp[v];
+        const bsipipe_engine_overhead_t *l = &s->last;
+        double wall = median(s->wall, s->n), sub = median(s->sub, s->n), xfer = median(s->xfer_ms, s->n),
+               wait = median(s->wait_ms, s->n);
+        double cost = zero_time ? wall * 1e6 / (double)l->n_tasks : (wall - pred_s) * 1e6 / ops_per_dev;
+        if (v == 0)
+            floor_cost = cost;
+        long np = l->n_profiled;
+        char ph[5][32];
+        double phv[5] = {l->push_us, l->pop_us, l->fetch_us, l->body_us, l->release_us};
+        for (int k = 0; k < 5; k++) {
+            if (np > 0)
+                snprintf(ph[k], sizeof ph[k], "%.1f", ov_per(phv[k], np));
+            else
+                snprintf(ph[k], sizeof ph[k], "—");
+        }
+        char xf[64];
+        if (np > 0)
+            snprintf(xf, sizeof xf, "%.2f (%.1f)", xfer, ov_per(xfer * 1e3, l->n_xfer));
+        else
+            snprintf(xf, sizeof xf, "—");
+        char wt[32];
+        if (v >= OV_ENGINE)
+            snprintf(wt, sizeof wt, "%.2f", wait);
+        else
+            snprintf(wt, sizeof wt, "—");
+        printf("| %s | %.2f | %.1f | %.2fx | %.1f | %s | %s | %s | %s | %s | %s | %s |\n", ov_label[v], wall * 1e3,
+               cost, cost / floor_cost, sub * 1e6 / (double)l->n_tasks, ph[0], ph[1], ph[2], ph[3], ph[4], xf, wt);
+    }
+    printf("\n(push ... release: µs per task from StarPU's task profiling, only where it is on; codelet includes "
+           "the emulated device time when there is some.)\n");
+    fflush(stdout);
+    bsipipe_engine_destroy(e);
+    return 0;
+}
+
 /* ---- main ------------------------------------------------------------------------------- */
 
 #define MAX_VARIANTS 16
@@ -642,6 +783,7 @@ int main(int argc, char **argv)
     bsipipe_model_dims_t dims = {BSIPIPE_MODEL_GPT, 8, 128, 4, 0, 256, 256};
     int w = 4, p = -1, k = -1, m = 8, reps = 3, warmup = 1, iters = 1, seed = 1, emulate = 0;
     int set_w = 0, set_m = 0, set_layers = 0, set_seq = 0, set_watchdog = 0, mpi = 0, gpus = 0;
+    int set_reps = 0, set_iters = 0, overhead = 0;
     bsipipe_engine_devices_t devices = BSIPIPE_DEVICES_CPU;
     double tflops = 0.01, watchdog = 30;
     const char *policy = "bsipipe", *csv = NULL, *svg = NULL, *preset = NULL, *schedules = NULL,
@@ -649,7 +791,7 @@ int main(int argc, char **argv)
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
     enum { O_SCHEDS = 256, O_REPS, O_WARMUP, O_ITERS, O_W, O_P, O_K, O_M, O_POLICY, O_COMM, O_WATCHDOG, O_MODEL,
            O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_SEED, O_EMULATE, O_TFLOPS, O_PRESET, O_CSV, O_SVG, O_TRACE,
-           O_MPI, O_DEVICES, O_GPUS, O_PRECISION };
+           O_MPI, O_DEVICES, O_GPUS, O_PRECISION, O_OVERHEAD };
     static const struct option longopts[] = {
         {"schedules", 1, 0, O_SCHEDS}, {"reps", 1, 0, O_REPS}, {"warmup", 1, 0, O_WARMUP},
         {"iters", 1, 0, O_ITERS}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P}, {"k", 1, 0, O_K}, {"m", 1, 0, O_M},
@@ -658,7 +800,7 @@ int main(int argc, char **argv)
         {"heads", 1, 0, O_HEADS}, {"ffn", 1, 0, O_FFN}, {"seq", 1, 0, O_SEQ}, {"seed", 1, 0, O_SEED},
         {"emulate", 0, 0, O_EMULATE}, {"device-tflops", 1, 0, O_TFLOPS}, {"preset", 1, 0, O_PRESET},
         {"csv", 1, 0, O_CSV}, {"svg", 1, 0, O_SVG}, {"trace", 1, 0, O_TRACE}, {"mpi", 0, 0, O_MPI}, {"devices", 1, 0, O_DEVICES}, {"gpus", 1, 0, O_GPUS},
-        {"precision", 1, 0, O_PRECISION},
+        {"precision", 1, 0, O_PRECISION}, {"overhead", 0, 0, O_OVERHEAD},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
@@ -666,9 +808,10 @@ int main(int argc, char **argv)
         switch (c) {
         case 'h': usage(stdout); return 0;
         case O_SCHEDS: schedules = optarg; break;
-        case O_REPS: bad = cli_parse_int(PROG, "--reps", optarg, 1, 1000, &reps); break;
+        case O_REPS: bad = cli_parse_int(PROG, "--reps", optarg, 1, 1000, &reps); set_reps = 1; break;
         case O_WARMUP: bad = cli_parse_int(PROG, "--warmup", optarg, 0, 1000, &warmup); break;
-        case O_ITERS: bad = cli_parse_int(PROG, "--iters", optarg, 1, 1000, &iters); break;
+        case O_ITERS: bad = cli_parse_int(PROG, "--iters", optarg, 1, 1000, &iters); set_iters = 1; break;
+        case O_OVERHEAD: overhead = 1; break;
         case O_W: bad = cli_parse_int(PROG, "--w", optarg, 1, 64, &w); set_w = 1; break;
         case O_P: bad = cli_parse_int(PROG, "--p", optarg, 1, 64, &p); break;
         case O_K: bad = cli_parse_int(PROG, "--k", optarg, 1, 4096, &k); break;
@@ -754,6 +897,62 @@ int main(int argc, char **argv)
     }
     if (dims.ffn_hidden == 0)
         dims.ffn_hidden = 4 * dims.hidden;
+
+    if (overhead) {
+        if (preset || mpi || trace || devices != BSIPIPE_DEVICES_CPU || csv || svg) {
+            fprintf(stderr, PROG ": --overhead runs alone, on CPU devices in one process (no --preset, --mpi, "
+                            "--trace, --devices cuda, --csv, --svg)\n");
+            return 2;
+        }
+        bsipipe_schedule_kind_t kd = BSIPIPE_SCHED_BSIPIPE;
+        if (schedules) {
+            char one[64];
+            snprintf(one, sizeof one, "%.*s", (int)strcspn(schedules, ","), schedules);
+            if (bsipipe_schedule_kind_parse(one, &kd) < 0) {
+                fprintf(stderr, PROG ": --schedules: %s\n", bsipipe_error_detail());
+                return 2;
+            }
+        }
+        if (!set_reps) reps = 3;
+        if (!set_iters) iters = 2;
+        if (!set_layers) dims.n_layers = 32;
+        int ws[2] = {2, 8}, nw = 2;
+        if (set_w) { ws[0] = w; nw = 1; }
+        printf("# bsipipe-bench --overhead: EMULATED device time; policy %s; StarPU's floor for the engine's task "
+               "shapes against the engine, side by side in one process (%d repetitions x %d iterations, "
+               "interleaved)\n", policy, reps, iters);
+        int st = 0;
+        for (int wi = 0; wi < nw && st == 0; wi++) {
+            config_t cf = {"", dims, ws[wi], set_m ? m : (ws[wi] > 8 ? ws[wi] : 8), 1, tflops, 0, watchdog, 0,
+                           devices, gpus, precision};
+            row_t r;
+            memset(&r, 0, sizeof r);
+            r.v.kind = kd;
+            r.v.comm = comm;
+            r.pc = make_pc(&r.v, &cf, p, k);
+            plan_row(&r, &cf);
+            if (r.status) {
+                fprintf(stderr, PROG ": --overhead, w = %d: %s\n", ws[wi], r.error);
+                return 2;
+            }
+            long per = (long)cf.m * cf.dims.seq_len;
+            int *tok = malloc(sizeof(int) * (size_t)per), *tgt = malloc(sizeof(int) * (size_t)per);
+            if (!tok || !tgt) {
+                free(tok);
+                free(tgt);
+                return 1;
+            }
+            make_data(tok, tgt, cf.m, cf.dims.seq_len, cf.dims.vocab, (unsigned long long)seed, 0);
+            printf("\n### w = %d: %s, GPT L = %d, S = %d, m = %d, p = %d, k = %d\n", ws[wi],
+                   bsipipe_schedule_kind_name(kd), cf.dims.n_layers, cf.dims.seq_len, cf.m, r.pc.p, r.pc.k);
+            st = run_overhead(&cf, &r, policy, reps, iters, 1, tok, tgt);
+            if (st == 0 && tflops < 1e5) /* --device-tflops 1e6: the first table alone */
+                st = run_overhead(&cf, &r, policy, reps, iters, 0, tok, tgt);
+            free(tok);
+            free(tgt);
+        }
+        return st;
+    }
 
     /* Variants. */
     variant_t var[MAX_VARIANTS];

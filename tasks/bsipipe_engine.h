@@ -125,6 +125,43 @@ typedef struct bsipipe_engine_stats {
 } bsipipe_engine_stats_t;
 int bsipipe_engine_last_stats(const bsipipe_engine_t *e, bsipipe_engine_stats_t *out);
 
+/* Runtime overhead of the last iteration (bsipipe-bench --overhead,
+ * docs/benchmarks.md). Phase sums come from StarPU's task profiling (on for
+ * engine iterations; n_profiled = 0 when it was off). */
+typedef struct bsipipe_engine_overhead {
+    long n_tasks;           /* tasks submitted (every op of this rank, plus helpers) */
+    double wall_s;          /* submission start to the end of the last task */
+    double submit_s;        /* submission alone (the dry run of buffer uses included) */
+    long n_profiled;        /* tasks whose phases are summed below */
+    double push_us, pop_us, fetch_us, body_us, release_us; /* sums: push to the policy, pop, input
+                                                               acquisition (allocation), codelet, release */
+    long n_xfer;            /* SEND and RECV tasks among them */
+    double xfer_body_us;    /* their summed codelet time: the worker time transfers occupy */
+    double send_wait_us;    /* of which SENDs spent waiting for their receive's post (the transport's count) */
+} bsipipe_engine_overhead_t;
+int bsipipe_engine_last_overhead(const bsipipe_engine_t *e, bsipipe_engine_overhead_t *out);
+
+/* StarPU's floor for this engine's exact task shapes: one iteration of the
+ * same plan, submitted in the same order, with the same buffers and access
+ * modes per op, the same dependency structure (the RECV's end dependency,
+ * the SEND's post tag), the same workers, placement and policy, but empty
+ * codelets, no callback and StarPU's profiling off, and buffers registered
+ * once (one float each, reused by every floor iteration). Flags add back
+ * what the engine does: PROFILE (StarPU's task profiling and the engine's
+ * per-task callback), FRESH (the engine's per-iteration buffers, registered
+ * without memory, allocated by StarPU at their first write and unregistered
+ * after their last use), EMULATE (F/B/W hold their worker for the emulated
+ * device time, as --emulate does). CPU devices in one process only
+ * (-ENOTSUP otherwise). Fills *out like bsipipe_engine_last_overhead. The
+ * records (bsipipe_engine_records) are then the floor's, with PROFILE. */
+/* The transport's old way, for comparison (bsipipe-bench --overhead): with
+ * on = 1 a SEND task is released at once and waits on its worker, in
+ * bsipipe_transport_send, until its receive is posted; 0 (the default): it
+ * is released only once the receive is posted. -EINVAL for no engine. */
+int bsipipe_engine_set_blocking_send(bsipipe_engine_t *e, int on);
+enum { BSIPIPE_FLOOR_PROFILE = 1, BSIPIPE_FLOOR_FRESH = 2, BSIPIPE_FLOOR_EMULATE = 4 };
+int bsipipe_engine_floor_iteration(bsipipe_engine_t *e, int flags, bsipipe_engine_overhead_t *out);
+
 /* Seconds each device spent in F, B and W tasks in the last iteration
  * (busy_s has one entry per device). */
 int bsipipe_engine_device_busy(const bsipipe_engine_t *e, double *busy_s);

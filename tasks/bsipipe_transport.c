@@ -52,7 +52,8 @@ struct channel {
     double post_time;
     char recv_what[NAME_MAX_LEN];
     /* SEND side */
-    int send_state; /* 0 none, 1 waiting, 2 copying, 3 done (or gave up) */
+    int send_state; /* 0 none, 1 waiting, 2 copying, 3 done (or gave up), 4 held before its task runs
+                     * (the engine's dependency-based rendezvous: bsipipe_transport_note_held) */
     int send_device;
     double send_start;
     char send_what[NAME_MAX_LEN];
@@ -70,6 +71,7 @@ struct bsipipe_transport {
     long waiting;    /* sends in their wait loop */
     long copying;    /* sends copying */
     uint64_t bytes;  /* __atomic */
+    double wait_s;   /* summed time sends spent waiting for their post (mutex) */
 };
 
 static double now_s(void)
@@ -193,7 +195,7 @@ static char *build_report(bsipipe_transport_t *t, const char *head, double now)
     int first = 1;
     for (long i = 0; i < t->n; i++) {
         const struct channel *c = &t->ch[i];
-        if (c->send_state != 1)
+        if (c->send_state != 1 && c->send_state != 4)
             continue;
         sb_printf(&b, "%sdevice %d waited %.1f s in SEND %s on channel %ld (%s)", first ? "" : "; ", c->send_device,
                   now - c->send_start, c->send_what, i,
@@ -202,7 +204,7 @@ static char *build_report(bsipipe_transport_t *t, const char *head, double now)
     }
     for (long i = 0; i < t->n; i++) {
         const struct channel *c = &t->ch[i];
-        if (!c->posted || c->filled || c->send_state != 0)
+        if (!c->posted || c->filled || (c->send_state != 0 && c->send_state != 4))
             continue;
         sb_printf(&b, "%sdevice %d posted RECV %s on channel %ld %.1f s ago (no send arrived)", first ? "" : "; ",
                   c->recv_device, c->recv_what, i, now - c->post_time);
@@ -341,7 +343,7 @@ int bsipipe_transport_send_copy(bsipipe_transport_t *t, long ch, const void *src
         return rc;
     }
     struct channel *c = &t->ch[ch];
-    if (c->send_state != 0) {
+    if (c->send_state != 0 && c->send_state != 4) {
         int rc = bsipipe_error_set(-EINVAL, "SEND %s on device %d: channel %ld already used by SEND %s on device %d",
                                    what ? what : "?", device, ch, c->send_what, c->send_device);
         pthread_mutex_unlock(&t->mutex);
@@ -368,7 +370,9 @@ int bsipipe_transport_send_copy(bsipipe_transport_t *t, long ch, const void *src
     }
     struct starpu_task **claimed = NULL;
     long n_claimed = 0;
+    int waited = 0;
     while (!c->posted && !t->failed) {
+        waited = 1;
         int w = pthread_cond_timedwait(&t->cond[ch], &t->mutex, &ts);
         if (w == ETIMEDOUT && !c->posted && !t->failed && now_s() >= deadline) {
             char head[128];
@@ -378,6 +382,8 @@ int bsipipe_transport_send_copy(bsipipe_transport_t *t, long ch, const void *src
         }
     }
     t->waiting--;
+    if (waited)
+        t->wait_s += now_s() - c->send_start;
     int rc = 0;
     struct starpu_task *release_now = NULL;
     if (c->claimed || (t->failed && !c->posted)) {
@@ -445,6 +451,60 @@ int bsipipe_transport_abort(bsipipe_transport_t *t, const char *why)
     return 0;
 }
 
+int bsipipe_transport_note_held(bsipipe_transport_t *t, long ch, int device, const char *what, double waited_s)
+{
+    if (!t)
+        return bsipipe_error_set(-EINVAL, "bsipipe_transport_note_held: transport is NULL");
+    pthread_mutex_lock(&t->mutex);
+    int rc = 0;
+    if (ch < 0 || ch >= t->n) {
+        rc = bsipipe_error_set(-EINVAL, "bsipipe_transport_note_held: channel %ld out of range [0, %ld)", ch, t->n);
+    } else if (t->ch[ch].send_state == 0) {
+        struct channel *c = &t->ch[ch];
+        c->send_state = 4;
+        c->send_device = device;
+        c->send_start = now_s() - (waited_s > 0 ? waited_s : 0);
+        copy_name(c->send_what, what);
+    }
+    pthread_mutex_unlock(&t->mutex);
+    return rc;
+}
+
+int bsipipe_transport_posted(bsipipe_transport_t *t, long ch)
+{
+    if (!t || ch < 0 || ch >= t->n)
+        return 0;
+    pthread_mutex_lock(&t->mutex);
+    int posted = t->ch[ch].posted;
+    pthread_mutex_unlock(&t->mutex);
+    return posted;
+}
+
+int bsipipe_transport_expire(bsipipe_transport_t *t, long ch)
+{
+    if (!t)
+        return bsipipe_error_set(-EINVAL, "bsipipe_transport_expire: transport is NULL");
+    pthread_mutex_lock(&t->mutex);
+    if (t->failed) {
+        pthread_mutex_unlock(&t->mutex);
+        return 0;
+    }
+    char head[128];
+    snprintf(head, sizeof head, "transport watchdog fired (timeout %.1f s, first expired: channel %ld)", t->timeout_s,
+             ch);
+    long n_claimed = 0;
+    struct starpu_task **claimed = fail_locked(t, head, &n_claimed);
+    pthread_mutex_unlock(&t->mutex);
+    release_claimed(t, claimed, n_claimed);
+    free(claimed);
+    return 0;
+}
+
+double bsipipe_transport_timeout(const bsipipe_transport_t *t)
+{
+    return t ? t->timeout_s : 0;
+}
+
 /* ---- reset / queries ------------------------------------------------------------------ */
 
 int bsipipe_transport_reset(bsipipe_transport_t *t)
@@ -499,6 +559,16 @@ long bsipipe_transport_waiting(bsipipe_transport_t *t)
     long n = t->waiting;
     pthread_mutex_unlock(&t->mutex);
     return n;
+}
+
+double bsipipe_transport_wait_seconds(bsipipe_transport_t *t)
+{
+    if (!t)
+        return 0;
+    pthread_mutex_lock(&t->mutex);
+    double w = t->wait_s;
+    pthread_mutex_unlock(&t->mutex);
+    return w;
 }
 
 double bsipipe_transport_bytes(const bsipipe_transport_t *t)

@@ -77,6 +77,27 @@ int bsipipe_transport_send_copy(bsipipe_transport_t *t, long ch, const void *src
  * -EINVAL. */
 int bsipipe_transport_abort(bsipipe_transport_t *t, const char *why);
 
+/* Rendezvous as a dependency (how the engine uses this transport): the SEND
+ * task is not released to a worker until its RECV has posted, so
+ * bsipipe_transport_send never waits; the engine's own watchdog finds a SEND
+ * held at the head of its device (it cannot run until the post, the device
+ * cannot go past it) and reports it through these calls.
+ *
+ * note_held: SEND `what` of `device` on channel ch has been held for
+ * waited_s seconds, its receive not posted; the report lists it as a waiting
+ * send ("device D waited X s in SEND ... (receive not posted)"). Nothing
+ * changes if the channel's send already started. 0, -EINVAL. */
+int bsipipe_transport_note_held(bsipipe_transport_t *t, long ch, int device, const char *what, double waited_s);
+/* 1 when channel ch has been posted (0 for a bad channel). */
+int bsipipe_transport_posted(bsipipe_transport_t *t, long ch);
+/* The watchdog's verdict from outside a send: fails the transport as a send
+ * whose deadline passed would ("transport watchdog fired (timeout T s, first
+ * expired: channel ch): ..."), releasing posted RECVs. 0 (also when already
+ * failed), -EINVAL. */
+int bsipipe_transport_expire(bsipipe_transport_t *t, long ch);
+/* The timeout given at creation (seconds). */
+double bsipipe_transport_timeout(const bsipipe_transport_t *t);
+
 /* Prepares the channels for the next iteration. 0, or -EBUSY if a transfer is
  * still in flight. */
 int bsipipe_transport_reset(bsipipe_transport_t *t);
@@ -91,6 +112,10 @@ const char *bsipipe_transport_report(const bsipipe_transport_t *t);
 
 /* Sends waiting for their receive right now (for tests and reports). */
 long bsipipe_transport_waiting(bsipipe_transport_t *t);
+
+/* Seconds sends have spent inside bsipipe_transport_send waiting for their
+ * receive to be posted, summed over all sends so far (a worker held). */
+double bsipipe_transport_wait_seconds(bsipipe_transport_t *t);
 
 /* Bytes copied so far (all channels, all iterations). */
 double bsipipe_transport_bytes(const bsipipe_transport_t *t);

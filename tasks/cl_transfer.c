@@ -1,8 +1,9 @@
 /* cl_transfer.c: SEND and RECV over the engine's transport (local:
- * rendezvous copy between devices of this process). RECV posts its buffer
- * and returns; its task completes when the data lands (one end dependency,
- * released by the transport). SEND blocks its worker until the receive is
- * posted, then copies.
+ * rendezvous copy between devices of this process). RECV posts its buffer,
+ * notifies its SEND's tag and returns; its task completes when the data
+ * lands (one end dependency, released by the transport). The SEND task is
+ * not ready before that tag (engine_watchdog.c), so when it runs the
+ * receive is posted: it copies at once and never waits on its worker.
  *
  * On CUDA workers the same rendezvous moves device buffers: the sender copies
  * with cudaMemcpyAsync on its stream (same GPU, or a peer GPU) and waits for
@@ -40,6 +41,7 @@ static void recv_cpu(void *buffers[], void *cl_arg)
     size_t bytes = STARPU_VECTOR_GET_NX(buffers[0]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[0]);
     int rc = bsipipe_transport_post(e->transport, a->op.channel, (void *)STARPU_VECTOR_GET_PTR(buffers[0]), bytes,
                                     starpu_task_get_current(), a->op.device, a->name + 5 /* past "RECV " */);
+    engine_post_notify(e, a->op.channel); /* its SEND may run now (also after an error: it reports) */
     engine_report(e, a, rc);
 }
 
@@ -88,8 +90,10 @@ static void recv_cuda(void *buffers[], void *cl_arg)
         return;
     }
 #endif
-    engine_report(e, a, bsipipe_transport_post(e->transport, a->op.channel, dst, bytes, starpu_task_get_current(),
-                                               a->op.device, a->name + 5));
+    int rc = bsipipe_transport_post(e->transport, a->op.channel, dst, bytes, starpu_task_get_current(),
+                                    a->op.device, a->name + 5);
+    engine_post_notify(e, a->op.channel);
+    engine_report(e, a, rc);
 }
 #endif
 

@@ -13,6 +13,8 @@
 
 enum { MAX_DESCR = 512 };
 
+static void floor_free(bsipipe_engine_t *e);
+
 bsipipe_engine_options_t bsipipe_engine_options_default(const bsipipe_model_dims_t *dims,
                                                         const bsipipe_parallel_config_t *pc)
 {
@@ -87,6 +89,12 @@ static void record_profile(void *arg)
         a->rec->start_us = starpu_timing_timespec_to_us(&pi->start_time);
         a->rec->end_us = starpu_timing_timespec_to_us(&pi->end_time);
         a->rec->worker = pi->workerid;
+        a->ph[0] = starpu_timing_timespec_delay_us(&pi->push_start_time, &pi->push_end_time);
+        a->ph[1] = starpu_timing_timespec_delay_us(&pi->pop_start_time, &pi->pop_end_time);
+        a->ph[2] = starpu_timing_timespec_delay_us(&pi->acquire_data_start_time, &pi->acquire_data_end_time);
+        a->ph[3] = starpu_timing_timespec_delay_us(&pi->start_time, &pi->end_time);
+        a->ph[4] = starpu_timing_timespec_delay_us(&pi->release_data_start_time, &pi->release_data_end_time);
+        a->ph_ok = 1;
     }
     a->rec->seq = __atomic_fetch_add(&a->e->rec_seq, 1, __ATOMIC_SEQ_CST);
     __atomic_fetch_add(&a->e->tasks_ended, 1, __ATOMIC_SEQ_CST);
@@ -137,6 +145,8 @@ void bsipipe_engine_destroy(bsipipe_engine_t *e)
     free(e->n_x_out); free(e->n_stash); free(e->n_dx); free(e->n_dy); free(e->n_kv); free(e->n_dkv); free(e->n_recv);
     free(e->n_wstash); free(e->h_wstash);
     free(e->h_x_out); free(e->h_stash); free(e->h_dx); free(e->h_dy); free(e->h_kv); free(e->h_dkv);
+    floor_free(e);
+    free(e->post_notified); free(e->send_tagged);
     free(e->h_recv); free(e->uses); free(e->live_bytes); free(e->peak_bytes);
     free(e->tokens); free(e->targets); free(e->h_tokens); free(e->h_targets);
     free(e->loss); free(e->h_loss);
@@ -212,8 +222,10 @@ static int create_buffers(bsipipe_engine_t *e)
         !ALLOC(e->h_x_out, n_act) || !ALLOC(e->h_stash, n_act) || !ALLOC(e->h_dx, n_act) || !ALLOC(e->h_dy, n_act) ||
         !ALLOC(e->n_kv, n_kv) || !ALLOC(e->n_dkv, n_kv) || !ALLOC(e->h_kv, n_kv) || !ALLOC(e->h_dkv, n_kv) || !ALLOC(e->n_recv, nch) ||
         !ALLOC(e->h_recv, nch) || !ALLOC(e->uses, 5 * n_act + 2 * n_kv + nch) || !ALLOC(e->live_bytes, e->W) ||
-        !ALLOC(e->peak_bytes, e->W) || !ALLOC(e->busy, e->W))
+        !ALLOC(e->peak_bytes, e->W) || !ALLOC(e->busy, e->W) || !ALLOC(e->post_notified, nch) ||
+        !ALLOC(e->send_tagged, nch))
         return -ENOMEM;
+    e->n_channels = nch;
     for (int mb = 0; mb < e->m; mb++)
         for (int c = 0; c < e->C; c++) {
             int l0, l1;
@@ -436,6 +448,7 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
     starpu_conf_init(&conf);
     rc = engine_devices_configure(e, &conf); /* CPU or CUDA workers */
     setenv("STARPU_WORKERS_NOBIND", "1", 0); /* more devices than cores is the normal case here */
+    engine_starpu_env(); /* FxT off unless asked; StarPU's allocation cache on */
     if (rc >= 0)
         rc = bsipipe_policy_configure(&conf, e->o.policy);
     /* A rank may fail here alone (no GPU on its node, too few GPUs): all stop. */
@@ -691,6 +704,44 @@ void engine_buffer_use(bsipipe_engine_t *e, starpu_data_handle_t h, int dry_run)
     }
 }
 
+/* The floor's codelet (bsipipe_engine_floor_iteration): a RECV lets its SEND
+ * go, a SEND releases its RECV, F/B/W hold their emulated time if asked;
+ * nothing else. */
+static void floor_cpu(void *buffers[], void *cl_arg)
+{
+    (void)buffers;
+    op_args_t *a = cl_arg;
+    if (!a)
+        return;
+    struct bsipipe_engine *e = a->e;
+    long ch = a->op.channel;
+    switch (a->op.kind) {
+    case BSIPIPE_OP_RECV:
+        e->floor_recv[ch] = starpu_task_get_current();
+        engine_post_notify(e, ch);
+        break;
+    case BSIPIPE_OP_SEND:
+        starpu_task_end_dep_release(e->floor_recv[ch]);
+        break;
+    case BSIPIPE_OP_F:
+    case BSIPIPE_OP_B:
+    case BSIPIPE_OP_W:
+        if (e->floor_flags & BSIPIPE_FLOOR_EMULATE)
+            engine_emulate(e, &a->op);
+        break;
+    default:
+        break;
+    }
+}
+
+static struct starpu_codelet engine_cl_floor = {
+    .where = STARPU_CPU,
+    .cpu_funcs = {floor_cpu},
+    .cpu_funcs_name = {"floor_cpu"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .name = "floor",
+};
+
 int engine_task_submit(bsipipe_engine_t *e, int d, int i, struct starpu_codelet *cl, struct starpu_data_descr *descr,
                        int n)
 {
@@ -724,8 +775,28 @@ int engine_task_submit(bsipipe_engine_t *e, int d, int i, struct starpu_codelet 
         t->workerids = e->wmask[d];
         t->workerids_len = e->wmask_len;
     } /* else: a task outside the plan under bsipipe: any worker, in arrival order */
+    if (e->floor_flags) { /* the floor: same shape, empty body, no callback unless profiled */
+        t->cl = &engine_cl_floor;
+        t->nbuffers = n; /* codelets with a fixed count leave the task's count and modes empty */
+        for (int j = 0; j < n; j++)
+            STARPU_TASK_SET_MODE(t, descr[j].mode, j);
+        t->cl_arg = a;
+        if (!(e->floor_flags & BSIPIPE_FLOOR_PROFILE)) {
+            t->callback_func = NULL;
+            t->callback_arg = NULL;
+        }
+    }
+    e->ovh.n_tasks++;
     if (a && a->op.kind == BSIPIPE_OP_RECV && cl == &bsipipe_cl_recv)
         starpu_task_end_dep_add(t, 1);
+    if (a && a->op.kind == BSIPIPE_OP_SEND && cl == &bsipipe_cl_send && a->op.channel >= 0 &&
+        a->op.channel < e->n_channels && (!e->blocking_send || e->floor_flags) && engine_transfer_tagged(e, d, a->op.peer)) {
+        /* The rendezvous as a dependency: not ready before the RECV posted. */
+        t->use_tag = 1;
+        t->tag_id = (starpu_tag_t)engine_send_tag(e, a->op.channel);
+        starpu_tag_declare_deps(t->tag_id, 1, (starpu_tag_t)engine_post_tag(e, a->op.channel));
+        e->send_tagged[a->op.channel] = 1;
+    }
     int rc = starpu_task_submit(t);
     if (rc != 0)
         return bsipipe_error_set(-EIO, "engine: StarPU refused the task of %s (%d)", name, rc);
@@ -745,6 +816,170 @@ static int set_vector(starpu_data_handle_t h, const void *src, size_t bytes)
         memset(p, 0, bytes);
     starpu_data_release(h);
     return 0;
+}
+
+static void overhead_begin(bsipipe_engine_t *e)
+{
+    memset(&e->ovh, 0, sizeof e->ovh);
+    e->ovh.send_wait_us = -bsipipe_transport_wait_seconds(e->transport) * 1e6;
+    for (int d = 0; d < e->W; d++) {
+        int n;
+        bsipipe_schedule_device_ops(e->sched, d, &n);
+        for (int i = 0; i < n; i++)
+            e->args[d][i].ph_ok = 0;
+    }
+}
+
+static void overhead_end(bsipipe_engine_t *e, double t0, double t_sub, double t1)
+{
+    bsipipe_engine_overhead_t *o = &e->ovh;
+    o->submit_s = (t_sub - t0) * 1e-6;
+    o->send_wait_us += bsipipe_transport_wait_seconds(e->transport) * 1e6;
+    o->wall_s = (t1 - t0) * 1e-6;
+    for (int d = 0; d < e->W; d++) {
+        int n;
+        bsipipe_schedule_device_ops(e->sched, d, &n);
+        for (int i = 0; i < n; i++) {
+            const op_args_t *a = &e->args[d][i];
+            if (!a->ph_ok)
+                continue;
+            o->n_profiled++;
+            o->push_us += a->ph[0];
+            o->pop_us += a->ph[1];
+            o->fetch_us += a->ph[2];
+            o->body_us += a->ph[3];
+            o->release_us += a->ph[4];
+            if (a->op.kind == BSIPIPE_OP_SEND || a->op.kind == BSIPIPE_OP_RECV) {
+                o->n_xfer++;
+                o->xfer_body_us += a->ph[3];
+            }
+        }
+    }
+}
+
+int bsipipe_engine_set_blocking_send(bsipipe_engine_t *e, int on)
+{
+    if (!e)
+        return bsipipe_error_set(-EINVAL, "engine: no engine");
+    e->blocking_send = on != 0;
+    return 0;
+}
+
+int bsipipe_engine_last_overhead(const bsipipe_engine_t *e, bsipipe_engine_overhead_t *out)
+{
+    if (!e || !out)
+        return bsipipe_error_set(-EINVAL, "engine: no overhead buffer");
+    *out = e->ovh;
+    return 0;
+}
+
+/* The floor's buffers: one per per-iteration buffer of the engine (same
+ * slots, NULL where the engine has none), one float each, registered once. */
+static int floor_buffers(bsipipe_engine_t *e)
+{
+    if (e->fl_mem)
+        return 0;
+    long n_act = (long)e->m * e->k * e->C, n_kv = (long)e->m * e->C, nch = e->n_channels;
+    long total = 5 * n_act + 2 * n_kv + nch;
+    if (!ALLOC(e->fl_mem, total) || !ALLOC(e->fl_x_out, n_act) || !ALLOC(e->fl_stash, n_act) ||
+        !ALLOC(e->fl_dx, n_act) || !ALLOC(e->fl_dy, n_act) || !ALLOC(e->fl_wstash, n_act) || !ALLOC(e->fl_kv, n_kv) ||
+        !ALLOC(e->fl_dkv, n_kv) || !ALLOC(e->fl_recv, nch) || !ALLOC(e->floor_recv, nch))
+        return bsipipe_error_set(-ENOMEM, "engine: out of memory for the floor's buffers");
+    long u = 0;
+    starpu_data_handle_t *fl[] = {e->fl_x_out, e->fl_stash, e->fl_dx, e->fl_dy, e->fl_wstash, e->fl_kv, e->fl_dkv,
+                                  e->fl_recv};
+    const uint32_t *sz[] = {e->n_x_out, e->n_stash, e->n_dx, e->n_dy, e->n_wstash, e->n_kv, e->n_dkv, e->n_recv};
+    long lens[] = {n_act, n_act, n_act, n_act, n_act, n_kv, n_kv, nch};
+    for (int l = 0; l < 8; l++)
+        for (long i = 0; i < lens[l]; i++, u++)
+            if (sz[l][i])
+                starpu_vector_data_register(&fl[l][i], STARPU_MAIN_RAM, (uintptr_t)&e->fl_mem[u], 1, sizeof(float));
+    return 0;
+}
+
+static void floor_free(bsipipe_engine_t *e)
+{
+    if (!e->fl_mem)
+        return;
+    long n_act = (long)e->m * e->k * e->C, n_kv = (long)e->m * e->C, nch = e->n_channels;
+    starpu_data_handle_t *fl[] = {e->fl_x_out, e->fl_stash, e->fl_dx, e->fl_dy, e->fl_wstash, e->fl_kv, e->fl_dkv,
+                                  e->fl_recv};
+    long lens[] = {n_act, n_act, n_act, n_act, n_act, n_kv, n_kv, nch};
+    for (int l = 0; l < 8; l++) {
+        for (long i = 0; fl[l] && i < lens[l]; i++)
+            if (fl[l][i])
+                starpu_data_unregister(fl[l][i]);
+        free(fl[l]);
+    }
+    free(e->fl_mem);
+    free(e->floor_recv);
+    e->fl_mem = NULL;
+}
+
+int bsipipe_engine_floor_iteration(bsipipe_engine_t *e, int flags, bsipipe_engine_overhead_t *out)
+{
+    if (!e)
+        return bsipipe_error_set(-EINVAL, "engine: no engine");
+    if (e->mpi || e->gpu)
+        return bsipipe_error_set(-ENOTSUP, "engine: the floor runs on CPU devices in one process only");
+    int rc = floor_buffers(e);
+    if (rc < 0)
+        return rc;
+    if (bsipipe_transport_reset(e->transport) < 0)
+        return bsipipe_error_set(-EBUSY, "engine: transfers of the previous iteration are still in flight");
+    e->failed = 0;
+    int prof = starpu_profiling_status_get();
+    starpu_profiling_status_set(flags & BSIPIPE_FLOOR_PROFILE ? STARPU_PROFILING_ENABLE : STARPU_PROFILING_DISABLE);
+    starpu_data_handle_t *saved[8] = {e->h_x_out, e->h_stash, e->h_dx, e->h_dy, e->h_wstash, e->h_kv, e->h_dkv,
+                                      e->h_recv};
+    int fresh = flags & BSIPIPE_FLOOR_FRESH;
+    if (fresh) {
+        register_iteration(e);
+    } else {
+        e->h_x_out = e->fl_x_out; e->h_stash = e->fl_stash; e->h_dx = e->fl_dx; e->h_dy = e->fl_dy;
+        e->h_wstash = e->fl_wstash; e->h_kv = e->fl_kv; e->h_dkv = e->fl_dkv; e->h_recv = e->fl_recv;
+    }
+    engine_tags_begin(e);
+    overhead_begin(e);
+    e->floor_flags = flags | ENGINE_FLOOR_ACTIVE;
+    double t0 = starpu_timing_now();
+    for (long j = 0; fresh && j < e->n_order && rc == 0; j++)
+        rc = submit_op(e, e->order_device[j], e->order_index[j], 0, 1);
+    if (fresh && rc == 0)
+        release_iteration(e, 0);
+    for (long j = 0; j < e->n_order && rc == 0; j++) {
+        int d = e->order_device[j], i = e->order_index[j];
+        if (e->args[d][i].op.kind != BSIPIPE_OP_STEP)
+            rc = submit_op(e, d, i, 0, 0);
+    }
+    for (long j = 0; j < e->n_order && rc == 0; j++) {
+        int d = e->order_device[j], i = e->order_index[j];
+        if (e->args[d][i].op.kind == BSIPIPE_OP_STEP)
+            rc = submit_op(e, d, i, 0, 0);
+    }
+    double t_sub = starpu_timing_now();
+    if (rc < 0)
+        engine_tags_abort(e); /* half submitted: its SENDs must not wait for ever */
+    if (fresh)
+        release_iteration(e, 1);
+    starpu_task_wait_for_all();
+    double t1 = starpu_timing_now();
+    e->floor_flags = 0;
+    engine_tags_end(e);
+    overhead_end(e, t0, t_sub, t1);
+    if (!fresh) {
+        e->h_x_out = saved[0]; e->h_stash = saved[1]; e->h_dx = saved[2]; e->h_dy = saved[3];
+        e->h_wstash = saved[4]; e->h_kv = saved[5]; e->h_dkv = saved[6]; e->h_recv = saved[7];
+    }
+    starpu_profiling_status_set(prof);
+    for (int d = 0; d < e->W; d++) {
+        int n;
+        bsipipe_schedule_device_ops(e->sched, d, &n);
+        e->slot_base[d] += n;
+    }
+    if (out)
+        *out = e->ovh;
+    return rc;
 }
 
 static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targets, double *loss, int step)
@@ -775,6 +1010,8 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
     for (int d = 0; d < e->W; d++)
         e->live_bytes[d] = e->peak_bytes[d] = 0;
     register_iteration(e);
+    engine_tags_begin(e);
+    overhead_begin(e);
     double t0 = starpu_timing_now();
     /* A half-submitted plan could leave an in-order worker waiting for a slot
      * that never comes: check every op before submitting any (on every rank:
@@ -784,8 +1021,12 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
     if ((rc = engine_mpi_agree(e, rc)) < 0) {
         release_iteration(e, 1);
         starpu_task_wait_for_all();
+        engine_tags_end(e);
         return rc;
     }
+    int wd_rc = engine_watchdog_start(e);
+    if (wd_rc < 0)
+        fprintf(stderr, "bsipipe engine: %s; a deadlock would hang\n", bsipipe_error_detail());
     release_iteration(e, 0); /* buffers no op uses */
     engine_mpi_iteration_begin(e);
     /* Every op but STEP in dependency order, then the STEPs (each reads every
@@ -804,15 +1045,20 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
             if (ops[i].kind == BSIPIPE_OP_STEP)
                 rc = submit_op(e, d, i, step, 0);
     }
+    double t_sub = starpu_timing_now();
     if (rc < 0) { /* receives already posted would wait for ever: release them */
         char why[512];
         snprintf(why, sizeof why, "%s", bsipipe_error_detail());
         engine_fail(e, rc);
         bsipipe_transport_abort(e->transport, why);
+        engine_tags_abort(e); /* SENDs submitted without their RECV: let them fail */
         bsipipe_error_set(rc, "%s", why);
     }
     release_iteration(e, 1);
     rc = engine_mpi_iteration_end(e, rc); /* every task and message of every rank */
+    engine_watchdog_stop(e);
+    engine_tags_end(e);
+    overhead_end(e, t0, t_sub, starpu_timing_now());
     for (int d = 0; d < e->W; d++) {
         int n;
         bsipipe_schedule_device_ops(e->sched, d, &n);

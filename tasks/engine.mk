@@ -1,6 +1,6 @@
 # tasks/engine.mk: the engine — every op of a plan a StarPU task (codelets
 # one file per op kind), and its tests.
-libbsipipe_la_SOURCES += tasks/engine.c tasks/engine_devices.c tasks/engine_emulate.c tasks/cl_forward.c \
+libbsipipe_la_SOURCES += tasks/engine.c tasks/engine_devices.c tasks/engine_emulate.c tasks/engine_watchdog.c tasks/cl_forward.c \
 	tasks/cl_backward.c tasks/cl_transfer.c \
 	tasks/cl_sync.c tasks/cl_step.c tasks/cl_wgrad.c
 nobase_pkginclude_HEADERS += tasks/bsipipe_engine.h
@@ -12,3 +12,6 @@ tests_test_engine_equiv_LDADD = libbsipipe.la $(STARPU_LIBS)
 check_PROGRAMS += tests/test_engine_run
 TESTS += tests/test_engine_run
 tests_test_engine_run_LDADD = libbsipipe.la $(STARPU_LIBS)
+check_PROGRAMS += tests/test_blas_threads
+TESTS += tests/test_blas_threads
+tests_test_blas_threads_LDADD = libbsipipe.la $(STARPU_LIBS) -ldl

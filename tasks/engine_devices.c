@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifdef BSIPIPE_HAVE_CUDA
 #include <starpu_cublas_v2.h>
@@ -51,6 +52,70 @@ int bsipipe_engine_precision_check(const char *name)
 static int wants_nccl(const struct bsipipe_engine *e)
 {
     return e->o.transport && strcmp(e->o.transport, "nccl") == 0;
+}
+
+/* StarPU's environment defaults for an engine, set before starpu_init unless
+ * the user's environment sets them:
+ * - STARPU_FXT_TRACE=0: a StarPU built with FxT traces every run into /tmp by
+ *   default; the engine traces only when asked (bsipipe_trace_begin sets it
+ *   to 1, as does the user's environment).
+ * - STARPU_LIMIT_CPU_MEM (MB, the machine's memory): StarPU 1.3 frees the
+ *   main-memory buffers it allocated itself as soon as they are unregistered,
+ *   unless a CPU memory limit is set, which turns on its allocation cache
+ *   (src/datawizard/memalloc.c): with it, the per-iteration buffers
+ *   (allocated at their first write, unregistered after their last use)
+ *   come back from the cache instead of malloc, page faults and free.
+ *   BSIPIPE_ALLOC_CACHE=0 leaves StarPU's default. */
+static int engine_set_limit; /* STARPU_LIMIT_CPU_MEM is ours: its "higher than available" note is noise */
+
+void engine_starpu_env(void)
+{
+    setenv("STARPU_FXT_TRACE", "0", 0);
+    const char *cache = getenv("BSIPIPE_ALLOC_CACHE"); /* 0: StarPU's default (free at unregistration) */
+    if (!getenv("STARPU_LIMIT_CPU_MEM") && !(cache && atoi(cache) == 0)) {
+        engine_set_limit = 1;
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        if (pages > 0 && page > 0) {
+            char mb[32];
+            snprintf(mb, sizeof mb, "%ld", (long)((double)pages * (double)page / 1048576.0));
+            setenv("STARPU_LIMIT_CPU_MEM", mb, 0);
+        }
+    }
+}
+
+/* Drops StarPU's "configured with --with-fxt, which slows down a bit" line,
+ * which this build prints at every starpu_init, when FxT will not trace
+ * (STARPU_FXT_TRACE=0), and its note that our memory limit exceeds what hwloc
+ * reports (it then uses hwloc's figure): stderr goes to a temporary file
+ * during init, and every other line is written back. */
+int engine_starpu_init_quiet(int (*init)(void *), void *arg)
+{
+    const char *fxt = getenv("STARPU_FXT_TRACE");
+    int quiet_fxt = fxt && atoi(fxt) == 0;
+    if (!quiet_fxt && !engine_set_limit)
+        return init(arg);
+    fflush(stderr);
+    FILE *tmp = tmpfile();
+    int saved = tmp ? dup(2) : -1;
+    if (saved < 0 || dup2(fileno(tmp), 2) < 0) {
+        if (saved >= 0)
+            close(saved);
+        if (tmp)
+            fclose(tmp);
+        return init(arg);
+    }
+    int rc = init(arg);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(tmp);
+    char line[1024];
+    while (fgets(line, sizeof line, tmp))
+        if (!(quiet_fxt && strstr(line, "was configured with --with-fxt, which slows down")) &&
+            !(engine_set_limit && strstr(line, "] The requested limit ")))
+            fputs(line, stderr);
+    fclose(tmp);
+    return rc;
 }
 
 int engine_devices_configure(struct bsipipe_engine *e, struct starpu_conf *conf)

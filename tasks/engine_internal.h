@@ -20,6 +20,8 @@ typedef struct op_args {
     char name[64];       /* for reports */
     struct starpu_task *task; /* while submitted: its profiling info feeds the record */
     bsipipe_engine_op_record_t *rec;
+    int ph_ok;                /* phases below set by the last iteration's callback */
+    double ph[5];             /* µs: push, pop, fetch, body, release (StarPU profiling) */
 } op_args_t;
 
 /* One (pipe, chunk) replica: a slice of the whole-model vector. */
@@ -88,7 +90,24 @@ struct bsipipe_engine {
     long tasks_popped, tasks_ended;    /* MPI: a task is running while popped > ended (watchdog) */
     double act_bytes_local, sync_bytes_local; /* last iteration, inside this rank */
     double *busy;                      /* per device, µs of F/B/W in the last iteration (all ranks') */
+    /* Rendezvous as a dependency (local transport): the SEND of channel ch
+     * carries tag tag_base + 2 ch and depends on tag tag_base + 2 ch + 1,
+     * which its RECV notifies once it has posted (or the engine, when the
+     * transport fails), so no SEND waits on a worker. */
+    unsigned long long tag_base;       /* this iteration's; 0 before the first */
+    int n_channels;
+    int *post_notified;                /* per channel, __atomic: post tag notified */
+    unsigned char *send_tagged;        /* per channel: its SEND waits for the post tag */
+    struct engine_watchdog *wd;        /* the iteration's watchdog thread (engine.c) */
+    /* Overhead measurement (bsipipe_engine_last_overhead, _floor_iteration). */
+    bsipipe_engine_overhead_t ovh;
+    int blocking_send;                 /* bsipipe_engine_set_blocking_send */
+    int floor_flags;                   /* nonzero (with FLOOR_ACTIVE) during a floor iteration */
+    struct starpu_task **floor_recv;   /* per channel: the floor RECV task its SEND releases */
+    starpu_data_handle_t *fl_x_out, *fl_stash, *fl_dx, *fl_dy, *fl_wstash, *fl_kv, *fl_dkv, *fl_recv;
+    float *fl_mem;                     /* one float per floor handle */
 };
+#define ENGINE_FLOOR_ACTIVE 0x100
 
 /* 1 when device d runs in this process. */
 static inline int engine_local(const struct bsipipe_engine *e, int d)
@@ -102,6 +121,32 @@ static inline void engine_fail(struct bsipipe_engine *e, int rc)
     int none = 0;
     __atomic_compare_exchange_n(&e->failed, &none, rc, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 }
+
+/* Tags of channel ch's rendezvous (see tag_base). */
+static inline unsigned long long engine_send_tag(const struct bsipipe_engine *e, long ch)
+{
+    return e->tag_base + 2ULL * (unsigned long long)ch;
+}
+static inline unsigned long long engine_post_tag(const struct bsipipe_engine *e, long ch)
+{
+    return e->tag_base + 2ULL * (unsigned long long)ch + 1ULL;
+}
+/* The RECV of channel ch has posted (or the transport failed): lets its SEND
+ * go. Exactly once per channel and iteration; later calls do nothing. */
+void engine_post_notify(struct bsipipe_engine *e, long ch);
+/* 1 when a transfer between devices a and b goes through the local
+ * rendezvous (not NCCL, not across ranks): its SEND waits for the post tag. */
+int engine_transfer_tagged(const struct bsipipe_engine *e, int a, int b);
+
+/* Per iteration (engine_watchdog.c): fresh tags and flags before submission;
+ * after a failed submission, every post tag notified (held SENDs drain);
+ * after the iteration's tasks ended, the tags removed. */
+void engine_tags_begin(struct bsipipe_engine *e);
+void engine_tags_abort(struct bsipipe_engine *e);
+void engine_tags_end(struct bsipipe_engine *e);
+/* The watchdog thread of an iteration (held SENDs, see engine_watchdog.c). */
+int engine_watchdog_start(struct bsipipe_engine *e);
+void engine_watchdog_stop(struct bsipipe_engine *e);
 
 /* A codelet's error: say which op failed and why, then fail the iteration. */
 void engine_report(struct bsipipe_engine *e, const op_args_t *a, int rc);
@@ -141,6 +186,12 @@ void engine_buffer_use(struct bsipipe_engine *e, starpu_data_handle_t h, int dry
  * found; run with --devices cpu" when there is none); after it lists the
  * workers (e->workerid, e->gpu) and starts cuBLAS and the nccl transport. */
 int engine_devices_configure(struct bsipipe_engine *e, struct starpu_conf *conf);
+/* Before starpu_init (engine_devices.c): FxT off unless asked, StarPU's
+ * allocation cache on (STARPU_LIMIT_CPU_MEM); user settings win. */
+void engine_starpu_env(void);
+/* Runs init(arg) (starpu_init or starpu_mpi_init_conf), dropping StarPU's
+ * FxT-compiled-in warning when FxT will not trace. Returns init's value. */
+int engine_starpu_init_quiet(int (*init)(void *), void *arg);
 int engine_devices_start(struct bsipipe_engine *e);
 /* Before starpu_shutdown: cuBLAS handles, NCCL communicators. */
 void engine_devices_stop(struct bsipipe_engine *e);

@@ -203,11 +203,15 @@ static int setup_ranks(struct bsipipe_engine *e)
     return 0;
 }
 
+static int init_plain(void *conf) { return starpu_init(conf); }
+static int init_mpi(void *conf) { return starpu_mpi_init_conf(NULL, NULL, 0, MPI_COMM_WORLD, conf); }
+
 int engine_mpi_start(struct bsipipe_engine *e, struct starpu_conf *conf)
 {
     if (!e->mpi)
-        return starpu_init(conf) == 0 ? 0 : bsipipe_error_set(-EIO, "engine: starpu_init failed");
-    if (starpu_mpi_init_conf(NULL, NULL, 0, MPI_COMM_WORLD, conf) != 0)
+        return engine_starpu_init_quiet(init_plain, conf) == 0 ? 0
+                                                                : bsipipe_error_set(-EIO, "engine: starpu_init failed");
+    if (engine_starpu_init_quiet(init_mpi, conf) != 0)
         return bsipipe_error_set(-EIO, "engine: starpu_mpi_init_conf failed on rank %d", e->rank);
     struct engine_mpi *m = e->mpi;
     if (!(m->sumsq = calloc((size_t)e->C, sizeof *m->sumsq)) || !(m->h_sumsq = calloc((size_t)e->C, sizeof *m->h_sumsq)))
@@ -731,10 +735,11 @@ int engine_mpi_setup(struct bsipipe_engine *e)
                                            "(scripts/setup.sh does) or run without --mpi");
     return 0;
 }
+static int init_plain(void *conf) { return starpu_init(conf); }
 int engine_mpi_start(struct bsipipe_engine *e, struct starpu_conf *conf)
 {
     (void)e;
-    return starpu_init(conf) == 0 ? 0 : bsipipe_error_set(-EIO, "engine: starpu_init failed");
+    return engine_starpu_init_quiet(init_plain, conf) == 0 ? 0 : bsipipe_error_set(-EIO, "engine: starpu_init failed");
 }
 void engine_mpi_shutdown(struct bsipipe_engine *e) { (void)e; starpu_shutdown(); }
 int engine_mpi_submit_op(struct bsipipe_engine *e, int d, int i, int dry_run) { (void)e; (void)d; (void)i; (void)dry_run; return 0; }

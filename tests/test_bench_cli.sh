@@ -40,6 +40,19 @@ if command -v python3 >/dev/null 2>&1; then
         fail "SVG does not parse"; fi
 fi
 
+# --overhead: the floor and the engine side by side, every row printed, both tables; the
+# engine's SENDs do not wait on workers (the transport's count is 0), the old blocking ones
+# are a row of their own. Nothing is asserted on the times.
+expect 2 "--overhead runs alone" --overhead --preset devices
+"$bench" --overhead --layers 4 --hidden 32 --heads 2 --seq 32 --w 2 --m 4 --reps 1 --iters 1 \
+    --device-tflops 0.01 >"$tmp/out" 2>&1 || fail "--overhead: $(tail -3 "$tmp/out")"
+for row in "StarPU floor" "+ StarPU task profiling" "+ per-iteration buffers" "engine (--emulate)" \
+    "engine, old blocking SEND"; do
+    if [ "$(grep -cF "| $row" "$tmp/out")" -eq 2 ]; then ok; else fail "--overhead: row '$row' not in both tables"; fi
+done
+if grep -E '^\| engine \(--emulate\)' "$tmp/out" | awk -F'|' '{ if ($13 + 0 != 0) bad = 1 } END { exit bad }'; then ok; else
+    fail "--overhead: the engine's SENDs waited on workers"; fi
+
 # A schedule whose rules m breaks is skipped with the planner's sentence; the run goes on.
 expect 0 "skipping 1f1b-i" --emulate $tiny --w 4 --m 6 --layers 8 --schedules 1f1b,1f1b-i
 if grep -qE '^\| 1f1b \| .* emulated \| [0-9]+ \(' "$tmp/out" && grep -q "EMULATED" "$tmp/out"; then ok; else
