@@ -7,7 +7,7 @@
 
 static const char *const schedule_names[BSIPIPE_SCHED_COUNT] = {
     "gpipe", "1f1b", "1f1b-i", "zb-h1", "chimera",
-    "terapipe", "seq1f1b", "seq1f1b-i", "bsipipe",
+    "terapipe", "seq1f1b", "seq1f1b-i", "bsipipe", "bitpipe",
 };
 
 const char *bsipipe_schedule_kind_name(bsipipe_schedule_kind_t kind)
@@ -36,7 +36,7 @@ int bsipipe_schedule_kind_parse(const char *name, bsipipe_schedule_kind_t *kind)
         }
     return bsipipe_error_set(-EINVAL,
         "unknown schedule '%s'; valid: gpipe, 1f1b, 1f1b-i, zb-h1, chimera, terapipe, "
-        "seq1f1b, seq1f1b-i, bsipipe", name ? name : "(null)");
+        "seq1f1b, seq1f1b-i, bsipipe, bitpipe", name ? name : "(null)");
 }
 
 bsipipe_schedule_traits_t bsipipe_schedule_kind_traits(bsipipe_schedule_kind_t kind)
@@ -51,6 +51,7 @@ bsipipe_schedule_traits_t bsipipe_schedule_kind_traits(bsipipe_schedule_kind_t k
     case BSIPIPE_SCHED_SEQ1F1B_I: t.sequence_level = 1; t.interleaved = 1; break;
     case BSIPIPE_SCHED_BSIPIPE:
         t.sequence_level = 1; t.interleaved = 1; t.bidirectional = 1; break;
+    case BSIPIPE_SCHED_BITPIPE: t.interleaved = 1; t.bidirectional = 1; break;
     default: break;
     }
     return t;
@@ -137,8 +138,8 @@ int bsipipe_parallel_config_validate(const bsipipe_parallel_config_t *pc, const 
     RULE(t.sequence_level || pc->k == 1,
          "%s schedules whole micro-batches: k must be 1 (got k=%d); use terapipe, seq1f1b, "
          "seq1f1b-i or bsipipe to split sequences", name, pc->k);
-    if (pc->schedule == BSIPIPE_SCHED_BSIPIPE) {
-        RULE(pc->p == 2, "bsipipe uses the V-shaped layout: p must be 2 (got p=%d)", pc->p);
+    if (pc->schedule == BSIPIPE_SCHED_BSIPIPE || pc->schedule == BSIPIPE_SCHED_BITPIPE) {
+        RULE(pc->p == 2, "%s uses the V-shaped layout: p must be 2 (got p=%d)", name, pc->p);
     } else if (t.interleaved) {
         RULE(pc->p >= 2, "%s interleaves chunks: p must be >= 2 (got p=%d; p=1 is %s)", name, pc->p,
              pc->schedule == BSIPIPE_SCHED_1F1B_I ? "1f1b" : "seq1f1b");
@@ -161,6 +162,13 @@ int bsipipe_parallel_config_validate(const bsipipe_parallel_config_t *pc, const 
              "bsipipe needs N_s = m*k a multiple of a basic unit k*w = %d with m even (got N_s=%d, "
              "m=%d); nearest valid m: %d or %d", pc->k * pc->w, ns, pc->m,
              mult_below(ns, unit) / pc->k, mult_above(ns, unit) / pc->k);
+    }
+    if (pc->schedule == BSIPIPE_SCHED_BITPIPE) {
+        RULE(pc->w % 2 == 0, "bitpipe splits each basic unit of w micro-batches evenly between its two pipes: "
+             "w must be even (got w=%d); nearest valid w: %d or %d", pc->w, pc->w - 1, pc->w + 1);
+        RULE(pc->m % pc->w == 0, "bitpipe runs basic units of w=%d micro-batches: m must be a multiple of w "
+             "(got m=%d); nearest valid m: %d or %d", pc->w, pc->m, mult_below(pc->m, pc->w),
+             mult_above(pc->m, pc->w));
     }
     if (pc->nodes > 0) {
         int devices = pc->w * pc->tp;

@@ -23,11 +23,12 @@ typedef enum bsipipe_schedule_kind {
     BSIPIPE_SCHED_SEQ1F1B,    /* 1F1B at subsequence level */
     BSIPIPE_SCHED_SEQ1F1B_I,  /* interleaved Seq1F1B */
     BSIPIPE_SCHED_BSIPIPE,    /* two opposing V-shaped pipelines at subsequence level */
+    BSIPIPE_SCHED_BITPIPE,    /* two opposing V-shaped pipelines, micro-batch level (BitPipe) */
     BSIPIPE_SCHED_COUNT
 } bsipipe_schedule_kind_t;
 
 /* Canonical lower-case names: gpipe 1f1b 1f1b-i zb-h1 chimera terapipe
- * seq1f1b seq1f1b-i bsipipe. */
+ * seq1f1b seq1f1b-i bsipipe bitpipe. */
 const char *bsipipe_schedule_kind_name(bsipipe_schedule_kind_t kind);
 /* Parses a name (case-insensitive, '_' accepted for '-'); -EINVAL if unknown. */
 int bsipipe_schedule_kind_parse(const char *name, bsipipe_schedule_kind_t *kind);

@@ -4,6 +4,7 @@
 #include "graph/schedule_internal.h"
 #include "graph/bsipipe_error.h"
 #include "graph/bsipipe_partition.h"
+#include "graph/bsipipe_sim.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,7 +106,7 @@ static void place_chunks(bsipipe_schedule_t *s)
     int w = s->pc.w, C = s->n_chunks;
     for (int c = 0; c < C; c++) {
         int down;
-        if (s->pc.schedule == BSIPIPE_SCHED_BSIPIPE)
+        if (s->pc.schedule == BSIPIPE_SCHED_BSIPIPE || s->pc.schedule == BSIPIPE_SCHED_BITPIPE)
             down = c < w ? c : 2 * w - 1 - c;      /* V-shape */
         else
             down = c % w;                          /* sequential (p=1) or interleaved */
@@ -156,6 +157,61 @@ void bsipipe_schedule_destroy(bsipipe_schedule_t *s)
     free(s);
 }
 
+/* Compute makespan of the current op lists under unit costs, or -1. */
+static double unit_makespan(const bsipipe_schedule_t *s, double *end)
+{
+    bsipipe_cost_model_t unit = bsipipe_cost_model_unit();
+    if (schedule_compute_timeline(s, &unit, end) < 0)
+        return -1;
+    double m = 0;
+    for (long i = 0; i < compute_index_count(s); i++)
+        if (end[i] > m)
+            m = end[i];
+    return m;
+}
+
+/* BSIPipe's constructed order: the list schedule of gen_greedy.c; at k = 1
+ * with even w (BitPipe's setting) also BitPipe's order, keeping the shorter
+ * under unit costs (both hold one basic unit of activations). */
+static int generate_bsipipe(bsipipe_schedule_t *s)
+{
+    int rc = generate_greedy(s);
+    if (rc < 0 || s->pc.k != 1 || s->pc.w % 2 || s->pc.m % s->pc.w)
+        return rc;
+    /* The BitPipe order goes into a second set of op lists over the same
+     * placement; the shorter set is kept. */
+    int W = s->n_devices;
+    bsipipe_schedule_t alt = *s;
+    alt.ops = calloc((size_t)W, sizeof *alt.ops);
+    alt.n_ops = calloc((size_t)W, sizeof(int));
+    alt.cap_ops = calloc((size_t)W, sizeof(int));
+    double *end = malloc(sizeof(double) * (size_t)compute_index_count(s));
+    if (!alt.ops || !alt.n_ops || !alt.cap_ops || !end)
+        rc = bsipipe_error_set(-ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = generate_bitpipe(&alt);
+    if (rc == 0) {
+        double greedy = unit_makespan(s, end), bitpipe = unit_makespan(&alt, end);
+        if (bitpipe >= 0 && (greedy < 0 || bitpipe < greedy)) {
+            bsipipe_op_t **ops = s->ops;
+            int *n = s->n_ops, *cap = s->cap_ops;
+            s->ops = alt.ops;
+            s->n_ops = alt.n_ops;
+            s->cap_ops = alt.cap_ops;
+            alt.ops = ops;
+            alt.n_ops = n;
+            alt.cap_ops = cap;
+        }
+    }
+    for (int d = 0; alt.ops && d < W; d++)
+        free(alt.ops[d]);
+    free(alt.ops);
+    free(alt.n_ops);
+    free(alt.cap_ops);
+    free(end);
+    return rc;
+}
+
 /* Ops per iteration must stay addressable by int per device. */
 enum { MAX_COMPUTE_OPS = 1 << 26 };
 
@@ -200,7 +256,9 @@ int bsipipe_schedule_create(const bsipipe_parallel_config_t *pc, const bsipipe_m
              ? bsipipe_partition_even(s->dims.seq_len, pc->k, pc->tp, s->sub_starts)
              : bsipipe_partition_balanced(&s->dims, pc->k, pc->tp, s->sub_starts);
     if (rc == 0)
-        rc = pc->schedule == BSIPIPE_SCHED_BSIPIPE ? generate_greedy(s) : generate_fixed(s);
+        rc = pc->schedule == BSIPIPE_SCHED_BSIPIPE   ? generate_bsipipe(s)
+             : pc->schedule == BSIPIPE_SCHED_BITPIPE ? generate_bitpipe(s)
+                                                     : generate_fixed(s);
     /* The baselines stay exactly as their references build them. */
     if (rc == 0 && pc->schedule == BSIPIPE_SCHED_BSIPIPE && pc->optimise)
         rc = schedule_optimise(s, NULL, 0, NULL);

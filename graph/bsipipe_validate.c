@@ -156,6 +156,10 @@ double bsipipe_bubble_closed_form(const bsipipe_parallel_config_t *pc)
         return (w - 1) / (pc->p * ns + w - 1);
     case BSIPIPE_SCHED_ZB_H1: case BSIPIPE_SCHED_BSIPIPE:
         return (w - 1) / (3 * ns + w - 1);
+    case BSIPIPE_SCHED_BITPIPE: { /* unit costs: 2(w-2) idle in one unit, w-2 more per further unit */
+        double idle = (pc->m / pc->w + 1) * (w - 2);
+        return idle / (6 * ns + idle);
+    }
     case BSIPIPE_SCHED_CHIMERA:
         /* F = B, m >= w; odd w: the middle device is the same stage of both
          * pipes, so it starts and drains (w-1)/2 late (docs/schedules.md). */

@@ -48,6 +48,7 @@ static inline int schedule_mb_pipe(const bsipipe_schedule_t *s, int mb)
 /* Compute-order generators: fill the per-device lists with F/B/W ops. */
 int generate_fixed(bsipipe_schedule_t *s);  /* every schedule but bsipipe */
 int generate_greedy(bsipipe_schedule_t *s); /* bsipipe */
+int generate_bitpipe(bsipipe_schedule_t *s); /* bitpipe; bsipipe at k = 1 when shorter */
 
 /* Inserts SEND/RECV ops for every cross-device dependency, ordered per
  * s->pc.comm from the timeline of the compute ops under `cost` (NULL: unit
@@ -57,7 +58,7 @@ int comm_insert(bsipipe_schedule_t *s, const struct bsipipe_cost_model *cost);
 
 /* End time of every compute op (by compute index; -1 for absent ops) when
  * each device runs its compute ops in list order as early as their inputs
- * allow under `cost`. BSIPIPE_EDEPEND if the order cannot finish. */
+ * allow under `cost` (not NULL). BSIPIPE_EDEPEND if the order cannot finish. */
 int schedule_compute_timeline(const bsipipe_schedule_t *s, const struct bsipipe_cost_model *cost, double *end);
 
 /* The optimising pass (opt_justify.c) over the compute ops of s: reorders

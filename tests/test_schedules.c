@@ -138,6 +138,15 @@ int main(void)
                     CHECK(r.peak_max <= 2 * pc.k * w, "bsipipe w=%d N_s=%d: peak %d above one basic unit (%d)", w,
                           pc.m * pc.k, r.peak_max, 2 * pc.k * w);
                     CHECK(r.param_max == 2.0, "bsipipe holds 2 M_theta per device (got %g)", r.param_max);
+                } else if (kind == BSIPIPE_SCHED_BITPIPE) {
+                    /* Micro-batch level (k = 1): its closed form under unit
+                     * costs, two replicas, and one basic unit of memory. */
+                    CHECK(fabs(r.bubble - closed) < 1e-9, "bitpipe w=%d m=%d: bubble %.9f, closed form %.9f", w,
+                          pc.m, r.bubble, closed);
+                    CHECK(r.param_max == 2.0, "bitpipe holds 2 M_theta per device (got %g)", r.param_max);
+                    CHECK(r.peak_max <= 2 * w, "bitpipe w=%d m=%d: peak %d above one basic unit (%d)", w, pc.m,
+                          r.peak_max, 2 * w);
+                    if (r.bubble < best_other) best_other = r.bubble;
                 } else if (kind == BSIPIPE_SCHED_CHIMERA) {
                     /* Chimera's closed form holds when F = B. */
                     run_t eq;
