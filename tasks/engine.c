@@ -169,6 +169,8 @@ void bsipipe_engine_destroy(bsipipe_engine_t *e)
     free(e->order_device); free(e->order_index);
     bsipipe_transport_destroy(e->transport);
     engine_devices_stop(e);
+    if (e->no_poll)
+        engine_starpu_poll_set(0); /* after starpu_shutdown below nothing polls; a later engine decides anew */
     if (e->started)
         engine_mpi_shutdown(e);
     engine_mpi_free(e);
@@ -449,6 +451,7 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
     rc = engine_devices_configure(e, &conf); /* CPU or CUDA workers */
     setenv("STARPU_WORKERS_NOBIND", "1", 0); /* more devices than cores is the normal case here */
     engine_starpu_env(); /* FxT off unless asked; StarPU's allocation cache on */
+    e->no_poll = engine_starpu_poll_set(!e->mpi && e->o.devices == BSIPIPE_DEVICES_CPU);
     if (rc >= 0)
         rc = bsipipe_policy_configure(&conf, e->o.policy);
     /* A rank may fail here alone (no GPU on its node, too few GPUs): all stop. */
@@ -941,6 +944,8 @@ int bsipipe_engine_floor_iteration(bsipipe_engine_t *e, int flags, bsipipe_engin
     }
     engine_tags_begin(e);
     overhead_begin(e);
+    if (flags & BSIPIPE_FLOOR_STARPU_POLL)
+        engine_starpu_poll_set(0);
     e->floor_flags = flags | ENGINE_FLOOR_ACTIVE;
     double t0 = starpu_timing_now();
     for (long j = 0; fresh && j < e->n_order && rc == 0; j++)
@@ -964,6 +969,8 @@ int bsipipe_engine_floor_iteration(bsipipe_engine_t *e, int flags, bsipipe_engin
         release_iteration(e, 1);
     starpu_task_wait_for_all();
     double t1 = starpu_timing_now();
+    if (flags & BSIPIPE_FLOOR_STARPU_POLL)
+        engine_starpu_poll_set(!e->mpi && e->o.devices == BSIPIPE_DEVICES_CPU);
     e->floor_flags = 0;
     engine_tags_end(e);
     overhead_end(e, t0, t_sub, t1);
