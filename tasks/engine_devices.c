@@ -83,7 +83,7 @@ static int wants_nccl(const struct bsipipe_engine *e)
  * defines the function, and StarPU's own calls go through the PLT to it
  * (libbsipipe comes before libstarpu in the lookup order). Otherwise, and
  * with BSIPIPE_STARPU_POLL=1, StarPU's own answer (RTLD_NEXT). The proper
- * fix is in StarPU: scripts/starpu-patches/0005-no-last-worker-poll.patch
+ * fix is in StarPU: scripts/starpu-patches-proposed/0005-no-last-worker-poll.patch
  * (STARPU_NO_LAST_WORKER_POLL=1, which this also sets; not yet in the
  * prebuilt StarPU of .deps). */
 struct _starpu_worker;
