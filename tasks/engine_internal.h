@@ -58,6 +58,7 @@ struct bsipipe_engine {
         starpu_data_handle_t *slot;    /* where the handle is kept; NULL once unregistered */
     } *uses;
     long n_uses;
+    long *use_counts;                  /* per use slot: uses per iteration (the first iteration's dry run) */
     /* Live activation bytes per device, as the planner counts them (stash from
      * forward start to backward end, KV cache and its gradient per micro-batch
      * and chunk), and their peak over the iteration. */
