@@ -151,7 +151,9 @@ int bsipipe_engine_last_overhead(const bsipipe_engine_t *e, bsipipe_engine_overh
  * per-task callback), FRESH (the engine's per-iteration buffers, registered
  * without memory, allocated by StarPU at their first write and unregistered
  * after their last use), EMULATE (F/B/W hold their worker for the emulated
- * device time, as --emulate does). CPU devices in one process only
+ * device time, as --emulate does), STARPU_POLL (StarPU's last awake worker
+ * polls for this iteration, as StarPU 1.3 does unless the engine stops it:
+ * the floor as StarPU ships it). CPU devices in one process only
  * (-ENOTSUP otherwise). Fills *out like bsipipe_engine_last_overhead. The
  * records (bsipipe_engine_records) are then the floor's, with PROFILE. */
 /* The transport's old way, for comparison (bsipipe-bench --overhead): with
@@ -159,7 +161,8 @@ int bsipipe_engine_last_overhead(const bsipipe_engine_t *e, bsipipe_engine_overh
  * bsipipe_transport_send, until its receive is posted; 0 (the default): it
  * is released only once the receive is posted. -EINVAL for no engine. */
 int bsipipe_engine_set_blocking_send(bsipipe_engine_t *e, int on);
-enum { BSIPIPE_FLOOR_PROFILE = 1, BSIPIPE_FLOOR_FRESH = 2, BSIPIPE_FLOOR_EMULATE = 4 };
+enum { BSIPIPE_FLOOR_PROFILE = 1, BSIPIPE_FLOOR_FRESH = 2, BSIPIPE_FLOOR_EMULATE = 4,
+       BSIPIPE_FLOOR_STARPU_POLL = 8 /* StarPU's last awake worker polls, as StarPU 1.3 ships (engine_devices.c) */ };
 int bsipipe_engine_floor_iteration(bsipipe_engine_t *e, int flags, bsipipe_engine_overhead_t *out);
 
 /* Seconds each device spent in F, B and W tasks in the last iteration

@@ -147,7 +147,7 @@ void bsipipe_engine_destroy(bsipipe_engine_t *e)
     free(e->h_x_out); free(e->h_stash); free(e->h_dx); free(e->h_dy); free(e->h_kv); free(e->h_dkv);
     floor_free(e);
     free(e->post_notified); free(e->send_tagged);
-    free(e->h_recv); free(e->uses); free(e->live_bytes); free(e->peak_bytes);
+    free(e->h_recv); free(e->uses); free(e->use_counts); free(e->live_bytes); free(e->peak_bytes);
     free(e->tokens); free(e->targets); free(e->h_tokens); free(e->h_targets);
     free(e->loss); free(e->h_loss);
     for (int d = 0; e->args && d < e->W; d++) {
@@ -169,6 +169,8 @@ void bsipipe_engine_destroy(bsipipe_engine_t *e)
     free(e->order_device); free(e->order_index);
     bsipipe_transport_destroy(e->transport);
     engine_devices_stop(e);
+    if (e->no_poll)
+        engine_starpu_poll_set(0); /* after starpu_shutdown below nothing polls; a later engine decides anew */
     if (e->started)
         engine_mpi_shutdown(e);
     engine_mpi_free(e);
@@ -449,6 +451,7 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
     rc = engine_devices_configure(e, &conf); /* CPU or CUDA workers */
     setenv("STARPU_WORKERS_NOBIND", "1", 0); /* more devices than cores is the normal case here */
     engine_starpu_env(); /* FxT off unless asked; StarPU's allocation cache on */
+    e->no_poll = engine_starpu_poll_set(!e->mpi && e->o.devices == BSIPIPE_DEVICES_CPU);
     if (rc >= 0)
         rc = bsipipe_policy_configure(&conf, e->o.policy);
     /* A rank may fail here alone (no GPU on its node, too few GPUs): all stop. */
@@ -524,10 +527,12 @@ static void register_iteration(bsipipe_engine_t *e)
     do {                                                                          \
         (h) = NULL;                                                               \
         if (n) {                                                                  \
-            starpu_vector_data_register(&(h), -1, 0, (n), sizeof(float));         \
             e->uses[u].left = 0;                                                  \
             e->uses[u].slot = &(h);                                               \
-            starpu_data_set_user_data((h), &e->uses[u]);                          \
+            if (!e->use_counts || e->use_counts[u] > 0) { /* unused: not at all */ \
+                starpu_vector_data_register(&(h), -1, 0, (n), sizeof(float));     \
+                starpu_data_set_user_data((h), &e->uses[u]);                      \
+            }                                                                     \
             u++;                                                                  \
         }                                                                         \
     } while (0)
@@ -818,6 +823,25 @@ static int set_vector(starpu_data_handle_t h, const void *src, size_t bytes)
     return 0;
 }
 
+/* The uses of every per-iteration buffer: the dry run of the plan (which
+ * also checks that every op finds its buffers) at the first iteration; the
+ * plan does not change, so later iterations take the counts it left. */
+static int count_uses(bsipipe_engine_t *e, int step)
+{
+    if (e->use_counts) {
+        for (long u = 0; u < e->n_uses; u++)
+            e->uses[u].left = e->use_counts[u];
+        return 0;
+    }
+    int rc = 0;
+    for (long j = 0; j < e->n_order && rc == 0; j++)
+        rc = submit_op(e, e->order_device[j], e->order_index[j], step, 1);
+    if (rc == 0 && ALLOC(e->use_counts, e->n_uses))
+        for (long u = 0; u < e->n_uses; u++)
+            e->use_counts[u] = e->uses[u].left;
+    return rc;
+}
+
 static void overhead_begin(bsipipe_engine_t *e)
 {
     memset(&e->ovh, 0, sizeof e->ovh);
@@ -941,10 +965,12 @@ int bsipipe_engine_floor_iteration(bsipipe_engine_t *e, int flags, bsipipe_engin
     }
     engine_tags_begin(e);
     overhead_begin(e);
+    if (flags & BSIPIPE_FLOOR_STARPU_POLL)
+        engine_starpu_poll_set(0);
     e->floor_flags = flags | ENGINE_FLOOR_ACTIVE;
     double t0 = starpu_timing_now();
-    for (long j = 0; fresh && j < e->n_order && rc == 0; j++)
-        rc = submit_op(e, e->order_device[j], e->order_index[j], 0, 1);
+    if (fresh)
+        rc = count_uses(e, 0);
     if (fresh && rc == 0)
         release_iteration(e, 0);
     for (long j = 0; j < e->n_order && rc == 0; j++) {
@@ -964,6 +990,8 @@ int bsipipe_engine_floor_iteration(bsipipe_engine_t *e, int flags, bsipipe_engin
         release_iteration(e, 1);
     starpu_task_wait_for_all();
     double t1 = starpu_timing_now();
+    if (flags & BSIPIPE_FLOOR_STARPU_POLL)
+        engine_starpu_poll_set(!e->mpi && e->o.devices == BSIPIPE_DEVICES_CPU);
     e->floor_flags = 0;
     engine_tags_end(e);
     overhead_end(e, t0, t_sub, t1);
@@ -1016,8 +1044,7 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
     /* A half-submitted plan could leave an in-order worker waiting for a slot
      * that never comes: check every op before submitting any (on every rank:
      * they all go on, or all stop). */
-    for (long j = 0; j < e->n_order && rc == 0; j++)
-        rc = submit_op(e, e->order_device[j], e->order_index[j], step, 1);
+    rc = count_uses(e, step);
     if ((rc = engine_mpi_agree(e, rc)) < 0) {
         release_iteration(e, 1);
         starpu_task_wait_for_all();

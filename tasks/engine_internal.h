@@ -58,6 +58,7 @@ struct bsipipe_engine {
         starpu_data_handle_t *slot;    /* where the handle is kept; NULL once unregistered */
     } *uses;
     long n_uses;
+    long *use_counts;                  /* per use slot: uses per iteration (the first iteration's dry run) */
     /* Live activation bytes per device, as the planner counts them (stash from
      * forward start to backward end, KV cache and its gradient per micro-batch
      * and chunk), and their peak over the iteration. */
@@ -101,6 +102,7 @@ struct bsipipe_engine {
     struct engine_watchdog *wd;        /* the iteration's watchdog thread (engine.c) */
     /* Overhead measurement (bsipipe_engine_last_overhead, _floor_iteration). */
     bsipipe_engine_overhead_t ovh;
+    int no_poll;                       /* StarPU's last awake worker does not poll (engine_starpu_poll_set) */
     int blocking_send;                 /* bsipipe_engine_set_blocking_send */
     int floor_flags;                   /* nonzero (with FLOOR_ACTIVE) during a floor iteration */
     struct starpu_task **floor_recv;   /* per channel: the floor RECV task its SEND releases */
@@ -189,6 +191,10 @@ int engine_devices_configure(struct bsipipe_engine *e, struct starpu_conf *conf)
 /* Before starpu_init (engine_devices.c): FxT off unless asked, StarPU's
  * allocation cache on (STARPU_LIMIT_CPU_MEM); user settings win. */
 void engine_starpu_env(void);
+/* StarPU's last awake worker polls unless this turns it off (cpu_only: CPU
+ * devices in one process; BSIPIPE_STARPU_POLL=1 keeps the poll); 0 restores
+ * StarPU's behaviour. Returns 1 when the poll is off. engine_devices.c. */
+int engine_starpu_poll_set(int cpu_only);
 /* Runs init(arg) (starpu_init or starpu_mpi_init_conf), dropping StarPU's
  * FxT-compiled-in warning when FxT will not trace. Returns init's value. */
 int engine_starpu_init_quiet(int (*init)(void *), void *arg);
