@@ -28,7 +28,7 @@ static void usage(FILE *out)
 "memory per device, speedup against Seq1F1B and Seq1F1B-I, runtime overhead.\n\n"
 "Runs:\n"
 "  --schedules LIST  comma-separated: gpipe 1f1b 1f1b-i zb-h1 chimera terapipe\n"
-"                    seq1f1b seq1f1b-i bsipipe (default: all nine)\n"
+"                    seq1f1b seq1f1b-i bsipipe bitpipe (default: all ten)\n"
 "  --reps N          repetitions (default 3); each creates every engine anew\n"
 "  --warmup N        untimed iterations per engine (default 1)\n"
 "  --iters N         timed iterations per engine (default 1)\n"

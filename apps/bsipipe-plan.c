@@ -21,7 +21,7 @@ static void usage(FILE *out)
 "Plans pipeline schedules, simulates them and compares them side by side.\n\n"
 "Schedule:\n"
 "  --schedule NAME    gpipe 1f1b 1f1b-i zb-h1 chimera terapipe seq1f1b seq1f1b-i\n"
-"                     bsipipe, or 'all' (default: all)\n"
+"                     bsipipe bitpipe, or 'all' (default: all)\n"
 "  --w N  --p N  --k N  --m N  --tp N\n"
 "                     pipeline depth, chunks per device (interleaved schedules;\n"
 "                     others use 1), subsequences (sequence-level schedules;\n"

@@ -23,7 +23,7 @@ static void usage(FILE *out)
 "Trains a transformer with a pipeline schedule; every forward, backward,\n"
 "transfer, sync and step is a StarPU task.\n\n"
 "  --schedule NAME   gpipe 1f1b 1f1b-i zb-h1 chimera terapipe seq1f1b seq1f1b-i\n"
-"                    bsipipe (default bsipipe)\n"
+"                    bsipipe bitpipe (default bsipipe)\n"
 "  --policy NAME     bsipipe (in-order, default; env BSIPIPE_POLICY) or a StarPU\n"
 "                    policy: eager lws dmda prio ws random ...\n"
 "  --w N --p N --k N --m N   devices, chunks per device, subsequences, micro-batches\n"

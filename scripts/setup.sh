@@ -179,7 +179,7 @@ fi
 # ---- end of CUDA part ------------------------------------------------------------------------
 
 starpu_patches_sig() {
-    if [ "$STARPU_CUDA" = 1 ] && [ -d "$STARPU_PATCH_DIR" ]; then
+    if [ -d "$STARPU_PATCH_DIR" ]; then
         cat "$STARPU_PATCH_DIR"/*.patch 2>/dev/null | md5sum | cut -d' ' -f1
     else
         echo none
@@ -209,13 +209,15 @@ else
         *) die "bookworm's starpu source is '$src_ver', expected $STARPU_VERSION" ;;
     esac
     srcdir="$STARPU_SRC_ROOT/starpu-$STARPU_VERSION+dfsg"
-    if [ ! -f "$srcdir/configure" ] || [ "$STARPU_CUDA" = 1 ]; then
+    # Patches (scripts/starpu-patches: CUDA 13 fixes, several CUDA workers per GPU, an idle
+    # worker that may sleep) go onto a freshly unpacked tree every build.
+    if [ ! -f "$srcdir/configure" ] || [ -d "$STARPU_PATCH_DIR" ]; then
         rm -rf "$STARPU_SRC_ROOT"/starpu-* "$STARPU_SRC_ROOT"/starpu_*
         (cd "$STARPU_SRC_ROOT" && run_logged starpu-source \
             apt-get "${APT_OPTS[@]}" source "starpu=$src_ver")
         srcdir=$(find "$STARPU_SRC_ROOT" -mindepth 1 -maxdepth 1 -type d -name 'starpu-*' | head -n1)
         [ -n "$srcdir" ] && [ -f "$srcdir/configure" ] || die "unpacked StarPU source has no configure"
-        if [ "$STARPU_CUDA" = 1 ] && [ -d "$STARPU_PATCH_DIR" ]; then
+        if [ -d "$STARPU_PATCH_DIR" ]; then
             for p in "$STARPU_PATCH_DIR"/*.patch; do
                 [ -e "$p" ] || continue
                 msg "   applying ${p#$ROOT/}"

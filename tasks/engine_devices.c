@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <dlfcn.h>
 
 #ifdef BSIPIPE_HAVE_CUDA
 #include <starpu_cublas_v2.h>
@@ -79,47 +78,20 @@ static int wants_nccl(const struct bsipipe_engine *e)
  * poller shared a core with the worker that had work. With CPU workers in
  * one process nothing needs the poll (a worker does not block while data
  * requests are pending, _starpu_worker_can_block; a push wakes its worker),
- * so the engine answers "not the last" for the StarPU it runs: libbsipipe
- * defines the function, and StarPU's own calls go through the PLT to it
- * (libbsipipe comes before libstarpu in the lookup order). Otherwise, and
- * with BSIPIPE_STARPU_POLL=1, StarPU's own answer (RTLD_NEXT). The proper
- * fix is in StarPU: scripts/starpu-patches-proposed/0005-no-last-worker-poll.patch
- * (STARPU_NO_LAST_WORKER_POLL=1, which this also sets; not yet in the
- * prebuilt StarPU of .deps). */
-struct _starpu_worker;
-unsigned _starpu_sched_ctx_last_worker_awake(struct _starpu_worker *worker);
-static int engine_no_poll;
-
-unsigned _starpu_sched_ctx_last_worker_awake(struct _starpu_worker *worker)
-{
-    static unsigned (*next)(struct _starpu_worker *);
-    if (__atomic_load_n(&engine_no_poll, __ATOMIC_RELAXED))
-        return 0;
-    if (!next) {
-        void *sym = dlsym(RTLD_NEXT, "_starpu_sched_ctx_last_worker_awake");
-        if (!sym)
-            return 1;
-        memcpy(&next, &sym, sizeof next);
-    }
-    return next(worker);
-}
-
+ * so the engine lets every idle worker sleep: StarPU is built with
+ * scripts/starpu-patches/0005-no-last-worker-poll.patch, which reads
+ * STARPU_NO_LAST_WORKER_POLL=1 each time a worker idles; the engine sets it
+ * for CPU devices in one process and clears it otherwise (CUDA workers and
+ * StarPU-MPI's progress need the poll). BSIPIPE_STARPU_POLL=1 keeps
+ * StarPU's poll. Returns 1 when the poll is off. */
 int engine_starpu_poll_set(int cpu_only)
 {
     const char *env = getenv("BSIPIPE_STARPU_POLL");
     int off = cpu_only && !(env && atoi(env) == 1);
-    void *sym = dlsym(RTLD_DEFAULT, "_starpu_sched_ctx_last_worker_awake");
-    unsigned (*mine)(struct _starpu_worker *) = _starpu_sched_ctx_last_worker_awake;
-    void *mine_p;
-    memcpy(&mine_p, &mine, sizeof mine_p);
-    /* A StarPU with patch 0005 reads this itself (every time a worker idles). */
-    if (cpu_only && off)
+    if (off)
         setenv("STARPU_NO_LAST_WORKER_POLL", "1", 1);
-    else if (!cpu_only || (env && atoi(env) == 1))
+    else
         unsetenv("STARPU_NO_LAST_WORKER_POLL");
-    if (sym != mine_p)
-        return 0; /* StarPU resolves it to its own: only the patch can switch it */
-    __atomic_store_n(&engine_no_poll, off, __ATOMIC_RELAXED);
     return off;
 }
 

@@ -29,5 +29,6 @@ EXTRA_DIST += scripts/device-bundle.sh
 EXTRA_DIST += scripts/device-check.sh docs/cuda.md scripts/starpu-patches/0001-computemode.patch \
 	scripts/starpu-patches/0002-cublas-v2-header.patch \
 	scripts/starpu-patches/0003-no-legacy-cublas.patch \
-	scripts/starpu-patches/0004-nworker-per-cuda-blocking.patch
+	scripts/starpu-patches/0004-nworker-per-cuda-blocking.patch \
+	scripts/starpu-patches/0005-no-last-worker-poll.patch
 noinst_HEADERS += tests/cuda_check.h
