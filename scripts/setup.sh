@@ -68,6 +68,7 @@ PACKAGES=(
     libfxt-dev
     dpkg-dev
     python3 valgrind
+    pajeng  # pj_dump: tests/test_trace.sh reads every traced run's paje.trace with it
     # StarPU build dependencies (the subset our configuration uses)
     libnuma-dev
     ca-certificates

@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -200,9 +201,70 @@ static void find_tool(char *out, size_t len)
     snprintf(out, len, "starpu_fxt_tool");
 }
 
-/* Rewrites the colour of every task state of paje.trace ("WS" entity values)
- * from the task's name; StarPU's own states keep theirs. */
-static int recolour_paje(const char *dir)
+/* The task names of paje.trace: StarPU 1.3 defines one entity value of type
+ * "WS" per task name (id, alias, WS, name, colour; tab-separated) and then
+ * writes those names bare in its events. Ours ("F down mb0 s0 c0") hold
+ * spaces, which Paje readers (pj_dump, ViTE, starpu_paje_state_stats) take
+ * for separators; StarPU's own bare blanks are separators too, so only
+ * these names are quoted. */
+typedef struct paje_names {
+    char **v;
+    size_t n, cap;
+} paje_names_t;
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Splits a line (newline stripped) at tabs into at most max fields. */
+static int split_tabs(char *line, char **f, int max)
+{
+    int nf = 1;
+    f[0] = line;
+    for (char *p = line; *p && nf < max; p++)
+        if (*p == '\t') {
+            *p = '\0';
+            f[nf++] = p + 1;
+        }
+    return nf;
+}
+
+/* A field to quote: one of the names, or a name with StarPU's "_<context>"
+ * suffix (the aliases of per-context values). */
+static int paje_is_name(const paje_names_t *names, const char *v)
+{
+    if (!strchr(v, ' ') || strchr(v, '"'))
+        return 0;
+    if (bsearch(&v, names->v, names->n, sizeof *names->v, cmp_str))
+        return 1;
+    const char *u = strrchr(v, '_');
+    if (!u || !u[1] || strspn(u + 1, "0123456789") != strlen(u + 1))
+        return 0;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%.*s", (int)(u - v), v);
+    const char *k = buf;
+    return bsearch(&k, names->v, names->n, sizeof *names->v, cmp_str) != NULL;
+}
+
+/* One event line of paje.trace, for sorting by time (definitions: -inf). */
+typedef struct paje_event {
+    double key;
+    size_t index;
+    char *text;
+} paje_event_t;
+
+static int cmp_paje_event(const void *a, const void *b)
+{
+    const paje_event_t *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+/* Rewrites paje.trace: every task name quoted (above), events in time
+ * order, and the colour of every task state from the task's name; StarPU's
+ * own states keep theirs. */
+static int rewrite_paje(const char *dir)
 {
     char path[4096], tmp[4200];
     snprintf(path, sizeof path, "%s/paje.trace", dir);
@@ -212,48 +274,122 @@ static int recolour_paje(const char *dir)
         int err = errno;
         return bsipipe_error_set(-err, "trace: starpu_fxt_tool wrote no '%s': %s", path, strerror(err));
     }
-    FILE *out = fopen(tmp, "w");
-    if (!out) {
-        int err = errno;
-        fclose(in);
-        return bsipipe_error_set(-err, "trace: cannot write '%s': %s", tmp, strerror(err));
-    }
-    char *line = NULL, define[16] = "";
+    enum { MAX_FIELDS = 64 };
+    char *line = NULL, *f[MAX_FIELDS], define[16] = "";
     size_t cap = 0;
     ssize_t n;
-    while ((n = getline(&line, &cap, in)) > 0) {
+    paje_names_t names = {0};
+    int rc = 0;
+    enum { MAX_EVENT_ID = 4096 };
+    unsigned char timed[MAX_EVENT_ID] = {0}; /* event ids whose first field is a time */
+    int last_def = -1;
+    /* Pass 1: the task names (WS entity values) and the timed event kinds. */
+    while (rc == 0 && (n = getline(&line, &cap, in)) > 0) {
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+            line[--n] = '\0';
+        char name[64], id[16], field[64];
         if (line[0] == '%') {
-            char name[64], id[16];
-            if (sscanf(line, "%%EventDef %63s %15s", name, id) == 2 && strcmp(name, "PajeDefineEntityValue") == 0)
-                snprintf(define, sizeof define, "%s", id);
+            if (sscanf(line, "%%EventDef %63s %15s", name, id) == 2) {
+                if (strcmp(name, "PajeDefineEntityValue") == 0)
+                    snprintf(define, sizeof define, "%s", id);
+                last_def = atoi(id);
+            } else if (last_def >= 0 && sscanf(line, "%% %63s", field) == 1) {
+                if (strcmp(field, "Time") == 0 && last_def < MAX_EVENT_ID)
+                    timed[last_def] = 1;
+                last_def = -1; /* only the first field tells */
+            }
+            continue;
+        }
+        if (split_tabs(line, f, MAX_FIELDS) == 5 && define[0] && strcmp(f[0], define) == 0 &&
+            strcmp(f[2], "WS") == 0 && strchr(f[3], ' ')) {
+            if (names.n == names.cap) {
+                size_t nc = names.cap ? 2 * names.cap : 256;
+                char **nv = realloc(names.v, nc * sizeof *nv);
+                if (!nv) { rc = -ENOMEM; break; }
+                names.v = nv;
+                names.cap = nc;
+            }
+            if (!(names.v[names.n] = strdup(f[3]))) { rc = -ENOMEM; break; }
+            names.n++;
+        }
+    }
+    if (names.n)
+        qsort(names.v, names.n, sizeof *names.v, cmp_str);
+    FILE *out = rc == 0 ? fopen(tmp, "w") : NULL;
+    if (rc == 0 && !out)
+        rc = -errno;
+    /* Pass 2: write it again, the events in time order. StarPU 1.3's fxt
+     * tool writes some events out of order (the states and variables of
+     * several workers, data unregistrations), which Paje readers refuse
+     * ("trace is not time-ordered"): the definitions, which carry no time,
+     * come first in file order, then the timed events sorted by time,
+     * stably. */
+    paje_event_t *ev = NULL;
+    size_t nev = 0, evcap = 0;
+    char *buf = NULL;
+    size_t buflen = 0;
+    if (rc == 0)
+        rewind(in);
+    while (rc == 0 && (n = getline(&line, &cap, in)) > 0) {
+        if (line[0] == '%') {
             fputs(line, out);
             continue;
         }
-        /* id \t alias \t type \t name \t "r g b" */
-        char *f[5] = {line};
-        int nf = 1;
-        for (char *p = line; *p && nf < 5; p++)
-            if (*p == '\t')
-                f[nf++] = p + 1;
-        size_t idlen = strlen(define);
-        unsigned c = 0;
-        if (nf == 5 && idlen && f[1] - f[0] == (ptrdiff_t)idlen + 1 && strncmp(f[0], define, idlen) == 0 &&
-            strncmp(f[2], "WS\t", 3) == 0) {
-            char name[256];
-            size_t nl = (size_t)(f[4] - f[3] - 1);
-            snprintf(name, sizeof name, "%.*s", (int)(nl < sizeof name ? nl : sizeof name - 1), f[3]);
-            c = name_color(name);
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+            line[--n] = '\0';
+        char *end;
+        long id = strtol(line, &end, 10);
+        double key = id >= 0 && id < MAX_EVENT_ID && timed[id] ? strtod(end, NULL) : -INFINITY;
+        int nf = split_tabs(line, f, MAX_FIELDS);
+        /* An entity value (id, alias, type, name, "r g b") of a task: its colour. */
+        char colour[64] = "";
+        if (nf == 5 && define[0] && strcmp(f[0], define) == 0 && strcmp(f[2], "WS") == 0) {
+            unsigned c = name_color(f[3]);
+            if (c)
+                snprintf(colour, sizeof colour, "\"%.6f %.6f %.6f\"", (c >> 16) / 255.0, ((c >> 8) & 0xff) / 255.0,
+                         (c & 0xff) / 255.0);
         }
-        if (c) {
-            fprintf(out, "%.*s\"%.6f %.6f %.6f\"\n", (int)(f[4] - f[0]), f[0], (c >> 16) / 255.0,
-                    ((c >> 8) & 0xff) / 255.0, (c & 0xff) / 255.0);
-        } else {
-            fputs(line, out);
+        FILE *ls = open_memstream(&buf, &buflen);
+        if (!ls) { rc = -ENOMEM; break; }
+        for (int i = 0; i < nf; i++) {
+            const char *v = i == 4 && colour[0] ? colour : f[i];
+            if (i)
+                fputc('\t', ls);
+            fprintf(ls, paje_is_name(&names, v) ? "\"%s\"" : "%s", v);
         }
+        fputc('\n', ls);
+        if (fclose(ls) != 0) { free(buf); buf = NULL; rc = -ENOMEM; break; }
+        if (nev == evcap) {
+            size_t nc = evcap ? 2 * evcap : 4096;
+            paje_event_t *ne = realloc(ev, nc * sizeof *ne);
+            if (!ne) { free(buf); buf = NULL; rc = -ENOMEM; break; }
+            ev = ne;
+            evcap = nc;
+        }
+        ev[nev] = (paje_event_t){key, nev, buf};
+        nev++;
+        buf = NULL;
     }
+    if (nev)
+        qsort(ev, nev, sizeof *ev, cmp_paje_event);
+    for (size_t i = 0; i < nev; i++) {
+        if (rc == 0)
+            fputs(ev[i].text, out);
+        free(ev[i].text);
+    }
+    free(ev);
+    for (size_t i = 0; i < names.n; i++)
+        free(names.v[i]);
+    free(names.v);
     free(line);
     int rerr = ferror(in);
     fclose(in);
+    if (rc < 0) {
+        if (out)
+            fclose(out);
+        unlink(tmp);
+        return bsipipe_error_set(rc, "trace: cannot rewrite '%s': %s", path, strerror(-rc));
+    }
     if (fclose(out) != 0 || rerr || rename(tmp, path) != 0) {
         int err = errno ? errno : EIO;
         unlink(tmp);
@@ -310,7 +446,7 @@ int bsipipe_trace_end(const char *dir)
         return bsipipe_error_set(-EIO, "trace: %s -i %s -d %s failed (%s %d); see %s", tool, raw, dir,
                                  WIFEXITED(status) ? "exit status" : "signal",
                                  WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), log);
-    return recolour_paje(dir);
+    return rewrite_paje(dir);
 #endif
 }
 

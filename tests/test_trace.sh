@@ -1,7 +1,8 @@
 #!/bin/sh
 # test_trace: `bsipipe-train --trace DIR` on a tiny model (docs/tracing.md).
 #  - starpu_fxt_tool exits 0 and DIR holds paje.trace (naming tasks like
-#    "F down ..."), dag.dot, tasks.rec, trace.rec; tasks.rec lists as many F
+#    "F down ...", which pajeng's pj_dump reads without an error), dag.dot,
+#    tasks.rec, trace.rec; tasks.rec lists as many F
 #    tasks as the plan has (per iteration), each on the StarPU worker that
 #    trace.json says ran it;
 #  - trace.json is valid JSON and holds every op of the plan
@@ -50,6 +51,16 @@ check() {
     if [ -f "$dir/starpu_fxt_tool.log" ] && ! grep -qi "error\|abort" "$dir/starpu_fxt_tool.log"; then ok; else
         fail "$sched/$policy: starpu_fxt_tool log: $(head -3 "$dir/starpu_fxt_tool.log" 2>/dev/null)"; fi
     if grep -q "F down mb0 s0 c0" "$dir/paje.trace"; then ok; else fail "$sched/$policy: paje.trace names no 'F down' task"; fi
+    # A Paje reader parses the whole file (pajeng's pj_dump, strict mode) and
+    # sees the engine's ops as named worker states.
+    if ! command -v pj_dump >/dev/null 2>&1; then
+        fail "pj_dump not found: pajeng is installed by scripts/setup.sh"
+    elif pj_dump "$dir/paje.trace" >"$tmp/pj.csv" 2>"$tmp/pj.err" && [ ! -s "$tmp/pj.err" ]; then
+        if grep -q '^State, .*, F down mb0 s0 c0$' "$tmp/pj.csv"; then ok; else
+            fail "$sched/$policy: pj_dump shows no state named 'F down mb0 s0 c0'"; fi
+    else
+        fail "$sched/$policy: pj_dump cannot read paje.trace: $(head -3 "$tmp/pj.err")"
+    fi
     if python3 - "$tmp/plan.json" "$dir" "$iters" "$ordered" "$sched/$policy" <<'PY'
 import json, sys, collections
 import xml.etree.ElementTree as ET
