@@ -16,6 +16,14 @@
 
 static const char *const default_corpus = "/usr/share/common-licenses/GPL-3";
 
+static bsipipe_checkpoint_lock_t *ckpt_lock; /* held from start-up to exit */
+
+static void release_ckpt_lock(void)
+{
+    bsipipe_checkpoint_unlock(ckpt_lock);
+    ckpt_lock = NULL;
+}
+
 static void usage(FILE *out)
 {
     fputs(
@@ -41,9 +49,13 @@ static void usage(FILE *out)
 "  --emulate         emulated device time: F/B/W tasks sleep for their FLOPs at\n"
 "                    --device-tflops (default 0.05) instead of computing, so\n"
 "                    many devices fit on few cores; every line says EMULATED\n"
-"  --checkpoint DIR  save DIR/checkpoint.bin after every iteration (atomic)\n"
+"  --checkpoint DIR  save DIR/checkpoint.bin after every iteration (atomic);\n"
+"                    DIR is locked for the run (one run per DIR), and a DIR\n"
+"                    that holds a checkpoint needs --resume or --overwrite\n"
 "  --resume          continue from DIR/checkpoint.bin (bit-identical to an\n"
 "                    uninterrupted run); --iters is the total\n"
+"  --overwrite       start afresh in a DIR that holds a checkpoint, replacing\n"
+"                    it at the first save\n"
 "  --devices cpu|cuda  StarPU CPU workers (default) or CUDA workers as devices\n"
 "  --gpus N          with --devices cuda: GPUs to spread the devices over\n"
 "  --transport local|nccl  with --devices cuda: NCCL between GPUs\n"
@@ -133,7 +145,7 @@ int main(int argc, char **argv)
     bsipipe_schedule_kind_t kind = BSIPIPE_SCHED_BSIPIPE;
     int w = 4, p = -1, k = -1, m = 8, iters = 30, seed = 1, unchecked = 0;
     double lr = 3e-3, watchdog = 30, tflops = 0.05;
-    int emulate = 0, resume = 0, mpi = 0, naive_mapping = 0;
+    int emulate = 0, resume = 0, overwrite = 0, mpi = 0, naive_mapping = 0;
     const char *ckpt = NULL, *trace = NULL, *transport = NULL, *precision = NULL;
     bsipipe_engine_devices_t devices = BSIPIPE_DEVICES_CPU;
     int gpus = 0;
@@ -142,7 +154,7 @@ int main(int argc, char **argv)
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
     enum { O_SCHED = 256, O_POLICY, O_W, O_P, O_K, O_M, O_MODEL, O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_ITERS,
            O_SEED, O_LR, O_DATA, O_COMM, O_WATCHDOG, O_UNCHECKED, O_EMULATE, O_TFLOPS, O_CKPT, O_RESUME, O_TRACE,
-           O_MPI, O_NAIVE_MAPPING, O_DEVICES, O_GPUS, O_TRANSPORT, O_PRECISION };
+           O_MPI, O_NAIVE_MAPPING, O_DEVICES, O_GPUS, O_TRANSPORT, O_PRECISION, O_OVERWRITE };
     static const struct option longopts[] = {
         {"schedule", 1, 0, O_SCHED}, {"policy", 1, 0, O_POLICY}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P},
         {"k", 1, 0, O_K}, {"m", 1, 0, O_M}, {"model", 1, 0, O_MODEL}, {"layers", 1, 0, O_LAYERS},
@@ -153,7 +165,7 @@ int main(int argc, char **argv)
         {"resume", 0, 0, O_RESUME}, {"trace", 1, 0, O_TRACE}, {"mpi", 0, 0, O_MPI},
         {"naive-mapping", 0, 0, O_NAIVE_MAPPING}, {"devices", 1, 0, O_DEVICES},
         {"gpus", 1, 0, O_GPUS}, {"transport", 1, 0, O_TRANSPORT},
-        {"precision", 1, 0, O_PRECISION},
+        {"precision", 1, 0, O_PRECISION}, {"overwrite", 0, 0, O_OVERWRITE},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
@@ -197,6 +209,7 @@ int main(int argc, char **argv)
         case O_TFLOPS: bad = cli_parse_double("bsipipe-train", "--device-tflops", optarg, 1e-6, 1e6, &tflops); break;
         case O_CKPT: ckpt = optarg; break;
         case O_RESUME: resume = 1; break;
+        case O_OVERWRITE: overwrite = 1; break;
         case O_TRACE: trace = optarg; break;
         case O_MPI: mpi = 1; break;
         case O_NAIVE_MAPPING: naive_mapping = 1; break;
@@ -258,9 +271,35 @@ int main(int argc, char **argv)
         fprintf(stderr, "bsipipe-train: --resume needs --checkpoint DIR (where the checkpoint is)\n");
         return 2;
     }
+    if (overwrite && (!ckpt || resume)) {
+        fprintf(stderr, "bsipipe-train: --overwrite %s\n", resume ? "and --resume contradict each other: "
+                        "--resume continues the checkpoint, --overwrite replaces it; keep one"
+                        : "needs --checkpoint DIR (the checkpoint to replace)");
+        return 2;
+    }
     if (ckpt && !resume && mkdir(ckpt, 0777) != 0 && errno != EEXIST) {
         fprintf(stderr, "bsipipe-train: cannot create checkpoint directory '%s': %s\n", ckpt, strerror(errno));
         return 1;
+    }
+    /* One run per checkpoint directory, for the run's whole life (released
+     * at exit); then a fresh run does not silently replace a checkpoint. */
+    if (ckpt) {
+        if (bsipipe_checkpoint_lock(ckpt, &ckpt_lock) < 0) {
+            fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());
+            return 1;
+        }
+        atexit(release_ckpt_lock);
+        int has = bsipipe_checkpoint_exists(ckpt);
+        if (has < 0) {
+            fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());
+            return 1;
+        }
+        if (has && !resume && !overwrite) {
+            fprintf(stderr, "bsipipe-train: '%s' already holds a checkpoint (%s/checkpoint.bin); add --resume to "
+                            "continue it, or --overwrite to start afresh and replace it (or choose another "
+                            "--checkpoint directory)\n", ckpt, ckpt);
+            return 1;
+        }
     }
     /* Tracing: StarPU reads its FxT settings in starpu_init (engine create).
      * A StarPU built with FxT traces by default (into /tmp): only with --trace

@@ -1,0 +1,38 @@
+#!/bin/sh
+# test_train_robust: what an adversarial user tried (issue 16), each refused
+# with a sentence instead of lost work, a hang or a crash.
+# 1. Checkpoints: a fresh run into a DIR holding a checkpoint refuses (naming
+#    --resume and --overwrite); one run per DIR (the lock names the holder's
+#    pid); stale temporaries of dead runs are removed.
+set -u
+train="${top_builddir:-.}/apps/bsipipe-train"
+export STARPU_SILENT=1
+prog=$train
+. "${srcdir:-.}/tests/cli_util.sh"
+tiny="--layers 8 --hidden 32 --heads 2 --seq 32 --m 8 --lr 3e-3"
+
+# ---- 1. checkpoints a user cannot lose ----
+"$train" $tiny --iters 2 --checkpoint "$tmp/ck" >/dev/null 2>&1 || fail "first run with --checkpoint"
+cp "$tmp/ck/checkpoint.bin" "$tmp/saved.bin"
+expect 1 "already holds a checkpoint" $tiny --iters 1 --checkpoint "$tmp/ck"
+grep -qF -- "--resume" "$tmp/out" && grep -qF -- "--overwrite" "$tmp/out" && ok ||
+    fail "the refusal names neither --resume nor --overwrite: $(cat "$tmp/out")"
+cmp -s "$tmp/ck/checkpoint.bin" "$tmp/saved.bin" && ok || fail "a refused run changed the checkpoint"
+expect 2 "contradict" $tiny --iters 1 --checkpoint "$tmp/ck" --resume --overwrite
+expect 2 "--overwrite needs --checkpoint" $tiny --iters 1 --overwrite
+# Stale temporaries of dead runs go; --overwrite starts afresh (iteration 1 saved).
+dead=$(sh -c 'echo $$')
+head -c 1000 /dev/zero >"$tmp/ck/.checkpoint.bin.$dead.tmp"
+expect 0 "summary: 1 iterations" $tiny --iters 1 --checkpoint "$tmp/ck" --overwrite
+[ ! -e "$tmp/ck/.checkpoint.bin.$dead.tmp" ] && ok || fail "stale temporary of dead pid $dead left in place"
+expect 0 "resumed from $tmp/ck/checkpoint.bin after iteration 1" $tiny --iters 2 --checkpoint "$tmp/ck" --resume
+[ ! -e "$tmp/ck/.checkpoint.lock" ] && ok || fail "the lock file is left after the run"
+# A second run on a locked DIR is refused, naming the holder's pid.
+"$train" $tiny --iters 100000 --checkpoint "$tmp/ck" --resume >/dev/null 2>&1 &
+holder=$!
+i=0
+while [ $i -lt 200 ] && [ "$(cat "$tmp/ck/.checkpoint.lock" 2>/dev/null)" != "$holder" ]; do sleep 0.1; i=$((i + 1)); done
+expect 1 "is in use by process $holder" $tiny --iters 3 --checkpoint "$tmp/ck" --resume
+kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
+
+finish test_train_robust
