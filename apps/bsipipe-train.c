@@ -114,6 +114,11 @@ static unsigned char *load_corpus(const char *path, long need, long *len, int ex
                     : ctl * 20 > n ? "has many control bytes: it looks binary, give a text file" : NULL;
     if (!why && n < need)
         why = "is too short for one sequence";
+    if (why && !explicit_path) { /* the default text: the caller falls back and says so */
+        free(buf);
+        *len = n;
+        return NULL;
+    }
     if (why) {
         fprintf(stderr, "bsipipe-train: data file '%s' %s (%ld bytes; one sequence needs %ld)\n", path, why, n, need);
         free(buf);
@@ -326,7 +331,17 @@ int main(int argc, char **argv)
     if (!corpus && data)
         return 1;
     if (!corpus) {
+        long default_len = len; /* bytes of the default text, 0 if missing */
         len = 1 << 20;
+        /* One sequence and its next-token target must fit (and the batch
+         * offsets are taken modulo len - S, which must not be 0). */
+        if (len < need) {
+            fprintf(stderr, "bsipipe-train: --seq %d needs at least %ld bytes of text; without --data the default "
+                            "text %s (%ld bytes) and the generated corpus (%ld bytes) are shorter: give --data FILE "
+                            "with at least %ld bytes, or a --seq below %ld\n", dims.seq_len, need, default_corpus,
+                    default_len, len, need, len);
+            return 1;
+        }
         corpus = generated_corpus(len);
         source = "generated corpus";
         if (!corpus) { fprintf(stderr, "bsipipe-train: out of memory\n"); return 1; }
@@ -391,6 +406,14 @@ int main(int argc, char **argv)
     if (resume) {
         if (bsipipe_engine_load(e, ckpt, &start_it) < 0) {
             fprintf(stderr, "bsipipe-train: cannot resume: %s\n", bsipipe_error_detail());
+            bsipipe_engine_destroy(e);
+            free(corpus);
+            return 1;
+        }
+        if (start_it >= iters) {
+            fprintf(stderr, "bsipipe-train: %s/checkpoint.bin holds %ld iterations and --iters is %d (the total): "
+                            "nothing to do; give --iters above %ld to continue training\n", ckpt, start_it, iters,
+                    start_it);
             bsipipe_engine_destroy(e);
             free(corpus);
             return 1;

@@ -1,6 +1,7 @@
 /* apps/cli.c: see cli.h. */
 #include "apps/cli.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,19 @@ int cli_parse_int(const char *prog, const char *opt, const char *arg, int lo, in
         return -1;
     }
     *out = (int)v;
+    return 0;
+}
+
+int cli_parse_ull(const char *prog, const char *opt, const char *arg, unsigned long long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = isdigit((unsigned char)*arg) ? strtoull(arg, &end, 0) : 0;
+    if (!isdigit((unsigned char)*arg) || *end != '\0' || errno) {
+        fprintf(stderr, "%s: %s expects a non-negative integer, got '%s'\n", prog, opt, arg);
+        return -1;
+    }
+    *out = v;
     return 0;
 }
 

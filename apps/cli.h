@@ -8,5 +8,7 @@
 int cli_parse_int(const char *prog, const char *opt, const char *arg, int lo, int hi, int *out);
 /* A finite number in lo..hi, the whole argument. */
 int cli_parse_double(const char *prog, const char *opt, const char *arg, double lo, double hi, double *out);
+/* An unsigned decimal (or 0x hex) integer, the whole argument; no sign. */
+int cli_parse_ull(const char *prog, const char *opt, const char *arg, unsigned long long *out);
 
 #endif

@@ -4,6 +4,9 @@
 # 1. Checkpoints: a fresh run into a DIR holding a checkpoint refuses (naming
 #    --resume and --overwrite); one run per DIR (the lock names the holder's
 #    pid); stale temporaries of dead runs are removed.
+# 2. No crash: --seq longer than the fallback corpus is an error, not SIGFPE.
+# 3. No silent or late messages: resuming a finished run says so and exits 1;
+#    bsipipe-ref and bsipipe-kbench reject non-numbers and stray arguments.
 set -u
 train="${top_builddir:-.}/apps/bsipipe-train"
 export STARPU_SILENT=1
@@ -34,5 +37,33 @@ i=0
 while [ $i -lt 200 ] && [ "$(cat "$tmp/ck/.checkpoint.lock" 2>/dev/null)" != "$holder" ]; do sleep 0.1; i=$((i + 1)); done
 expect 1 "is in use by process $holder" $tiny --iters 3 --checkpoint "$tmp/ck" --resume
 kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
+
+# ---- 2. crashes ----
+# No --data: the default text and the generated corpus (1 MiB) are shorter
+# than one sequence; before, a division by zero (SIGFPE) killed the run.
+expect 1 "generated corpus (1048576 bytes)" --seq 1048576 --iters 1
+grep -qF -- "--data FILE" "$tmp/out" && grep -qF -- "--seq" "$tmp/out" && ok ||
+    fail "the corpus error names neither --data nor --seq: $(cat "$tmp/out")"
+printf 'short text' >"$tmp/short.txt"
+expect 1 "too short for one sequence" --seq 1048576 --iters 1 --data "$tmp/short.txt"
+
+# ---- 3. silent or late messages ----
+expect 1 "nothing to do" $tiny --iters 2 --checkpoint "$tmp/ck" --resume
+grep -qF -- "--iters" "$tmp/out" && ok || fail "the finished-run message does not name --iters"
+ref="${top_builddir:-.}/apps/bsipipe-ref"
+kbench="${top_builddir:-.}/apps/bsipipe-kbench"
+prog=$ref
+expect 2 "--lr expects a number" --lr abc
+expect 2 "--layers expects an integer" --layers 2x
+expect 2 "--seed expects" --seed -1
+expect 2 "-m expects an integer" -m 0
+expect 2 "unexpected argument 'foo'" foo
+expect 0 "grad_norm" --iters 1 --layers 1 --hidden 16 --heads 2 --seq 8 --lr 1e-3 --seed 7
+prog=$kbench
+expect 2 "unexpected argument 'foo'" foo
+expect 2 "--reps expects an integer" --reps abc
+expect 2 "--seq expects" --seq 64,x
+expect 2 "--family expects" --family bert
+prog=$train
 
 finish test_train_robust
