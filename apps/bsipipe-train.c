@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -437,6 +438,20 @@ int main(int argc, char **argv)
         rc = bsipipe_engine_iteration(e, tokens, targets, &loss, &gnorm);
         if (rc < 0) {
             fprintf(stderr, "bsipipe-train: iteration %d: %s\n", it + 1, bsipipe_error_detail());
+            break;
+        }
+        /* Divergence stops the run before the state is saved: the last
+         * checkpoint (if any) stays the last finite one. (An emulated run
+         * computes no loss.) Every rank sees the same summed loss and
+         * global gradient norm, so under --mpi all ranks stop together. */
+        if (!emulate && (!isfinite(loss) || !isfinite(gnorm))) {
+            fprintf(stderr, "bsipipe-train: iteration %d: the %s not finite (loss %g, gradient norm %g): "
+                            "training diverged; this step is not saved%s. Lower --lr (now %g), or check the "
+                            "data and the checkpoint resumed from\n", it + 1,
+                    !isfinite(loss) && !isfinite(gnorm) ? "loss and the gradient norm are"
+                    : !isfinite(loss) ? "loss is" : "gradient norm is", loss, gnorm,
+                    ckpt ? " (the checkpoint keeps the previous iteration)" : "", lr);
+            rc = -EDOM;
             break;
         }
         bsipipe_engine_stats_t st;

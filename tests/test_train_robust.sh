@@ -7,6 +7,8 @@
 # 2. No crash: --seq longer than the fallback corpus is an error, not SIGFPE.
 # 3. No silent or late messages: resuming a finished run says so and exits 1;
 #    bsipipe-ref and bsipipe-kbench reject non-numbers and stray arguments.
+# 4. A non-finite loss stops the run, naming the iteration (a checkpoint
+#    whose first replica's parameters are NaN, under a valid CRC).
 set -u
 train="${top_builddir:-.}/apps/bsipipe-train"
 export STARPU_SILENT=1
@@ -65,5 +67,27 @@ expect 2 "--reps expects an integer" --reps abc
 expect 2 "--seq expects" --seq 64,x
 expect 2 "--family expects" --family bert
 prog=$train
+
+# ---- 4. divergence ----
+if command -v python3 >/dev/null 2>&1; then
+    mkdir -p "$tmp/nan"
+    cp "$tmp/ck/checkpoint.bin" "$tmp/nan/checkpoint.bin"
+    python3 - "$tmp/nan/checkpoint.bin" <<'PY'
+import struct, sys, zlib
+p = sys.argv[1]
+d = bytearray(open(p, "rb").read())
+hdr = struct.unpack_from("<I", d, 12)[0]
+n = struct.unpack_from("<q", d, 160 + 24)[0]          # replica 0's element count
+d[hdr:hdr + 4 * n] = struct.pack("<f", float("nan")) * n  # its parameters
+struct.pack_into("<I", d, len(d) - 4, zlib.crc32(bytes(d[:-4])))
+open(p, "wb").write(bytes(d))
+PY
+    cp "$tmp/nan/checkpoint.bin" "$tmp/nan.bin"
+    expect 1 "iteration 3: the loss and the gradient norm are not finite" $tiny --iters 5 --checkpoint "$tmp/nan" --resume
+    grep -q "^iter" "$tmp/out" && fail "an iteration with a non-finite loss was printed as normal" || ok
+    cmp -s "$tmp/nan/checkpoint.bin" "$tmp/nan.bin" && ok || fail "a diverged step was saved over the checkpoint"
+else
+    echo "test_train_robust: no python3: the divergence check is skipped"
+fi
 
 finish test_train_robust
