@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysinfo.h>
 
 static const char *const default_corpus = "/usr/share/common-licenses/GPL-3";
 
@@ -57,6 +58,10 @@ static void usage(FILE *out)
 "                    uninterrupted run); --iters is the total\n"
 "  --overwrite       start afresh in a DIR that holds a checkpoint, replacing\n"
 "                    it at the first save\n"
+"  --memory-limit B  memory budget of this process (e.g. 24G, 512M; default:\n"
+"                    the machine's available memory): a plan whose predicted\n"
+"                    peak (parameters, optimizer state, activations) exceeds\n"
+"                    it is refused before anything is allocated\n"
 "  --devices cpu|cuda  StarPU CPU workers (default) or CUDA workers as devices\n"
 "  --gpus N          with --devices cuda: GPUs to spread the devices over\n"
 "  --transport local|nccl  with --devices cuda: NCCL between GPUs\n"
@@ -129,6 +134,94 @@ static unsigned char *load_corpus(const char *path, long need, long *len, int ex
     return buf;
 }
 
+/* Memory this process may still use, in bytes: MemAvailable of
+ * /proc/meminfo (sysinfo's free + buffer memory where it is missing),
+ * bounded by a cgroup v2 limit (memory.max - memory.current). *what names
+ * the source. 0 when unknown. */
+static double available_memory(const char **what)
+{
+    double avail = 0;
+    *what = "MemAvailable in /proc/meminfo";
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long long kb;
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            avail = (double)kb * 1024;
+    }
+    if (f)
+        fclose(f);
+    struct sysinfo si;
+    if (avail <= 0 && sysinfo(&si) == 0) {
+        avail = ((double)si.freeram + (double)si.bufferram) * si.mem_unit;
+        *what = "free memory (sysinfo)";
+    }
+    unsigned long long max = 0, cur = 0;
+    FILE *m = fopen("/sys/fs/cgroup/memory.max", "r"), *c = fopen("/sys/fs/cgroup/memory.current", "r");
+    if (m && c && fscanf(m, "%llu", &max) == 1 && fscanf(c, "%llu", &cur) == 1 && max > cur &&
+        (avail <= 0 || (double)(max - cur) < avail)) {
+        avail = (double)(max - cur);
+        *what = "the cgroup's memory.max";
+    }
+    if (m)
+        fclose(m);
+    if (c)
+        fclose(c);
+    return avail;
+}
+
+/* Memory admission: the planner's peak per-device memory (parameters,
+ * gradients and AdamW moments, plus the most activations held at once) for
+ * the devices of this process, against the budget. 0 when it fits or cannot
+ * be estimated (the engine then reports any configuration error itself), 1
+ * (message printed) when it does not fit. */
+static int admit_memory(const bsipipe_model_dims_t *dims, const bsipipe_parallel_config_t *pc, int nranks,
+                        double limit)
+{
+    bsipipe_schedule_t *s = NULL;
+    bsipipe_sim_result_t *r = NULL;
+    bsipipe_cost_model_t unit = bsipipe_cost_model_unit();
+    if (bsipipe_schedule_create(pc, dims, &s) < 0 || bsipipe_simulate(s, &unit, &r) < 0) {
+        bsipipe_schedule_destroy(s);
+        return 0;
+    }
+    int n = r->n_devices, here = nranks > 1 ? (n + nranks - 1) / nranks : n;
+    double *dev = malloc(sizeof(double) * (size_t)n), params = 0, acts = 0, need = 0;
+    if (!dev) {
+        bsipipe_sim_result_destroy(r);
+        bsipipe_schedule_destroy(s);
+        return 0;
+    }
+    for (int d = 0; d < n; d++)
+        dev[d] = r->device[d].param_bytes + r->device[d].peak_act_bytes;
+    /* Under --mpi the mapping is not known yet: the `here` largest devices. */
+    for (int j = 0; j < here; j++) {
+        int best = 0;
+        for (int d = 1; d < n; d++)
+            if (dev[d] > dev[best]) best = d;
+        need += dev[best];
+        params += r->device[best].param_bytes;
+        acts += r->device[best].peak_act_bytes;
+        dev[best] = -1;
+    }
+    free(dev);
+    bsipipe_sim_result_destroy(r);
+    bsipipe_schedule_destroy(s);
+    const char *what = "--memory-limit";
+    double avail = limit > 0 ? limit : available_memory(&what);
+    if (avail <= 0 || need <= avail)
+        return 0;
+    const double gib = 1024.0 * 1024 * 1024;
+    fprintf(stderr, "bsipipe-train: not enough memory: the plan needs about %.1f GiB on this %s (%d device%s: "
+                    "parameters, gradients and AdamW moments %.1f GiB, peak activations %.1f GiB), and %.1f GiB "
+                    "are available (%s). Spread the devices over more nodes (--mpi with more ranks, fewer devices "
+                    "each), lower the activations with a smaller --m or another --k, or train a smaller model; "
+                    "--memory-limit BYTES (e.g. 64G) sets the budget\n",
+            need / gib, nranks > 1 ? "rank" : "machine", here, here == 1 ? "" : "s", params / gib, acts / gib,
+            avail / gib, what);
+    return 1;
+}
+
 /* A deterministic text-like corpus when no file is available. */
 static unsigned char *generated_corpus(long n)
 {
@@ -150,7 +243,7 @@ int main(int argc, char **argv)
     bsipipe_model_dims_t dims = {BSIPIPE_MODEL_GPT, 8, 128, 4, 0, 256, 256};
     bsipipe_schedule_kind_t kind = BSIPIPE_SCHED_BSIPIPE;
     int w = 4, p = -1, k = -1, m = 8, iters = 30, seed = 1, unchecked = 0;
-    double lr = 3e-3, watchdog = 30, tflops = 0.05;
+    double lr = 3e-3, watchdog = 30, tflops = 0.05, mem_limit = 0;
     int emulate = 0, resume = 0, overwrite = 0, mpi = 0, naive_mapping = 0;
     const char *ckpt = NULL, *trace = NULL, *transport = NULL, *precision = NULL;
     bsipipe_engine_devices_t devices = BSIPIPE_DEVICES_CPU;
@@ -160,7 +253,7 @@ int main(int argc, char **argv)
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
     enum { O_SCHED = 256, O_POLICY, O_W, O_P, O_K, O_M, O_MODEL, O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_ITERS,
            O_SEED, O_LR, O_DATA, O_COMM, O_WATCHDOG, O_UNCHECKED, O_EMULATE, O_TFLOPS, O_CKPT, O_RESUME, O_TRACE,
-           O_MPI, O_NAIVE_MAPPING, O_DEVICES, O_GPUS, O_TRANSPORT, O_PRECISION, O_OVERWRITE };
+           O_MPI, O_NAIVE_MAPPING, O_DEVICES, O_GPUS, O_TRANSPORT, O_PRECISION, O_OVERWRITE, O_MEMLIMIT };
     static const struct option longopts[] = {
         {"schedule", 1, 0, O_SCHED}, {"policy", 1, 0, O_POLICY}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P},
         {"k", 1, 0, O_K}, {"m", 1, 0, O_M}, {"model", 1, 0, O_MODEL}, {"layers", 1, 0, O_LAYERS},
@@ -172,6 +265,7 @@ int main(int argc, char **argv)
         {"naive-mapping", 0, 0, O_NAIVE_MAPPING}, {"devices", 1, 0, O_DEVICES},
         {"gpus", 1, 0, O_GPUS}, {"transport", 1, 0, O_TRANSPORT},
         {"precision", 1, 0, O_PRECISION}, {"overwrite", 0, 0, O_OVERWRITE},
+        {"memory-limit", 1, 0, O_MEMLIMIT},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
@@ -216,6 +310,7 @@ int main(int argc, char **argv)
         case O_CKPT: ckpt = optarg; break;
         case O_RESUME: resume = 1; break;
         case O_OVERWRITE: overwrite = 1; break;
+        case O_MEMLIMIT: bad = cli_parse_bytes("bsipipe-train", "--memory-limit", optarg, &mem_limit); break;
         case O_TRACE: trace = optarg; break;
         case O_MPI: mpi = 1; break;
         case O_NAIVE_MAPPING: naive_mapping = 1; break;
@@ -348,6 +443,12 @@ int main(int argc, char **argv)
         if (!corpus) { fprintf(stderr, "bsipipe-train: out of memory\n"); return 1; }
     }
 
+    /* Host memory: CUDA devices hold their tensors on the GPU (not checked
+     * here yet). */
+    if (devices == BSIPIPE_DEVICES_CPU && admit_memory(&dims, &pc, mpi && world ? atoi(world) : 1, mem_limit)) {
+        free(corpus);
+        return 1;
+    }
     bsipipe_engine_options_t o = bsipipe_engine_options_default(&dims, &pc);
     o.opt.lr = lr;
     o.seed = (unsigned long long)seed;

@@ -32,6 +32,33 @@ int cli_parse_ull(const char *prog, const char *opt, const char *arg, unsigned l
     return 0;
 }
 
+int cli_parse_bytes(const char *prog, const char *opt, const char *arg, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(arg, &end), scale = 1;
+    if (end != arg && *end) {
+        const char *units = "KMGT";
+        for (int i = 0; units[i]; i++)
+            if (toupper((unsigned char)*end) == units[i])
+                scale = (double)(1ull << (10 * (i + 1)));
+        if (scale > 1) {
+            end++;
+            if (*end == 'i' || *end == 'I')
+                end++;
+            if (*end == 'B' || *end == 'b')
+                end++;
+        }
+    }
+    if (end == arg || *end != '\0' || errno || !(v > 0) || v * scale > 1e18) {
+        fprintf(stderr, "%s: %s expects a positive byte count such as 24G, 512M or 1073741824, got '%s'\n", prog,
+                opt, arg);
+        return -1;
+    }
+    *out = v * scale;
+    return 0;
+}
+
 int cli_parse_double(const char *prog, const char *opt, const char *arg, double lo, double hi, double *out)
 {
     char *end;

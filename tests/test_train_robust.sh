@@ -9,6 +9,8 @@
 #    bsipipe-ref and bsipipe-kbench reject non-numbers and stray arguments.
 # 4. A non-finite loss stops the run, naming the iteration (a checkpoint
 #    whose first replica's parameters are NaN, under a valid CRC).
+# 6. Memory admission: a plan that does not fit the budget is refused at
+#    once with the estimate (before: minutes of allocation, then the OOM).
 set -u
 train="${top_builddir:-.}/apps/bsipipe-train"
 export STARPU_SILENT=1
@@ -89,5 +91,16 @@ PY
 else
     echo "test_train_robust: no python3: the divergence check is skipped"
 fi
+
+# ---- 6. memory admission ----
+start=$(date +%s%N)
+expect 1 "not enough memory: the plan needs about 52.3 GiB" --hidden 2048 --layers 32 --heads 16 --memory-limit 24G
+ms=$((($(date +%s%N) - start) / 1000000))
+[ "$ms" -lt 1000 ] && ok || fail "the memory refusal took ${ms} ms (at most 1000)"
+grep -qF "24.0 GiB are available (--memory-limit)" "$tmp/out" && grep -qF -- "--mpi" "$tmp/out" && ok ||
+    fail "the memory refusal names neither the budget nor a remedy: $(cat "$tmp/out")"
+expect 2 "--memory-limit expects a positive byte count" --memory-limit lots
+expect 0 "summary: 1 iterations" $tiny --iters 1 --memory-limit 1G
+expect 1 "not enough memory" $tiny --iters 1 --memory-limit 1M
 
 finish test_train_robust
