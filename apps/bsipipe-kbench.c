@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <cblas.h>
 
+#include "apps/cli.h"
 #include "graph/bsipipe_error.h"
 #include "graph/bsipipe_partition.h"
 #include "kernels/bsipipe_kernels.h"
@@ -219,17 +220,31 @@ int main(int argc, char **argv)
         {"family", 1, 0, 'f'},  {"hidden", 1, 0, 'd'}, {"heads", 1, 0, 'H'},
         {"ffn", 1, 0, 'F'},     {"tiles", 1, 0, 'T'},  {"no-torch", 0, 0, 'n'},
         {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "k:h", opts, NULL)) != -1) {
+    int c, bad = 0;
+    const char *P = "bsipipe-kbench";
+    opterr = 0;
+    while (!bad && (c = getopt_long(argc, argv, "k:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'S': snprintf(seqs, sizeof seqs, "%s", optarg); break;
-        case 'k': k = atoi(optarg); break;
-        case 'r': reps = atoi(optarg); break;
-        case 't': threads = atoi(optarg); break;
-        case 'f': fam = strcmp(optarg, "llama") ? BSIPIPE_MODEL_GPT : BSIPIPE_MODEL_LLAMA; break;
-        case 'd': hidden = atoi(optarg); break;
-        case 'H': heads = atoi(optarg); break;
-        case 'F': ffn = atoi(optarg); break;
+        case 'S':
+            if (strlen(optarg) >= sizeof seqs) {
+                fprintf(stderr, "bsipipe-kbench: --seq list too long (at most %zu characters)\n", sizeof seqs - 1);
+                return 2;
+            }
+            snprintf(seqs, sizeof seqs, "%s", optarg);
+            break;
+        case 'k': bad = cli_parse_int(P, "-k", optarg, 1, 4096, &k); break;
+        case 'r': bad = cli_parse_int(P, "--reps", optarg, 1, 1000000, &reps); break;
+        case 't': bad = cli_parse_int(P, "--threads", optarg, 1, 4096, &threads); break;
+        case 'f':
+            if (strcmp(optarg, "gpt") && strcmp(optarg, "llama")) {
+                fprintf(stderr, "bsipipe-kbench: --family expects 'gpt' or 'llama', got '%s'\n", optarg);
+                return 2;
+            }
+            fam = strcmp(optarg, "llama") ? BSIPIPE_MODEL_GPT : BSIPIPE_MODEL_LLAMA;
+            break;
+        case 'd': bad = cli_parse_int(P, "--hidden", optarg, 1, 65536, &hidden); break;
+        case 'H': bad = cli_parse_int(P, "--heads", optarg, 1, 4096, &heads); break;
+        case 'F': bad = cli_parse_int(P, "--ffn", optarg, 1, 1 << 20, &ffn); break;
         case 'T':
             if (sscanf(optarg, "%d,%d", &tq, &tk) != 2) {
                 usage(stderr);
@@ -238,7 +253,27 @@ int main(int argc, char **argv)
             break;
         case 'n': no_torch = 1; break;
         case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        default:
+            fprintf(stderr, "bsipipe-kbench: unknown or incomplete option '%s'; see --help\n", argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (bad)
+        return 2;
+    if (optind < argc) {
+        fprintf(stderr, "bsipipe-kbench: unexpected argument '%s'; see --help\n", argv[optind]);
+        return 2;
+    }
+    { /* every --seq entry checked before the first one runs */
+        char copy[sizeof seqs];
+        int one, n = 0;
+        snprintf(copy, sizeof copy, "%s", seqs);
+        for (char *t = strtok(copy, ","); t; t = strtok(NULL, ","), n++)
+            if (cli_parse_int(P, "--seq", t, 1, 1 << 20, &one) < 0)
+                return 2;
+        if (n == 0) {
+            fprintf(stderr, "bsipipe-kbench: --seq expects a comma-separated list of lengths, e.g. 2048,4096\n");
+            return 2;
         }
     }
     if (threads < 1 || reps < 1 || k < 1 || bsipipe_kernels_set_threads(threads) ||
@@ -266,7 +301,7 @@ int main(int argc, char **argv)
            "time_s", "GFLOP/s", "sgemm GF/s", "attn GF/s", "torch_s", "torch GF/s",
            "ratio");
     for (char *tok = strtok(seqs, ","); tok; tok = strtok(NULL, ",")) {
-        bsipipe_model_dims_t d = {fam, 1, hidden, heads, ffn, 256, atoi(tok)};
+        bsipipe_model_dims_t d = {fam, 1, hidden, heads, ffn, 256, (int)strtol(tok, NULL, 10)};
         int *st = xalloc(sizeof(int) * (size_t)(k + 1)), rc;
         char pieces[64];
         if (bsipipe_model_dims_check(&d)) {

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "apps/cli.h"
 #include "graph/bsipipe_error.h"
 #include "graph/bsipipe_partition.h"
 #include "kernels/reference_trainer.h"
@@ -73,8 +74,10 @@ int main(int argc, char **argv)
         {"seed", 1, 0, 's'},   {"lr", 1, 0, 'l'},     {"wd", 1, 0, 'w'},
         {"clip", 1, 0, 'c'},   {"save", 1, 0, 'o'},   {"help", 0, 0, 'h'},
         {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "m:k:h", opts, NULL)) != -1) {
+    int c, bad = 0;
+    const char *P = "bsipipe-ref";
+    opterr = 0;
+    while (!bad && (c = getopt_long(argc, argv, "m:k:h", opts, NULL)) != -1) {
         switch (c) {
         case 'f':
             if (!strcmp(optarg, "gpt"))
@@ -86,14 +89,14 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
-        case 'L': d.n_layers = atoi(optarg); break;
-        case 'd': d.hidden = atoi(optarg); break;
-        case 'H': d.n_heads = atoi(optarg); break;
-        case 'F': d.ffn_hidden = atoi(optarg); break;
-        case 'V': d.vocab = atoi(optarg); break;
-        case 'S': d.seq_len = atoi(optarg); break;
-        case 'm': m = atoi(optarg); break;
-        case 'k': k = atoi(optarg); break;
+        case 'L': bad = cli_parse_int(P, "--layers", optarg, 1, 4096, &d.n_layers); break;
+        case 'd': bad = cli_parse_int(P, "--hidden", optarg, 1, 65536, &d.hidden); break;
+        case 'H': bad = cli_parse_int(P, "--heads", optarg, 1, 4096, &d.n_heads); break;
+        case 'F': bad = cli_parse_int(P, "--ffn", optarg, 1, 1 << 20, &d.ffn_hidden); break;
+        case 'V': bad = cli_parse_int(P, "--vocab", optarg, 1, 1 << 24, &d.vocab); break;
+        case 'S': bad = cli_parse_int(P, "--seq", optarg, 1, 1 << 20, &d.seq_len); break;
+        case 'm': bad = cli_parse_int(P, "-m", optarg, 1, 4096, &m); break;
+        case 'k': bad = cli_parse_int(P, "-k", optarg, 1, 4096, &k); break;
         case 'p':
             if (strcmp(optarg, "even") && strcmp(optarg, "balanced")) {
                 fprintf(stderr, "bsipipe-ref: --partition even or balanced\n");
@@ -101,25 +104,29 @@ int main(int argc, char **argv)
             }
             balanced = !strcmp(optarg, "balanced");
             break;
-        case 'i': iters = atoi(optarg); break;
-        case 's': seed = strtoull(optarg, NULL, 0); break;
-        case 'l': hp.lr = atof(optarg); break;
-        case 'w': hp.weight_decay = atof(optarg); break;
-        case 'c': hp.grad_clip = atof(optarg); break;
+        case 'i': bad = cli_parse_int(P, "--iters", optarg, 0, 1000000, &iters); break;
+        case 's': bad = cli_parse_ull(P, "--seed", optarg, &seed); break;
+        case 'l': bad = cli_parse_double(P, "--lr", optarg, 0, 10, &hp.lr); break;
+        case 'w': bad = cli_parse_double(P, "--wd", optarg, 0, 10, &hp.weight_decay); break;
+        case 'c': bad = cli_parse_double(P, "--clip", optarg, 0, 1e30, &hp.grad_clip); break;
         case 'o': save = optarg; break;
         case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        default:
+            fprintf(stderr, "bsipipe-ref: unknown or incomplete option '%s'; see --help\n", argv[optind - 1]);
+            return 2;
         }
+    }
+    if (bad)
+        return 2;
+    if (optind < argc) {
+        fprintf(stderr, "bsipipe-ref: unexpected argument '%s'; see --help\n", argv[optind]);
+        return 2;
     }
     if (d.ffn_hidden == 0)
         d.ffn_hidden = d.family == BSIPIPE_MODEL_GPT ? 4 * d.hidden : (8 * d.hidden / 3 + 7) / 8 * 8;
     if (bsipipe_model_dims_check(&d)) {
         fprintf(stderr, "bsipipe-ref: invalid model dims (all >= 1, hidden %% heads == 0, "
                         "even head_dim for llama)\n");
-        return 2;
-    }
-    if (m < 1 || iters < 0) {
-        fprintf(stderr, "bsipipe-ref: -m must be >= 1 and --iters >= 0\n");
         return 2;
     }
     int *starts = malloc(sizeof(int) * (size_t)(k > 0 ? k + 1 : 1));

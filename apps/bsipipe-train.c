@@ -9,12 +9,22 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysinfo.h>
 
 static const char *const default_corpus = "/usr/share/common-licenses/GPL-3";
+
+static bsipipe_checkpoint_lock_t *ckpt_lock; /* held from start-up to exit */
+
+static void release_ckpt_lock(void)
+{
+    bsipipe_checkpoint_unlock(ckpt_lock);
+    ckpt_lock = NULL;
+}
 
 static void usage(FILE *out)
 {
@@ -41,9 +51,17 @@ static void usage(FILE *out)
 "  --emulate         emulated device time: F/B/W tasks sleep for their FLOPs at\n"
 "                    --device-tflops (default 0.05) instead of computing, so\n"
 "                    many devices fit on few cores; every line says EMULATED\n"
-"  --checkpoint DIR  save DIR/checkpoint.bin after every iteration (atomic)\n"
+"  --checkpoint DIR  save DIR/checkpoint.bin after every iteration (atomic);\n"
+"                    DIR is locked for the run (one run per DIR), and a DIR\n"
+"                    that holds a checkpoint needs --resume or --overwrite\n"
 "  --resume          continue from DIR/checkpoint.bin (bit-identical to an\n"
 "                    uninterrupted run); --iters is the total\n"
+"  --overwrite       start afresh in a DIR that holds a checkpoint, replacing\n"
+"                    it at the first save\n"
+"  --memory-limit B  memory budget of this process (e.g. 24G, 512M; default:\n"
+"                    the machine's available memory): a plan whose predicted\n"
+"                    peak (parameters, optimizer state, activations) exceeds\n"
+"                    it is refused before anything is allocated\n"
 "  --devices cpu|cuda  StarPU CPU workers (default) or CUDA workers as devices\n"
 "  --gpus N          with --devices cuda: GPUs to spread the devices over\n"
 "  --transport local|nccl  with --devices cuda: NCCL between GPUs\n"
@@ -102,6 +120,11 @@ static unsigned char *load_corpus(const char *path, long need, long *len, int ex
                     : ctl * 20 > n ? "has many control bytes: it looks binary, give a text file" : NULL;
     if (!why && n < need)
         why = "is too short for one sequence";
+    if (why && !explicit_path) { /* the default text: the caller falls back and says so */
+        free(buf);
+        *len = n;
+        return NULL;
+    }
     if (why) {
         fprintf(stderr, "bsipipe-train: data file '%s' %s (%ld bytes; one sequence needs %ld)\n", path, why, n, need);
         free(buf);
@@ -109,6 +132,94 @@ static unsigned char *load_corpus(const char *path, long need, long *len, int ex
     }
     *len = n;
     return buf;
+}
+
+/* Memory this process may still use, in bytes: MemAvailable of
+ * /proc/meminfo (sysinfo's free + buffer memory where it is missing),
+ * bounded by a cgroup v2 limit (memory.max - memory.current). *what names
+ * the source. 0 when unknown. */
+static double available_memory(const char **what)
+{
+    double avail = 0;
+    *what = "MemAvailable in /proc/meminfo";
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long long kb;
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            avail = (double)kb * 1024;
+    }
+    if (f)
+        fclose(f);
+    struct sysinfo si;
+    if (avail <= 0 && sysinfo(&si) == 0) {
+        avail = ((double)si.freeram + (double)si.bufferram) * si.mem_unit;
+        *what = "free memory (sysinfo)";
+    }
+    unsigned long long max = 0, cur = 0;
+    FILE *m = fopen("/sys/fs/cgroup/memory.max", "r"), *c = fopen("/sys/fs/cgroup/memory.current", "r");
+    if (m && c && fscanf(m, "%llu", &max) == 1 && fscanf(c, "%llu", &cur) == 1 && max > cur &&
+        (avail <= 0 || (double)(max - cur) < avail)) {
+        avail = (double)(max - cur);
+        *what = "the cgroup's memory.max";
+    }
+    if (m)
+        fclose(m);
+    if (c)
+        fclose(c);
+    return avail;
+}
+
+/* Memory admission: the planner's peak per-device memory (parameters,
+ * gradients and AdamW moments, plus the most activations held at once) for
+ * the devices of this process, against the budget. 0 when it fits or cannot
+ * be estimated (the engine then reports any configuration error itself), 1
+ * (message printed) when it does not fit. */
+static int admit_memory(const bsipipe_model_dims_t *dims, const bsipipe_parallel_config_t *pc, int nranks,
+                        double limit)
+{
+    bsipipe_schedule_t *s = NULL;
+    bsipipe_sim_result_t *r = NULL;
+    bsipipe_cost_model_t unit = bsipipe_cost_model_unit();
+    if (bsipipe_schedule_create(pc, dims, &s) < 0 || bsipipe_simulate(s, &unit, &r) < 0) {
+        bsipipe_schedule_destroy(s);
+        return 0;
+    }
+    int n = r->n_devices, here = nranks > 1 ? (n + nranks - 1) / nranks : n;
+    double *dev = malloc(sizeof(double) * (size_t)n), params = 0, acts = 0, need = 0;
+    if (!dev) {
+        bsipipe_sim_result_destroy(r);
+        bsipipe_schedule_destroy(s);
+        return 0;
+    }
+    for (int d = 0; d < n; d++)
+        dev[d] = r->device[d].param_bytes + r->device[d].peak_act_bytes;
+    /* Under --mpi the mapping is not known yet: the `here` largest devices. */
+    for (int j = 0; j < here; j++) {
+        int best = 0;
+        for (int d = 1; d < n; d++)
+            if (dev[d] > dev[best]) best = d;
+        need += dev[best];
+        params += r->device[best].param_bytes;
+        acts += r->device[best].peak_act_bytes;
+        dev[best] = -1;
+    }
+    free(dev);
+    bsipipe_sim_result_destroy(r);
+    bsipipe_schedule_destroy(s);
+    const char *what = "--memory-limit";
+    double avail = limit > 0 ? limit : available_memory(&what);
+    if (avail <= 0 || need <= avail)
+        return 0;
+    const double gib = 1024.0 * 1024 * 1024;
+    fprintf(stderr, "bsipipe-train: not enough memory: the plan needs about %.1f GiB on this %s (%d device%s: "
+                    "parameters, gradients and AdamW moments %.1f GiB, peak activations %.1f GiB), and %.1f GiB "
+                    "are available (%s). Spread the devices over more nodes (--mpi with more ranks, fewer devices "
+                    "each), lower the activations with a smaller --m or another --k, or train a smaller model; "
+                    "--memory-limit BYTES (e.g. 64G) sets the budget\n",
+            need / gib, nranks > 1 ? "rank" : "machine", here, here == 1 ? "" : "s", params / gib, acts / gib,
+            avail / gib, what);
+    return 1;
 }
 
 /* A deterministic text-like corpus when no file is available. */
@@ -132,8 +243,8 @@ int main(int argc, char **argv)
     bsipipe_model_dims_t dims = {BSIPIPE_MODEL_GPT, 8, 128, 4, 0, 256, 256};
     bsipipe_schedule_kind_t kind = BSIPIPE_SCHED_BSIPIPE;
     int w = 4, p = -1, k = -1, m = 8, iters = 30, seed = 1, unchecked = 0;
-    double lr = 3e-3, watchdog = 30, tflops = 0.05;
-    int emulate = 0, resume = 0, mpi = 0, naive_mapping = 0;
+    double lr = 3e-3, watchdog = 30, tflops = 0.05, mem_limit = 0;
+    int emulate = 0, resume = 0, overwrite = 0, mpi = 0, naive_mapping = 0;
     const char *ckpt = NULL, *trace = NULL, *transport = NULL, *precision = NULL;
     bsipipe_engine_devices_t devices = BSIPIPE_DEVICES_CPU;
     int gpus = 0;
@@ -142,7 +253,7 @@ int main(int argc, char **argv)
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
     enum { O_SCHED = 256, O_POLICY, O_W, O_P, O_K, O_M, O_MODEL, O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_ITERS,
            O_SEED, O_LR, O_DATA, O_COMM, O_WATCHDOG, O_UNCHECKED, O_EMULATE, O_TFLOPS, O_CKPT, O_RESUME, O_TRACE,
-           O_MPI, O_NAIVE_MAPPING, O_DEVICES, O_GPUS, O_TRANSPORT, O_PRECISION };
+           O_MPI, O_NAIVE_MAPPING, O_DEVICES, O_GPUS, O_TRANSPORT, O_PRECISION, O_OVERWRITE, O_MEMLIMIT };
     static const struct option longopts[] = {
         {"schedule", 1, 0, O_SCHED}, {"policy", 1, 0, O_POLICY}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P},
         {"k", 1, 0, O_K}, {"m", 1, 0, O_M}, {"model", 1, 0, O_MODEL}, {"layers", 1, 0, O_LAYERS},
@@ -153,7 +264,8 @@ int main(int argc, char **argv)
         {"resume", 0, 0, O_RESUME}, {"trace", 1, 0, O_TRACE}, {"mpi", 0, 0, O_MPI},
         {"naive-mapping", 0, 0, O_NAIVE_MAPPING}, {"devices", 1, 0, O_DEVICES},
         {"gpus", 1, 0, O_GPUS}, {"transport", 1, 0, O_TRANSPORT},
-        {"precision", 1, 0, O_PRECISION},
+        {"precision", 1, 0, O_PRECISION}, {"overwrite", 0, 0, O_OVERWRITE},
+        {"memory-limit", 1, 0, O_MEMLIMIT},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
@@ -197,6 +309,8 @@ int main(int argc, char **argv)
         case O_TFLOPS: bad = cli_parse_double("bsipipe-train", "--device-tflops", optarg, 1e-6, 1e6, &tflops); break;
         case O_CKPT: ckpt = optarg; break;
         case O_RESUME: resume = 1; break;
+        case O_OVERWRITE: overwrite = 1; break;
+        case O_MEMLIMIT: bad = cli_parse_bytes("bsipipe-train", "--memory-limit", optarg, &mem_limit); break;
         case O_TRACE: trace = optarg; break;
         case O_MPI: mpi = 1; break;
         case O_NAIVE_MAPPING: naive_mapping = 1; break;
@@ -258,9 +372,35 @@ int main(int argc, char **argv)
         fprintf(stderr, "bsipipe-train: --resume needs --checkpoint DIR (where the checkpoint is)\n");
         return 2;
     }
+    if (overwrite && (!ckpt || resume)) {
+        fprintf(stderr, "bsipipe-train: --overwrite %s\n", resume ? "and --resume contradict each other: "
+                        "--resume continues the checkpoint, --overwrite replaces it; keep one"
+                        : "needs --checkpoint DIR (the checkpoint to replace)");
+        return 2;
+    }
     if (ckpt && !resume && mkdir(ckpt, 0777) != 0 && errno != EEXIST) {
         fprintf(stderr, "bsipipe-train: cannot create checkpoint directory '%s': %s\n", ckpt, strerror(errno));
         return 1;
+    }
+    /* One run per checkpoint directory, for the run's whole life (released
+     * at exit); then a fresh run does not silently replace a checkpoint. */
+    if (ckpt) {
+        if (bsipipe_checkpoint_lock(ckpt, &ckpt_lock) < 0) {
+            fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());
+            return 1;
+        }
+        atexit(release_ckpt_lock);
+        int has = bsipipe_checkpoint_exists(ckpt);
+        if (has < 0) {
+            fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());
+            return 1;
+        }
+        if (has && !resume && !overwrite) {
+            fprintf(stderr, "bsipipe-train: '%s' already holds a checkpoint (%s/checkpoint.bin); add --resume to "
+                            "continue it, or --overwrite to start afresh and replace it (or choose another "
+                            "--checkpoint directory)\n", ckpt, ckpt);
+            return 1;
+        }
     }
     /* Tracing: StarPU reads its FxT settings in starpu_init (engine create).
      * A StarPU built with FxT traces by default (into /tmp): only with --trace
@@ -287,12 +427,28 @@ int main(int argc, char **argv)
     if (!corpus && data)
         return 1;
     if (!corpus) {
+        long default_len = len; /* bytes of the default text, 0 if missing */
         len = 1 << 20;
+        /* One sequence and its next-token target must fit (and the batch
+         * offsets are taken modulo len - S, which must not be 0). */
+        if (len < need) {
+            fprintf(stderr, "bsipipe-train: --seq %d needs at least %ld bytes of text; without --data the default "
+                            "text %s (%ld bytes) and the generated corpus (%ld bytes) are shorter: give --data FILE "
+                            "with at least %ld bytes, or a --seq below %ld\n", dims.seq_len, need, default_corpus,
+                    default_len, len, need, len);
+            return 1;
+        }
         corpus = generated_corpus(len);
         source = "generated corpus";
         if (!corpus) { fprintf(stderr, "bsipipe-train: out of memory\n"); return 1; }
     }
 
+    /* Host memory: CUDA devices hold their tensors on the GPU (not checked
+     * here yet). */
+    if (devices == BSIPIPE_DEVICES_CPU && admit_memory(&dims, &pc, mpi && world ? atoi(world) : 1, mem_limit)) {
+        free(corpus);
+        return 1;
+    }
     bsipipe_engine_options_t o = bsipipe_engine_options_default(&dims, &pc);
     o.opt.lr = lr;
     o.seed = (unsigned long long)seed;
@@ -356,6 +512,14 @@ int main(int argc, char **argv)
             free(corpus);
             return 1;
         }
+        if (start_it >= iters) {
+            fprintf(stderr, "bsipipe-train: %s/checkpoint.bin holds %ld iterations and --iters is %d (the total): "
+                            "nothing to do; give --iters above %ld to continue training\n", ckpt, start_it, iters,
+                    start_it);
+            bsipipe_engine_destroy(e);
+            free(corpus);
+            return 1;
+        }
         printf("resumed from %s/checkpoint.bin after iteration %ld\n", ckpt, start_it);
     }
     int S = dims.seq_len;
@@ -375,6 +539,20 @@ int main(int argc, char **argv)
         rc = bsipipe_engine_iteration(e, tokens, targets, &loss, &gnorm);
         if (rc < 0) {
             fprintf(stderr, "bsipipe-train: iteration %d: %s\n", it + 1, bsipipe_error_detail());
+            break;
+        }
+        /* Divergence stops the run before the state is saved: the last
+         * checkpoint (if any) stays the last finite one. (An emulated run
+         * computes no loss.) Every rank sees the same summed loss and
+         * global gradient norm, so under --mpi all ranks stop together. */
+        if (!emulate && (!isfinite(loss) || !isfinite(gnorm))) {
+            fprintf(stderr, "bsipipe-train: iteration %d: the %s not finite (loss %g, gradient norm %g): "
+                            "training diverged; this step is not saved%s. Lower --lr (now %g), or check the "
+                            "data and the checkpoint resumed from\n", it + 1,
+                    !isfinite(loss) && !isfinite(gnorm) ? "loss and the gradient norm are"
+                    : !isfinite(loss) ? "loss is" : "gradient norm is", loss, gnorm,
+                    ckpt ? " (the checkpoint keeps the previous iteration)" : "", lr);
+            rc = -EDOM;
             break;
         }
         bsipipe_engine_stats_t st;

@@ -1,6 +1,7 @@
 /* apps/cli.c: see cli.h. */
 #include "apps/cli.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,46 @@ int cli_parse_int(const char *prog, const char *opt, const char *arg, int lo, in
         return -1;
     }
     *out = (int)v;
+    return 0;
+}
+
+int cli_parse_ull(const char *prog, const char *opt, const char *arg, unsigned long long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = isdigit((unsigned char)*arg) ? strtoull(arg, &end, 0) : 0;
+    if (!isdigit((unsigned char)*arg) || *end != '\0' || errno) {
+        fprintf(stderr, "%s: %s expects a non-negative integer, got '%s'\n", prog, opt, arg);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_parse_bytes(const char *prog, const char *opt, const char *arg, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(arg, &end), scale = 1;
+    if (end != arg && *end) {
+        const char *units = "KMGT";
+        for (int i = 0; units[i]; i++)
+            if (toupper((unsigned char)*end) == units[i])
+                scale = (double)(1ull << (10 * (i + 1)));
+        if (scale > 1) {
+            end++;
+            if (*end == 'i' || *end == 'I')
+                end++;
+            if (*end == 'B' || *end == 'b')
+                end++;
+        }
+    }
+    if (end == arg || *end != '\0' || errno || !(v > 0) || v * scale > 1e18) {
+        fprintf(stderr, "%s: %s expects a positive byte count such as 24G, 512M or 1073741824, got '%s'\n", prog,
+                opt, arg);
+        return -1;
+    }
+    *out = v * scale;
     return 0;
 }
 

@@ -8,5 +8,10 @@
 int cli_parse_int(const char *prog, const char *opt, const char *arg, int lo, int hi, int *out);
 /* A finite number in lo..hi, the whole argument. */
 int cli_parse_double(const char *prog, const char *opt, const char *arg, double lo, double hi, double *out);
+/* A byte count: a number with an optional binary suffix K, M, G or T (KiB,
+ * MiB, GiB, TiB; "KB"/"KiB" spellings too), e.g. 24G, 1.5T, 4096. */
+int cli_parse_bytes(const char *prog, const char *opt, const char *arg, double *out);
+/* An unsigned decimal (or 0x hex) integer, the whole argument; no sign. */
+int cli_parse_ull(const char *prog, const char *opt, const char *arg, unsigned long long *out);
 
 #endif

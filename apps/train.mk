@@ -4,5 +4,7 @@ apps_bsipipe_train_SOURCES = apps/bsipipe-train.c apps/cli.c apps/cli.h
 apps_bsipipe_train_LDADD = libbsipipe.la $(STARPU_LIBS)
 TESTS += tests/test_train_cli.sh
 EXTRA_DIST += tests/test_train_cli.sh
+TESTS += tests/test_train_robust.sh
+EXTRA_DIST += tests/test_train_robust.sh
 TESTS += tests/test_devices_cli.sh
 EXTRA_DIST += tests/test_devices_cli.sh

@@ -2,11 +2,69 @@
 #include "graph/bsipipe_topology.h"
 #include "graph/bsipipe_error.h"
 
+#include <ctype.h>
 #include <hwloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+/* Bounds on what hwloc is asked to build: its synthetic and XML backends
+ * build the whole object tree, so 512x512 takes minutes and gigabytes
+ * (8192 leaves load in about half a second). */
+enum {
+    TOPO_MAX_LEAVES = BSIPIPE_TOPOLOGY_MAX_DEVICES,
+    TOPO_MAX_SYNTH = 255,              /* characters of a synthetic description */
+    TOPO_MAX_XML_BYTES = 64 << 20,     /* an XML export of 8192 PUs is a few MB */
+};
+
+/* The number of leaves (PUs) of an hwloc synthetic description: the product
+ * of the arities of its levels ("group:4 core:8 pu:1", "4 8 1"); attributes
+ * in parentheses and attached memory in brackets are skipped. 0 and a
+ * detail when a level has no arity (hwloc would refuse it too); the product
+ * saturates above the cap. */
+static long synthetic_leaves(const char *desc)
+{
+    long leaves = 1;
+    int levels = 0;
+    const char *p = desc;
+    while (*p) {
+        while (isspace((unsigned char)*p))
+            p++;
+        if (!*p)
+            break;
+        if (*p == '[') { /* attached memory: [numa(memory=...)] */
+            while (*p && *p != ']')
+                p++;
+            if (*p)
+                p++;
+            continue;
+        }
+        const char *start = p, *colon = NULL;
+        int depth = 0;
+        for (; *p && (depth > 0 || !isspace((unsigned char)*p)); p++) {
+            depth += *p == '(';
+            depth -= *p == ')' && depth > 0;
+            if (*p == ':' && depth == 0)
+                colon = p;
+        }
+        const char *num = colon ? colon + 1 : start;
+        if (!isdigit((unsigned char)*num)) {
+            bsipipe_error_set(-EINVAL, "topology: level '%.*s' of the synthetic description has no arity (e.g. "
+                              "core:8)", (int)(p - start), start);
+            return 0;
+        }
+        long a = strtol(num, NULL, 10);
+        if (a < 1)
+            a = 1; /* hwloc refuses 0 itself */
+        leaves = leaves > TOPO_MAX_LEAVES / a ? (long)TOPO_MAX_LEAVES + 1 : leaves * a;
+        levels++;
+    }
+    if (levels == 0)
+        bsipipe_error_set(-EINVAL, "topology: empty synthetic description");
+    return levels ? leaves : 0;
+}
 
 struct bsipipe_topology {
     int nodes, devices_per_node;
@@ -55,13 +113,34 @@ int bsipipe_topology_create(const char *spec, bsipipe_topology_t **out)
     if (sscanf(spec, "%dx%d%c", &n, &g, &tail) == 2) {
         if (n < 1 || g < 1 || n > 4096 || g > 4096)
             return bsipipe_error_set(-EINVAL, "topology '%s': nodes and devices per node must be in 1..4096", spec);
+        if ((long)n * g > TOPO_MAX_LEAVES)
+            return bsipipe_error_set(-EINVAL, "topology '%s': %ld devices; a cluster of at most %d devices can be "
+                                     "planned (e.g. %dx%d); plan a part of the cluster, a pipeline spans w "
+                                     "devices", spec, (long)n * g, TOPO_MAX_LEAVES, TOPO_MAX_LEAVES / 8, 8);
         snprintf(synth, sizeof synth, "group:%d core:%d pu:1", n, g);
     } else if (strncmp(spec, "synthetic:", 10) == 0) {
+        if (strlen(spec + 10) > TOPO_MAX_SYNTH)
+            return bsipipe_error_set(-EINVAL, "topology: the synthetic description is too long (%zu characters, at "
+                                     "most %d)", strlen(spec + 10), TOPO_MAX_SYNTH);
+        long leaves = synthetic_leaves(spec + 10);
+        if (leaves == 0)
+            return -EINVAL;
+        if (leaves > TOPO_MAX_LEAVES)
+            return bsipipe_error_set(-EINVAL, "topology '%s': more than %d processing units; a cluster of at most "
+                                     "%d devices can be planned; describe a smaller one", spec, TOPO_MAX_LEAVES,
+                                     TOPO_MAX_LEAVES);
         snprintf(synth, sizeof synth, "%s", spec + 10);
     } else if (strncmp(spec, "xml:", 4) == 0) {
         xml = spec + 4;
-        if (access(xml, R_OK) != 0)
+        struct stat st;
+        if (access(xml, R_OK) != 0 || stat(xml, &st) != 0)
             return bsipipe_error_set(-ENOENT, "topology: cannot read XML file '%s'", xml);
+        if (!S_ISREG(st.st_mode))
+            return bsipipe_error_set(-EINVAL, "topology: XML file '%s' is not a regular file", xml);
+        if (st.st_size > TOPO_MAX_XML_BYTES)
+            return bsipipe_error_set(-EINVAL, "topology: XML file '%s' has %lld bytes, at most %d are read (a "
+                                     "cluster of at most %d devices can be planned)", xml, (long long)st.st_size,
+                                     TOPO_MAX_XML_BYTES, TOPO_MAX_LEAVES);
     } else if (strcmp(spec, "this") != 0) {
         return bsipipe_error_set(-EINVAL, "topology '%s' not understood: use NxG (e.g. 4x8), synthetic:DESC, "
                                  "xml:FILE or this", spec);
@@ -79,6 +158,9 @@ int bsipipe_topology_create(const char *spec, bsipipe_topology_t **out)
     bsipipe_topology_t *t = NULL;
     if (rc == 0 && !(t = calloc(1, sizeof *t)))
         rc = bsipipe_error_set(-ENOMEM, "out of memory");
+    if (rc == 0 && hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU) > TOPO_MAX_LEAVES)
+        rc = bsipipe_error_set(-EINVAL, "topology '%s': %d processing units; a cluster of at most %d devices can "
+                               "be planned", spec, hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU), TOPO_MAX_LEAVES);
     if (rc == 0)
         rc = read_topology(topo, t);
     hwloc_topology_destroy(topo);

@@ -26,11 +26,18 @@ extern "C" {
 
 typedef struct bsipipe_topology bsipipe_topology_t;
 
+/* The largest cluster a topology may describe (devices, i.e. processing
+ * units): hwloc builds the whole tree, which for 512x512 takes minutes. */
+#define BSIPIPE_TOPOLOGY_MAX_DEVICES 8192
+
 /* spec: "NxG" (N nodes of G devices), "synthetic:DESC" (an hwloc synthetic
  * description, e.g. "group:4 core:8 pu:1"), "xml:FILE" (an hwloc XML export,
  * lstopo --of xml), or "this" (the machine we run on). *out: free with
- * _destroy. Errors: -EINVAL (bad spec, detail says which part), -ENOENT (XML
- * file), -ENOMEM. */
+ * _destroy. Descriptions of more than BSIPIPE_TOPOLOGY_MAX_DEVICES
+ * processing units, synthetic descriptions over 255 characters and XML files
+ * over 64 MiB are refused before hwloc builds anything.
+ * Errors: -EINVAL (bad spec or over a bound, detail says which part),
+ * -ENOENT (XML file), -ENOMEM. */
 int bsipipe_topology_create(const char *spec, bsipipe_topology_t **out);
 void bsipipe_topology_destroy(bsipipe_topology_t *t); /* NULL is fine */
 

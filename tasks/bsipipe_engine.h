@@ -208,12 +208,13 @@ const bsipipe_schedule_t *bsipipe_engine_schedule(const bsipipe_engine_t *e);
 
 /* Writes the engine's state and `iteration` (>= 0, a counter of the caller's,
  * returned as is by bsipipe_engine_load) to DIR/checkpoint.bin, atomically:
- * the data goes to a temporary file in DIR (".checkpoint.bin.<pid>.tmp"),
+ * the data goes to a temporary file in DIR (".checkpoint.bin.<pid>.tmp",
+ * created with O_EXCL | O_NOFOLLOW: a planted symlink is never followed),
  * which is fsync'ed and renamed over the previous checkpoint, then DIR is
  * fsync'ed. A failure or a crash at any point leaves the previous checkpoint
  * (if any) intact; on failure the temporary file is removed. DIR must exist
  * (it is not created).
- * Errors: -EINVAL (NULL engine or dir, negative iteration, or the engine's
+ * Errors: -EINVAL (NULL engine or dir, iteration outside 0..INT_MAX, or the engine's
  * last iteration failed, so its state is not worth saving), -ENOENT /
  * -ENOTDIR / -EACCES ... (DIR unusable; detail names it), -ENOSPC, -EIO ...
  * (write, fsync, rename failed: the negated errno; detail names the file),
@@ -230,13 +231,29 @@ int bsipipe_engine_save(bsipipe_engine_t *e, const char *dir, long iteration);
  * The whole file is read and checked before anything is written: on any
  * error the engine is unchanged and *iteration is not written.
  * Errors: -EINVAL (NULL engine or dir); -ENOENT (no DIR or no checkpoint in
- * it; the detail names the path); another negated errno when the file cannot
- * be read; -ENOMEM; BSIPIPE_EFORMAT when the content is wrong, the detail
+ * it; the detail names the path); -EINVAL when checkpoint.bin is not a
+ * regular file (a FIFO is refused, not waited on); another negated errno
+ * when the file cannot be read; -ENOMEM; BSIPIPE_EFORMAT when the content is wrong, the detail
  * saying which: "truncated: expected N bytes, found M", "bad magic", format
- * version, "corrupted: CRC-32 mismatch", or a checkpoint of another model or
+ * version, "corrupted: CRC-32 mismatch", an iteration counter or step count
+ * outside 0..INT_MAX, or a checkpoint of another model or
  * config naming the first field that differs ("checkpoint has w=4, this run
  * has w=8"). */
 int bsipipe_engine_load(bsipipe_engine_t *e, const char *dir, long *iteration);
+
+/* 1 if DIR holds a checkpoint (DIR/checkpoint.bin exists, whatever it is), 0
+ * if not (or DIR is missing), a negated errno otherwise. No engine needed. */
+int bsipipe_checkpoint_exists(const char *dir);
+
+/* An advisory lock (flock) on a checkpoint directory, for one run's life:
+ * DIR/.checkpoint.lock, holding the owner's pid. Taking it also removes the
+ * temporary files of saves whose process no longer exists
+ * (DIR/.checkpoint.bin.<pid>.tmp). *out: release with _unlock (the lock
+ * also ends with the process). Errors: -EBUSY when another process holds it
+ * (the detail names its pid), -ENOENT (no DIR), another negated errno. */
+typedef struct bsipipe_checkpoint_lock bsipipe_checkpoint_lock_t;
+int bsipipe_checkpoint_lock(const char *dir, bsipipe_checkpoint_lock_t **out);
+void bsipipe_checkpoint_unlock(bsipipe_checkpoint_lock_t *l); /* NULL is fine */
 
 /* ---- Tracing (tasks/engine_trace.c, docs/tracing.md) ----
  *

@@ -10,23 +10,28 @@
 #include "tasks/engine_internal.h"
 #include "graph/bsipipe_error.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define CKPT_MAGIC "BSIPCKPT"
 #define CKPT_FILE "checkpoint.bin"
+#define CKPT_LOCK ".checkpoint.lock"
 enum {
     CKPT_VERSION = 1,
     CKPT_FIXED_BYTES = 160,   /* header before the replica table */
     CKPT_REPLICA_BYTES = 32,  /* one replica table entry */
     CKPT_CRC_BYTES = 4,
     CKPT_BUF = 1 << 20,       /* write buffer */
+    CKPT_MAX_COUNT = 0x7fffffff, /* iteration counter and step count: 0..INT_MAX */
 };
 
 /* ---- CRC-32 (IEEE 802.3, reflected 0xEDB88320: zlib's crc32), slicing by 8 ---- */
@@ -322,8 +327,8 @@ int bsipipe_engine_save(bsipipe_engine_t *e, const char *dir, long iteration)
     if (e->mpi)
         return bsipipe_error_set(-ENOTSUP, "checkpoint: not supported across MPI ranks yet (each rank holds only its "
                                            "own replicas and records); run in one process");
-    if (iteration < 0)
-        return bsipipe_error_set(-EINVAL, "checkpoint: iteration %ld is negative", iteration);
+    if (iteration < 0 || iteration > CKPT_MAX_COUNT)
+        return bsipipe_error_set(-EINVAL, "checkpoint: iteration %ld is outside 0..%d", iteration, CKPT_MAX_COUNT);
     struct stat st;
     if (stat(dir, &st) != 0) {
         int err = errno;
@@ -346,7 +351,13 @@ int bsipipe_engine_save(bsipipe_engine_t *e, const char *dir, long iteration)
         rc = bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
         goto out;
     }
-    w.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    /* O_EXCL | O_NOFOLLOW: never write through a name someone planted (a
+     * symlink, or a file of another run). A leftover of ours (this pid's, from
+     * a run that died, or a planted link) is unlinked (the name only, never
+     * what it points to) and the create retried once. */
+    w.fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (w.fd < 0 && errno == EEXIST && unlink(tmp) == 0)
+        w.fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
     if (w.fd < 0) {
         rc = -errno;
         what = "cannot create";
@@ -410,7 +421,9 @@ out:
 
 static int read_file(const char *path, unsigned char **out, uint64_t *size)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO (or a device) must not wait for a writer;
+     * anything but a regular file is refused below, before any read. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
         int err = errno;
         if (err == ENOENT)
@@ -418,11 +431,21 @@ static int read_file(const char *path, unsigned char **out, uint64_t *size)
         return bsipipe_error_set(-err, "checkpoint: cannot open %s: %s", path, strerror(err));
     }
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        int err = S_ISREG(st.st_mode) ? errno : EINVAL;
+    if (fstat(fd, &st) != 0) {
+        int err = errno;
         close(fd);
-        return bsipipe_error_set(-err, "checkpoint: %s is not a regular file", path);
+        return bsipipe_error_set(-err, "checkpoint: cannot stat %s: %s", path, strerror(err));
     }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return bsipipe_error_set(-EINVAL, "checkpoint: %s is not a regular file (a %s); remove it or point "
+                                 "--checkpoint at the directory of a real checkpoint", path,
+                                 S_ISFIFO(st.st_mode) ? "FIFO" : S_ISDIR(st.st_mode) ? "directory"
+                                 : S_ISSOCK(st.st_mode) ? "socket" : "device or special file");
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0)
+        (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     uint64_t n = (uint64_t)st.st_size;
     unsigned char *buf = malloc(n > 0 ? (size_t)n : 1);
     if (!buf || n != (uint64_t)(size_t)n) {
@@ -538,9 +561,15 @@ static int check_image(const bsipipe_engine_t *e, const char *path, const unsign
     if (seed != (uint64_t)e->o.seed)
         return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s has another seed: checkpoint has seed=%llu, this run "
                                  "has seed=%llu", path, (unsigned long long)seed, (unsigned long long)e->o.seed);
-    if (get_i64(b + OFF_STEPS) < 0 || get_i64(b + OFF_ITER) < 0)
-        return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s is corrupted: negative step or iteration count",
-                                 path);
+    /* Counters in range before anyone uses them: a caller's int loop index
+     * must not wrap (the limit is far beyond any real run). */
+    int64_t steps = get_i64(b + OFF_STEPS), iter = get_i64(b + OFF_ITER);
+    if (iter < 0 || iter > CKPT_MAX_COUNT)
+        return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s has iteration counter %lld, outside 0..%d: "
+                                 "corrupted or not written by this program", path, (long long)iter, CKPT_MAX_COUNT);
+    if (steps < 0 || steps > CKPT_MAX_COUNT)
+        return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s has step count %lld, outside 0..%d: "
+                                 "corrupted or not written by this program", path, (long long)steps, CKPT_MAX_COUNT);
     uint32_t pipes = get_u32(b + OFF_PIPES), chunks = get_u32(b + OFF_CHUNKS);
     if (pipes != (uint32_t)bsipipe_schedule_n_pipes(e->sched) || chunks != (uint32_t)e->C)
         return bsipipe_error_set(BSIPIPE_EFORMAT,
@@ -605,4 +634,128 @@ int bsipipe_engine_load(bsipipe_engine_t *e, const char *dir, long *iteration)
     free(b);
     free(path);
     return rc;
+}
+
+/* ---- the directory: existence, lock, stale temporaries ---- */
+
+int bsipipe_checkpoint_exists(const char *dir)
+{
+    if (!dir || !*dir)
+        return bsipipe_error_set(-EINVAL, "checkpoint: no directory");
+    char *path = join(dir, CKPT_FILE);
+    if (!path)
+        return bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
+    struct stat st;
+    int rc = lstat(path, &st) == 0 ? 1 : errno == ENOENT ? 0 : -errno;
+    if (rc < 0)
+        bsipipe_error_set(rc, "checkpoint: cannot look at %s: %s", path, strerror(-rc));
+    free(path);
+    return rc;
+}
+
+struct bsipipe_checkpoint_lock {
+    int fd;
+    char *path;
+};
+
+/* Removes DIR/.checkpoint.bin.<pid>.tmp of processes that no longer exist
+ * (runs killed in the middle of a save). Called with the lock held. */
+static int remove_stale_temps(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int removed = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        long pid;
+        int end = 0;
+        if (sscanf(de->d_name, "." CKPT_FILE ".%ld.tmp%n", &pid, &end) != 1 || de->d_name[end] != '\0' || pid <= 0)
+            continue;
+        if (pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno != ESRCH))
+            continue; /* alive (or not ours to probe): its save may be under way */
+        char *p = join(dir, de->d_name);
+        if (p && unlink(p) == 0)
+            removed++;
+        free(p);
+    }
+    closedir(d);
+    return removed;
+}
+
+int bsipipe_checkpoint_lock(const char *dir, bsipipe_checkpoint_lock_t **out)
+{
+    *out = NULL;
+    if (!dir || !*dir)
+        return bsipipe_error_set(-EINVAL, "checkpoint: no directory");
+    bsipipe_checkpoint_lock_t *l = calloc(1, sizeof *l);
+    if (!l || !(l->path = join(dir, CKPT_LOCK))) {
+        free(l);
+        return bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
+    }
+    for (int tries = 0;; tries++) {
+        l->fd = open(l->path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
+        if (l->fd < 0) {
+            int err = errno;
+            int rc = err == ENOENT ? bsipipe_error_set(-ENOENT, "checkpoint directory %s does not exist", dir)
+                                   : bsipipe_error_set(-err, "checkpoint: cannot create the lock %s: %s", l->path,
+                                                       strerror(err));
+            free(l->path);
+            free(l);
+            return rc;
+        }
+        if (flock(l->fd, LOCK_EX | LOCK_NB) != 0) {
+            int err = errno;
+            char buf[32] = "";
+            ssize_t n = err == EWOULDBLOCK ? pread(l->fd, buf, sizeof buf - 1, 0) : -1;
+            long pid = 0;
+            if (n > 0)
+                buf[n] = 0, pid = strtol(buf, NULL, 10);
+            close(l->fd);
+            int rc;
+            char who[48] = "another process";
+            if (pid > 0)
+                snprintf(who, sizeof who, "process %ld", pid);
+            if (err == EWOULDBLOCK)
+                rc = bsipipe_error_set(-EBUSY, "checkpoint directory %s is in use by %s (it holds the lock %s); "
+                                       "wait for that run to end, stop it, or use another --checkpoint directory",
+                                       dir, who, l->path);
+            else
+                rc = bsipipe_error_set(-err, "checkpoint: cannot lock %s: %s", l->path, strerror(err));
+            free(l->path);
+            free(l);
+            return rc;
+        }
+        /* The holder before us may have unlinked the file between our open
+         * and our flock: then we hold a lock on a name nobody sees; retry. */
+        struct stat a, b;
+        if (fstat(l->fd, &a) == 0 && stat(l->path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+            break;
+        close(l->fd);
+        if (tries > 100) {
+            free(l->path);
+            free(l);
+            return bsipipe_error_set(-EBUSY, "checkpoint: cannot lock %s: it keeps being replaced", dir);
+        }
+    }
+    char buf[32];
+    int n = snprintf(buf, sizeof buf, "%ld\n", (long)getpid());
+    if (ftruncate(l->fd, 0) != 0 || pwrite(l->fd, buf, (size_t)n, 0) != n) {
+        int err = errno;
+        bsipipe_checkpoint_unlock(l);
+        return bsipipe_error_set(-err, "checkpoint: cannot write the lock %s: %s", dir, strerror(err));
+    }
+    remove_stale_temps(dir);
+    *out = l;
+    return 0;
+}
+
+void bsipipe_checkpoint_unlock(bsipipe_checkpoint_lock_t *l)
+{
+    if (!l)
+        return;
+    unlink(l->path); /* while still locked: a waiter then sees a fresh file */
+    close(l->fd);
+    free(l->path);
+    free(l);
 }

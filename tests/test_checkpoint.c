@@ -3,11 +3,13 @@
  * 1. Bit-identical resume: 6 iterations straight vs 3 iterations, save,
  *    destroy, a fresh engine loads and runs the last 3: losses and final
  *    parameters bitwise equal; the saved iteration counter comes back.
- * 2. Saving over an existing checkpoint leaves only checkpoint.bin in DIR.
+ * 2. Saving over an existing checkpoint leaves only checkpoint.bin in DIR;
+ *    a symlink planted at the temporary file's name is not followed.
  * 3. Refusals with a clear detail, engine unchanged (its state saved before
  *    and after is the same file): missing dir, missing file, truncated file,
  *    a flipped byte (corrupted), bad magic, and a checkpoint of another
- *    config (w=4 loaded into a w=2 engine).
+ *    config (w=4 loaded into a w=2 engine), an iteration counter >= 2^31 or
+ *    a huge step count under a valid CRC, a FIFO named checkpoint.bin.
  * One engine per process at a time: each is destroyed before the next. */
 #include "tasks/bsipipe_engine.h"
 #include "graph/bsipipe_error.h"
@@ -16,6 +18,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -117,6 +121,34 @@ static void remove_dir(const char *dir)
             unlink(path_in(dir, de->d_name));
     closedir(d);
     rmdir(dir);
+}
+
+/* zlib's crc32, bit by bit: re-seals an edited image so only the edit is checked. */
+static void reseal(unsigned char *b, long n)
+{
+    uint32_t c = 0xffffffffu;
+    for (long i = 0; i < n - 4; i++) {
+        c ^= b[i];
+        for (int k = 0; k < 8; k++)
+            c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+    }
+    c ^= 0xffffffffu;
+    for (int i = 0; i < 4; i++)
+        b[n - 4 + i] = (unsigned char)(c >> (8 * i));
+}
+
+static void put_le64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    static const char msg[] = "test_checkpoint: FAIL: timed out (a load hung on a FIFO?)\n";
+    if (write(2, msg, sizeof msg - 1) < 0) {}
+    _exit(1);
 }
 
 static char *make_dir(const char *base, const char *name)
@@ -227,6 +259,29 @@ int main(void)
         snprintf(missing, sizeof missing, "%s/no-such-dir", base);
         CHECK(bsipipe_engine_save(e, missing, 1) == -ENOENT, "save into a missing dir");
         CHECK_CONTAINS(bsipipe_error_detail(), "no-such-dir");
+
+        /* A symlink planted at the temporary file's name is not followed: the
+         * file it points to stays as it was, checkpoint.bin is a regular file. */
+        char victim[4200], planted[4200], tmpname[64];
+        snprintf(victim, sizeof victim, "%s/victim", base);
+        snprintf(tmpname, sizeof tmpname, ".checkpoint.bin.%ld.tmp", (long)getpid());
+        snprintf(planted, sizeof planted, "%s", path_in(ck, tmpname));
+        CHECK(spit(victim, (const unsigned char *)"precious", 8) == 0, "write %s", victim);
+        CHECK(symlink(victim, planted) == 0, "symlink %s", planted);
+        CHECK(bsipipe_engine_save(e, ck, ITERS) == 0, "save with a planted symlink: %s", bsipipe_error_detail());
+        long vn = 0;
+        unsigned char *v = slurp(victim, &vn);
+        CHECK(v && vn == 8 && !memcmp(v, "precious", 8), "save followed the symlink planted at %s (victim now %ld "
+              "bytes)", planted, vn);
+        free(v);
+        struct stat lst;
+        CHECK(lstat(path_in(ck, "checkpoint.bin"), &lst) == 0 && S_ISREG(lst.st_mode),
+              "checkpoint.bin is not a regular file after a save over a planted symlink");
+        CHECK(bsipipe_engine_load(e, ck, NULL) == 0, "load after a planted symlink: %s", bsipipe_error_detail());
+        unlink(planted);
+        unlink(victim);
+        n = list_dir(ck, names, sizeof names);
+        CHECK(n == 1 && !strcmp(names, "checkpoint.bin"), "%s holds: %s", ck, names);
     }
 
     /* 3. Refusals leave the engine unchanged. */
@@ -271,6 +326,26 @@ int main(void)
         b[8] = 9;
         CHECK(spit(bp, b, good_n) == 0, "write %s", bp);
         expect_refused(e, bad, BSIPIPE_EFORMAT, "version 9", NULL, state, state_n, scratch);
+        /* An iteration counter >= 2^31 (or a step count) with a valid CRC is
+         * refused, not wrapped into a negative int by the caller. */
+        memcpy(b, good, (size_t)good_n);
+        put_le64(b + 144, (uint64_t)1 << 31);
+        reseal(b, good_n);
+        CHECK(spit(bp, b, good_n) == 0, "write %s", bp);
+        expect_refused(e, bad, BSIPIPE_EFORMAT, "iteration counter 2147483648", NULL, state, state_n, scratch);
+        memcpy(b, good, (size_t)good_n);
+        put_le64(b + 136, (uint64_t)1 << 40);
+        reseal(b, good_n);
+        CHECK(spit(bp, b, good_n) == 0, "write %s", bp);
+        expect_refused(e, bad, BSIPIPE_EFORMAT, "step count", NULL, state, state_n, scratch);
+        /* A FIFO named checkpoint.bin is refused, not waited on. */
+        unlink(bp);
+        CHECK(mkfifo(bp, 0666) == 0, "mkfifo %s", bp);
+        signal(SIGALRM, on_alarm);
+        alarm(60);
+        expect_refused(e, bad, -EINVAL, "not a regular file", NULL, state, state_n, scratch);
+        alarm(0);
+        unlink(bp);
         free(b);
     }
     free(state);

@@ -27,6 +27,16 @@ expect 1 "deadlock under rendezvous send/recv" --schedule bsipipe --comm naive
 expect 0 "| aware | 0,1,6,7 / 2,3,4,5 |" --w 8 --m 8 --layers 16 --topology 2x4
 expect 0 "| naive | 0,1,2,3 / 4,5,6,7 |" --w 8 --m 8 --layers 16 --topology "synthetic:group:2 core:4 pu:1"
 expect 2 "topology '4y8' not understood" --topology 4y8
+# Huge clusters are refused at once (hwloc would build the tree for minutes).
+for spec in 512x512 "synthetic:node:100000 pu:100000" "synthetic:group:64 package:64 core:64 pu:1" 4096x4096; do
+    start=$(date +%s)
+    timeout 20 "$prog" --topology "$spec" >"$tmp/out" 2>&1; got=$?
+    secs=$(($(date +%s) - start))
+    if [ "$got" -eq 2 ] && grep -qF "at most 8192" "$tmp/out" && [ "$secs" -le 5 ]; then ok; else
+        fail "--topology '$spec': exit $got after ${secs}s, expected a refusal naming the cap: $(tail -2 "$tmp/out")"; fi
+done
+expect 2 "description is too long" --topology "synthetic:$(printf 'core:1 %.0s' $(seq 1 60))pu:1"
+expect 0 "| aware |" --w 8 --m 8 --layers 16 --topology 1024x8
 expect 2 "--naive-mapping needs --topology" --naive-mapping
 expect 1 "the cluster has 4" --w 8 --m 8 --layers 16 --topology 2x2
 

@@ -1,0 +1,105 @@
+#!/bin/sh
+# test_train_robust: what an adversarial user tried (issue 16), each refused
+# with a sentence instead of lost work, a hang or a crash.
+# 1. Checkpoints: a fresh run into a DIR holding a checkpoint refuses (naming
+#    --resume and --overwrite); one run per DIR (the lock names the holder's
+#    pid); stale temporaries of dead runs are removed.
+# 2. No crash: --seq longer than the fallback corpus is an error, not SIGFPE.
+# 3. No silent or late messages: resuming a finished run says so and exits 1;
+#    bsipipe-ref and bsipipe-kbench reject non-numbers and stray arguments.
+# 4. A non-finite loss stops the run, naming the iteration (a checkpoint
+#    whose first replica's parameters are NaN, under a valid CRC).
+# 6. Memory admission: a plan that does not fit the budget is refused at
+#    once with the estimate (before: minutes of allocation, then the OOM).
+set -u
+train="${top_builddir:-.}/apps/bsipipe-train"
+export STARPU_SILENT=1
+prog=$train
+. "${srcdir:-.}/tests/cli_util.sh"
+tiny="--layers 8 --hidden 32 --heads 2 --seq 32 --m 8 --lr 3e-3"
+
+# ---- 1. checkpoints a user cannot lose ----
+"$train" $tiny --iters 2 --checkpoint "$tmp/ck" >/dev/null 2>&1 || fail "first run with --checkpoint"
+cp "$tmp/ck/checkpoint.bin" "$tmp/saved.bin"
+expect 1 "already holds a checkpoint" $tiny --iters 1 --checkpoint "$tmp/ck"
+grep -qF -- "--resume" "$tmp/out" && grep -qF -- "--overwrite" "$tmp/out" && ok ||
+    fail "the refusal names neither --resume nor --overwrite: $(cat "$tmp/out")"
+cmp -s "$tmp/ck/checkpoint.bin" "$tmp/saved.bin" && ok || fail "a refused run changed the checkpoint"
+expect 2 "contradict" $tiny --iters 1 --checkpoint "$tmp/ck" --resume --overwrite
+expect 2 "--overwrite needs --checkpoint" $tiny --iters 1 --overwrite
+# Stale temporaries of dead runs go; --overwrite starts afresh (iteration 1 saved).
+dead=$(sh -c 'echo $$')
+head -c 1000 /dev/zero >"$tmp/ck/.checkpoint.bin.$dead.tmp"
+expect 0 "summary: 1 iterations" $tiny --iters 1 --checkpoint "$tmp/ck" --overwrite
+[ ! -e "$tmp/ck/.checkpoint.bin.$dead.tmp" ] && ok || fail "stale temporary of dead pid $dead left in place"
+expect 0 "resumed from $tmp/ck/checkpoint.bin after iteration 1" $tiny --iters 2 --checkpoint "$tmp/ck" --resume
+[ ! -e "$tmp/ck/.checkpoint.lock" ] && ok || fail "the lock file is left after the run"
+# A second run on a locked DIR is refused, naming the holder's pid.
+"$train" $tiny --iters 100000 --checkpoint "$tmp/ck" --resume >/dev/null 2>&1 &
+holder=$!
+i=0
+while [ $i -lt 200 ] && [ "$(cat "$tmp/ck/.checkpoint.lock" 2>/dev/null)" != "$holder" ]; do sleep 0.1; i=$((i + 1)); done
+expect 1 "is in use by process $holder" $tiny --iters 3 --checkpoint "$tmp/ck" --resume
+kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
+
+# ---- 2. crashes ----
+# No --data: the default text and the generated corpus (1 MiB) are shorter
+# than one sequence; before, a division by zero (SIGFPE) killed the run.
+expect 1 "generated corpus (1048576 bytes)" --seq 1048576 --iters 1
+grep -qF -- "--data FILE" "$tmp/out" && grep -qF -- "--seq" "$tmp/out" && ok ||
+    fail "the corpus error names neither --data nor --seq: $(cat "$tmp/out")"
+printf 'short text' >"$tmp/short.txt"
+expect 1 "too short for one sequence" --seq 1048576 --iters 1 --data "$tmp/short.txt"
+
+# ---- 3. silent or late messages ----
+expect 1 "nothing to do" $tiny --iters 1 --checkpoint "$tmp/ck" --resume
+grep -qF -- "--iters" "$tmp/out" && ok || fail "the finished-run message does not name --iters"
+ref="${top_builddir:-.}/apps/bsipipe-ref"
+kbench="${top_builddir:-.}/apps/bsipipe-kbench"
+prog=$ref
+expect 2 "--lr expects a number" --lr abc
+expect 2 "--layers expects an integer" --layers 2x
+expect 2 "--seed expects" --seed -1
+expect 2 "-m expects an integer" -m 0
+expect 2 "unexpected argument 'foo'" foo
+expect 0 "grad_norm" --iters 1 --layers 1 --hidden 16 --heads 2 --seq 8 --lr 1e-3 --seed 7
+prog=$kbench
+expect 2 "unexpected argument 'foo'" foo
+expect 2 "--reps expects an integer" --reps abc
+expect 2 "--seq expects" --seq 64,x
+expect 2 "--family expects" --family bert
+prog=$train
+
+# ---- 4. divergence ----
+if command -v python3 >/dev/null 2>&1; then
+    "$train" $tiny --iters 2 --checkpoint "$tmp/nan" >/dev/null 2>&1 || fail "run with checkpoints into $tmp/nan"
+    python3 - "$tmp/nan/checkpoint.bin" <<'PY'
+import struct, sys, zlib
+p = sys.argv[1]
+d = bytearray(open(p, "rb").read())
+hdr = struct.unpack_from("<I", d, 12)[0]
+n = struct.unpack_from("<q", d, 160 + 24)[0]          # replica 0's element count
+d[hdr:hdr + 4 * n] = struct.pack("<f", float("nan")) * n  # its parameters
+struct.pack_into("<I", d, len(d) - 4, zlib.crc32(bytes(d[:-4])))
+open(p, "wb").write(bytes(d))
+PY
+    cp "$tmp/nan/checkpoint.bin" "$tmp/nan.bin"
+    expect 1 "iteration 3: the loss and the gradient norm are not finite" $tiny --iters 5 --checkpoint "$tmp/nan" --resume
+    grep -q "^iter" "$tmp/out" && fail "an iteration with a non-finite loss was printed as normal" || ok
+    cmp -s "$tmp/nan/checkpoint.bin" "$tmp/nan.bin" && ok || fail "a diverged step was saved over the checkpoint"
+else
+    echo "test_train_robust: no python3: the divergence check is skipped"
+fi
+
+# ---- 6. memory admission ----
+start=$(date +%s%N)
+expect 1 "not enough memory: the plan needs about 52.3 GiB" --hidden 2048 --layers 32 --heads 16 --memory-limit 24G
+ms=$((($(date +%s%N) - start) / 1000000))
+[ "$ms" -lt 1000 ] && ok || fail "the memory refusal took ${ms} ms (at most 1000)"
+grep -qF "24.0 GiB are available (--memory-limit)" "$tmp/out" && grep -qF -- "--mpi" "$tmp/out" && ok ||
+    fail "the memory refusal names neither the budget nor a remedy: $(cat "$tmp/out")"
+expect 2 "--memory-limit expects a positive byte count" --memory-limit lots
+expect 0 "summary: 1 iterations" $tiny --iters 1 --memory-limit 1G
+expect 1 "not enough memory" $tiny --iters 1 --memory-limit 1M
+
+finish test_train_robust
