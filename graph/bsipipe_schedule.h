@@ -102,11 +102,13 @@ int bsipipe_schedule_reorder_comm_for(bsipipe_schedule_t *s, bsipipe_comm_order_
  * built plan so that its makespan under `cost` (NULL: unit costs; compute
  * costs only, transfers free) can only fall, no device holding more than
  * max(budget, its peak in the plan) subsequence-chunk activations at once
- * (budget 0: never more than the plan held). Transfers are ordered again
+ * (budget 0: never more than the plan held, in activations and in bytes).
+ * After justification rounds, a local search with a fixed seed (so the
+ * same plan comes out everywhere) and a bounded effort. Transfers are ordered again
  * (pc.comm) and SYNC/STEP appended. report may be NULL. */
 typedef struct bsipipe_optimise_report {
     double makespan_before, makespan_after; /* compute makespan under the cost model */
-    int passes;                             /* improving rounds run */
+    int passes;                             /* justification rounds run */
     int peak_units_before, peak_units_after; /* most activations on one device */
 } bsipipe_optimise_report_t;
 int bsipipe_schedule_optimise(bsipipe_schedule_t *s, const struct bsipipe_cost_model *cost, int budget,

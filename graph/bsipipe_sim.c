@@ -295,51 +295,66 @@ static int cmp_event(const void *a, const void *b)
     return (x->bytes > y->bytes) - (x->bytes < y->bytes);
 }
 
-/* Peak activation memory per device, from the simulated times: a forward
- * holds its stash from its start to the end of its backward (W when split);
- * the KV cache of a (micro-batch, chunk) lives from its first forward to its
- * last backward, its gradient from the first backward on. */
+/* Peak activation memory of the compute ops ops[0..n) of one device, from
+ * their times: a forward holds its stash from its start to the end of its
+ * backward (W when split); the KV cache of a (micro-batch, chunk) lives from
+ * its first forward to its last backward, its gradient from the first
+ * backward on. Writes the peak in units (stashes) and bytes; -ENOMEM. */
+int schedule_peak_memory(const bsipipe_schedule_t *s, double bytes_per_element, const bsipipe_op_t *ops,
+                         const double *start, const double *end, int n, int *peak_units, double *peak_bytes)
+{
+    int split = split_backward(s);
+    ev_t *ev = malloc(sizeof *ev * (size_t)(4 * n + 1));
+    int ne = 0;
+    if (!ev)
+        return -ENOMEM;
+    for (int i = 0; i < n; i++) {
+        const bsipipe_op_t *op = &ops[i];
+        int first, last;
+        if (op->kind > BSIPIPE_OP_W)
+            continue;
+        bsipipe_schedule_chunk_layers(s, op->chunk, &first, &last);
+        double layers = last - first, el = bytes_per_element;
+        double stash = layers * (double)bsipipe_model_stash_size(&s->dims, piece_len(s, op->sub)) * el / s->pc.tp;
+        double kv = layers * (double)bsipipe_model_kv_size(&s->dims) * el / s->pc.tp;
+        if (op->kind == BSIPIPE_OP_F) {
+            ev[ne++] = (ev_t){start[i], 1, stash};
+            if (op->sub == 0)
+                ev[ne++] = (ev_t){start[i], 0, kv};
+        } else if (op->kind == (split ? BSIPIPE_OP_W : BSIPIPE_OP_B)) {
+            ev[ne++] = (ev_t){end[i], -1, -stash};
+        }
+        if (op->kind == BSIPIPE_OP_B && op->sub == s->pc.k - 1)
+            ev[ne++] = (ev_t){start[i], 0, kv};        /* dKV */
+        if (op->kind == BSIPIPE_OP_B && op->sub == 0)
+            ev[ne++] = (ev_t){end[i], 0, -2 * kv};      /* KV and dKV */
+    }
+    qsort(ev, (size_t)ne, sizeof *ev, cmp_event);
+    int units = 0;
+    double bytes = 0;
+    *peak_units = 0;
+    *peak_bytes = 0;
+    for (int a = 0; a < ne; a++) {
+        units += ev[a].units;
+        bytes += ev[a].bytes;
+        if (units > *peak_units) *peak_units = units;
+        if (bytes > *peak_bytes) *peak_bytes = bytes;
+    }
+    free(ev);
+    return 0;
+}
+
 static void account_memory(sim_t *m)
 {
     const bsipipe_schedule_t *s = m->s;
-    int split = split_backward(s);
     for (int d = 0; d < s->n_devices; d++) {
-        int n = s->n_ops[d];
-        ev_t *ev = malloc(sizeof *ev * (size_t)(4 * n + 1));
-        int ne = 0;
-        if (!ev)
-            continue;
-        for (int i = 0; i < n; i++) {
-            const bsipipe_op_t *op = &s->ops[d][i];
-            int first, last;
-            if (op->kind > BSIPIPE_OP_W)
-                continue;
-            bsipipe_schedule_chunk_layers(s, op->chunk, &first, &last);
-            double layers = last - first, el = m->c->bytes_per_element;
-            double stash = layers * (double)bsipipe_model_stash_size(&s->dims, piece_len(s, op->sub)) * el / s->pc.tp;
-            double kv = layers * (double)bsipipe_model_kv_size(&s->dims) * el / s->pc.tp;
-            if (op->kind == BSIPIPE_OP_F) {
-                ev[ne++] = (ev_t){m->r->op_start[d][i], 1, stash};
-                if (op->sub == 0)
-                    ev[ne++] = (ev_t){m->r->op_start[d][i], 0, kv};
-            } else if (op->kind == (split ? BSIPIPE_OP_W : BSIPIPE_OP_B)) {
-                ev[ne++] = (ev_t){m->r->op_end[d][i], -1, -stash};
-            }
-            if (op->kind == BSIPIPE_OP_B && op->sub == s->pc.k - 1)
-                ev[ne++] = (ev_t){m->r->op_start[d][i], 0, kv};        /* dKV */
-            if (op->kind == BSIPIPE_OP_B && op->sub == 0)
-                ev[ne++] = (ev_t){m->r->op_end[d][i], 0, -2 * kv};      /* KV and dKV */
+        int units;
+        double bytes;
+        if (schedule_peak_memory(s, m->c->bytes_per_element, s->ops[d], m->r->op_start[d], m->r->op_end[d],
+                                 s->n_ops[d], &units, &bytes) == 0) {
+            m->r->device[d].peak_act_units = units;
+            m->r->device[d].peak_act_bytes = bytes;
         }
-        qsort(ev, (size_t)ne, sizeof *ev, cmp_event);
-        int units = 0;
-        double bytes = 0;
-        for (int a = 0; a < ne; a++) {
-            units += ev[a].units;
-            bytes += ev[a].bytes;
-            if (units > m->r->device[d].peak_act_units) m->r->device[d].peak_act_units = units;
-            if (bytes > m->r->device[d].peak_act_bytes) m->r->device[d].peak_act_bytes = bytes;
-        }
-        free(ev);
         for (int pipe = 0; pipe < s->n_pipes; pipe++)
             for (int c = 0; c < s->n_chunks; c++)
                 if (schedule_dev(s, pipe, c) == d) {

@@ -61,10 +61,16 @@ int comm_insert(bsipipe_schedule_t *s, const struct bsipipe_cost_model *cost);
  * allow under `cost` (not NULL). BSIPIPE_EDEPEND if the order cannot finish. */
 int schedule_compute_timeline(const bsipipe_schedule_t *s, const struct bsipipe_cost_model *cost, double *end);
 
+/* Peak activation memory of the compute ops ops[0..n) of one device, from
+ * their start and end times (bsipipe_sim.c: the simulator's accounting):
+ * units (subsequence-chunk stashes) and bytes. -ENOMEM. */
+int schedule_peak_memory(const bsipipe_schedule_t *s, double bytes_per_element, const bsipipe_op_t *ops,
+                         const double *start, const double *end, int n, int *peak_units, double *peak_bytes);
+
 /* The optimising pass (opt_justify.c) over the compute ops of s: reorders
  * them so the makespan under `cost` (NULL: unit costs) can only fall, each
  * device holding at most max(budget, its current peak) stashes (budget 0:
- * its current peak). Leaves only compute ops in the lists: the caller
+ * its current peak, and no more activation bytes than now either). Leaves only compute ops in the lists: the caller
  * inserts transfers and SYNC/STEP again. */
 int schedule_optimise(bsipipe_schedule_t *s, const struct bsipipe_cost_model *cost, int budget,
                       bsipipe_optimise_report_t *report);
