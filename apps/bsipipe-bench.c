@@ -62,7 +62,8 @@ static void usage(FILE *out)
 "                    one table with no device time (--device-tflops 1e6), one at\n"
 "                    --device-tflops (not with --device-tflops 1e5 or more);\n"
 "                    default --reps 3 --iters 2\n"
-"  --preset ablation BSIPipe with transfer order bsipipe, ordered, naive; the\n"
+"  --preset ablation BSIPipe with transfer order bsipipe, no-reversal (the\n"
+"                    paper's w/o F-B overlap), ordered, naive; the\n"
 "                    last two deadlock and are caught by a 2 s watchdog; then\n"
 "                    topology-aware against naive mapping on 2 simulated nodes,\n"
 "                    predicted only (one node here: nothing to measure);\n"
@@ -966,13 +967,14 @@ int main(int argc, char **argv)
             fprintf(stderr, PROG ": --preset ablation runs BSIPipe alone; drop --schedules\n");
             return 2;
         }
-        static const bsipipe_comm_order_t orders[] = {BSIPIPE_COMM_BSIPIPE, BSIPIPE_COMM_ORDERED, BSIPIPE_COMM_NAIVE};
-        static const char *const labels[] = {"bsipipe (early receive + reversal)", "bsipipe, ordered (no early receive)",
-                                             "bsipipe, naive (sends first)"};
+        static const bsipipe_comm_order_t orders[] = {BSIPIPE_COMM_BSIPIPE, BSIPIPE_COMM_NO_REVERSAL,
+                                                      BSIPIPE_COMM_ORDERED, BSIPIPE_COMM_NAIVE};
+        static const char *const labels[] = {"bsipipe (early receive + reversal)", "bsipipe, no reversal (w/o F-B overlap)",
+                                             "bsipipe, ordered (no early receive)", "bsipipe, naive (sends first)"};
         /* Across ranks: the mapping, measured (the transfer-order rows need
          * the rendezvous transport of one process). */
         static const char *const map_labels[] = {"bsipipe, topology-aware mapping", "bsipipe, naive mapping"};
-        for (int i = 0; i < (mpi ? 2 : 3); i++) {
+        for (int i = 0; i < (mpi ? 2 : 4); i++) {
             var[nv].kind = BSIPIPE_SCHED_BSIPIPE;
             var[nv].comm = mpi ? BSIPIPE_COMM_BSIPIPE : orders[i];
             var[nv].naive_mapping = mpi && i == 1;

@@ -26,7 +26,11 @@ static void usage(FILE *out)
 "                     pipeline depth, chunks per device (interleaved schedules;\n"
 "                     others use 1), subsequences (sequence-level schedules;\n"
 "                     others use 1), micro-batches, tensor-parallel degree\n"
-"  --partition balanced|even   --comm bsipipe|ordered|naive   --no-concat\n"
+"  --partition balanced|even   --comm bsipipe|ordered|naive|no-reversal   --no-concat\n"
+"                     no-reversal: the paper's ablation without the F-B overlap\n"
+"  --recv posted|blocking  receive semantics of the simulation and the deadlock\n"
+"                     check (posted: the engine's; blocking: a RECV holds its\n"
+"                     device until the data arrives, rendezvous both ways)\n"
 "  --no-optimise      bsipipe: the constructed order, without the optimising\n"
 "                     pass (by default both bubbles are printed under the table)\n"
 "Model:\n"
@@ -59,7 +63,7 @@ static int die(const char *what)
 }
 
 typedef struct options {
-    int all, draw, width, json, paper, w, p, k, m, tp, dpn, concat, optimise, unit_cost;
+    int all, draw, width, json, paper, w, p, k, m, tp, dpn, concat, optimise, unit_cost, blocking_recv;
     int set_p, set_k, set_m, set_w;
     double tflops;
     bsipipe_schedule_kind_t kind;
@@ -199,6 +203,7 @@ static int run(const options_t *o)
     bsipipe_cost_model_t unit = bsipipe_cost_model_unit();
     bsipipe_cost_model_t flops = bsipipe_cost_model_flops(o->tflops * 1e12);
     unit.devices_per_node = flops.devices_per_node = o->dpn;
+    unit.blocking_recv = flops.blocking_recv = o->blocking_recv;
     const bsipipe_cost_model_t *cost = o->unit_cost ? &unit : &flops;
     int first = 1, status = 0;
     optimised_note_t bsipipe_note = {0};
@@ -297,12 +302,12 @@ int main(int argc, char **argv)
                    .tflops = 150, .partition = BSIPIPE_PARTITION_BALANCED, .comm = BSIPIPE_COMM_BSIPIPE,
                    .dims = {BSIPIPE_MODEL_GPT, 16, 256, 8, 1024, 256, 1024}};
     int ffn_set = 0;
-    enum { O_SCHED = 256, O_W, O_P, O_K, O_M, O_TP, O_PART, O_COMM, O_NOCONCAT, O_NOOPT, O_MODEL, O_LAYERS, O_HIDDEN,
+    enum { O_SCHED = 256, O_W, O_P, O_K, O_M, O_TP, O_PART, O_COMM, O_NOCONCAT, O_NOOPT, O_RECV, O_MODEL, O_LAYERS, O_HIDDEN,
            O_HEADS, O_FFN, O_VOCAB, O_SEQ, O_COST, O_TFLOPS, O_DPN, O_PRESET, O_DRAW, O_WIDTH, O_SVG, O_FORMAT,
            O_TOPOLOGY, O_NAIVE_MAPPING };
     static const struct option longopts[] = {
         {"schedule", 1, 0, O_SCHED}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P}, {"k", 1, 0, O_K}, {"m", 1, 0, O_M},
-        {"tp", 1, 0, O_TP}, {"partition", 1, 0, O_PART}, {"comm", 1, 0, O_COMM}, {"no-concat", 0, 0, O_NOCONCAT}, {"no-optimise", 0, 0, O_NOOPT},
+        {"tp", 1, 0, O_TP}, {"partition", 1, 0, O_PART}, {"comm", 1, 0, O_COMM}, {"no-concat", 0, 0, O_NOCONCAT}, {"no-optimise", 0, 0, O_NOOPT}, {"recv", 1, 0, O_RECV},
         {"model", 1, 0, O_MODEL}, {"layers", 1, 0, O_LAYERS}, {"hidden", 1, 0, O_HIDDEN}, {"heads", 1, 0, O_HEADS},
         {"ffn", 1, 0, O_FFN}, {"vocab", 1, 0, O_VOCAB}, {"seq", 1, 0, O_SEQ}, {"cost", 1, 0, O_COST},
         {"device-tflops", 1, 0, O_TFLOPS}, {"devices-per-node", 1, 0, O_DPN}, {"preset", 1, 0, O_PRESET},
@@ -332,6 +337,13 @@ int main(int argc, char **argv)
         case O_COMM: if (bsipipe_comm_order_parse(optarg, &o.comm) < 0) return die(bsipipe_error_detail()); break;
         case O_NOCONCAT: o.concat = 0; break;
         case O_NOOPT: o.optimise = 0; break;
+        case O_RECV:
+            if (strcmp(optarg, "posted") == 0) o.blocking_recv = 0;
+            else if (strcmp(optarg, "blocking") == 0) o.blocking_recv = 1;
+            else return die("--recv expects posted (a RECV posts its buffer and the device goes on, "
+                            "the engine's transports) or blocking (a RECV holds its device until the data "
+                            "has arrived)");
+            break;
         case O_MODEL:
             if (strcmp(optarg, "gpt") == 0) o.dims.family = BSIPIPE_MODEL_GPT;
             else if (strcmp(optarg, "llama") == 0) o.dims.family = BSIPIPE_MODEL_LLAMA;

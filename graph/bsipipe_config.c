@@ -57,22 +57,22 @@ bsipipe_schedule_traits_t bsipipe_schedule_kind_traits(bsipipe_schedule_kind_t k
     return t;
 }
 
-static const char *const comm_names[] = {"bsipipe", "ordered", "naive"};
+static const char *const comm_names[BSIPIPE_COMM_COUNT] = {"bsipipe", "ordered", "naive", "no-reversal"};
 
 const char *bsipipe_comm_order_name(bsipipe_comm_order_t order)
 {
-    return (unsigned)order < 3 ? comm_names[order] : "unknown";
+    return (unsigned)order < BSIPIPE_COMM_COUNT ? comm_names[order] : "unknown";
 }
 
 int bsipipe_comm_order_parse(const char *name, bsipipe_comm_order_t *order)
 {
-    for (int i = 0; name && i < 3; i++)
+    for (int i = 0; name && i < BSIPIPE_COMM_COUNT; i++)
         if (name_equal(name, comm_names[i])) {
             *order = (bsipipe_comm_order_t)i;
             return 0;
         }
     return bsipipe_error_set(-EINVAL,
-        "unknown comm order '%s'; valid: bsipipe, ordered, naive", name ? name : "(null)");
+        "unknown comm order '%s'; valid: bsipipe, ordered, naive, no-reversal", name ? name : "(null)");
 }
 
 bsipipe_parallel_config_t bsipipe_parallel_config_default(bsipipe_schedule_kind_t kind)
@@ -130,7 +130,7 @@ int bsipipe_parallel_config_validate(const bsipipe_parallel_config_t *pc, const 
     RULE((long)pc->m * pc->k <= MAX_M, "N_s = m*k = %ld is too large (at most %d)", (long)pc->m * pc->k, MAX_M);
     RULE(pc->tp >= 1 && pc->tp <= 1024, "tensor-parallel degree D_t must be in 1..1024 (got %d)", pc->tp);
     RULE((unsigned)pc->partition <= BSIPIPE_PARTITION_EVEN, "unknown partition kind %d", (int)pc->partition);
-    RULE((unsigned)pc->comm <= BSIPIPE_COMM_NAIVE, "unknown comm order %d", (int)pc->comm);
+    RULE((unsigned)pc->comm < BSIPIPE_COMM_COUNT, "unknown comm order %d", (int)pc->comm);
     RULE(pc->concat == 0 || pc->concat == 1, "concat must be 0 or 1 (got %d)", pc->concat);
     RULE(pc->optimise == 0 || pc->optimise == 1, "optimise must be 0 or 1 (got %d)", pc->optimise);
 

@@ -55,7 +55,12 @@ typedef enum bsipipe_comm_order {
     BSIPIPE_COMM_ORDERED,     /* complementary order only (even devices send first, odd
                                  devices receive first), receives posted just in time:
                                  no early receive (deadlocks bidirectional schedules) */
-    BSIPIPE_COMM_NAIVE        /* every device sends before it receives: deadlocks */
+    BSIPIPE_COMM_NAIVE,       /* every device sends before it receives: deadlocks */
+    BSIPIPE_COMM_NO_REVERSAL, /* the paper's ablation "w/o F-B overlap": bsipipe's early
+                                 receives, but the complementary order at a boundary
+                                 (even send first, odd receive first), not reversed
+                                 ahead of a backward */
+    BSIPIPE_COMM_COUNT
 } bsipipe_comm_order_t;
 const char *bsipipe_comm_order_name(bsipipe_comm_order_t order);
 int bsipipe_comm_order_parse(const char *name, bsipipe_comm_order_t *order);

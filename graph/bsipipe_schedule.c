@@ -282,7 +282,7 @@ int bsipipe_schedule_reorder_comm(bsipipe_schedule_t *s, bsipipe_comm_order_t or
 int bsipipe_schedule_reorder_comm_for(bsipipe_schedule_t *s, bsipipe_comm_order_t order,
                                       const struct bsipipe_cost_model *cost)
 {
-    if ((unsigned)order > BSIPIPE_COMM_NAIVE)
+    if ((unsigned)order >= BSIPIPE_COMM_COUNT)
         return bsipipe_error_set(-EINVAL, "unknown comm order %d", (int)order);
     s->pc.comm = order;
     int rc = comm_insert(s, cost);

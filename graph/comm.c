@@ -11,6 +11,12 @@
  *   naive   : just before the consumer; sends first on every device.
  *   ordered : just before the consumer; complementary order between
  *             neighbours (even devices send first, odd devices receive first).
+ *   no-reversal: bsipipe's early receive positions, but at a boundary the
+ *             complementary order (even devices send first, odd devices
+ *             receive first) instead of the send-time order: a device about
+ *             to run a backward sends before it posts the receive the
+ *             neighbour's forward feeds — the paper's ablation without the
+ *             F-B overlap.
  *   bsipipe : early receive — at the last boundary of the receiver that ends
  *             no later than the producer, so it is posted before the sender
  *             can send; this reverses the order whenever a backward overlaps
@@ -172,7 +178,7 @@ int comm_insert(bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost)
                 t->src_pos = where[pi];
                 t->dst_pos = i;
                 t->send_time = end[pi];
-                if (mode == BSIPIPE_COMM_BSIPIPE) {
+                if (mode == BSIPIPE_COMM_BSIPIPE || mode == BSIPIPE_COMM_NO_REVERSAL) {
                     /* Last compute op of d before the consumer that ends by the
                      * send time; ends grow along a device's list. */
                     int lo = -1, hi = i - 1;
@@ -222,7 +228,8 @@ int comm_insert(bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost)
         int x = 0;
         while (x < nx && xf[x].dst < d)
             x++;
-        int recv_first = mode == BSIPIPE_COMM_BSIPIPE || (mode == BSIPIPE_COMM_ORDERED && d % 2 == 1);
+        int recv_first = mode == BSIPIPE_COMM_BSIPIPE ||
+                         ((mode == BSIPIPE_COMM_ORDERED || mode == BSIPIPE_COMM_NO_REVERSAL) && d % 2 == 1);
         for (int i = -1; i < s->n_ops[d]; i++) {
             if (i >= 0)
                 l[n++] = s->ops[d][i];

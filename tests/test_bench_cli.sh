@@ -62,6 +62,9 @@ if grep -qE '^\| 1f1b \| .* emulated \| [0-9]+ \(' "$tmp/out" && grep -q "EMULAT
 expect 0 "deadlock" --preset ablation --emulate --layers 8 --hidden 32 --heads 2 --seq 32 --m 4 --reps 1 --warmup 0 \
     --watchdog 1
 if grep -qE '^\| bsipipe, naive .*DEADLOCK: .*deadlock' "$tmp/out"; then ok; else fail "naive order not reported as a deadlock"; fi
+# The paper's w/o F-B overlap row runs (a throughput, not a deadlock).
+if grep -qE '^\| bsipipe, no reversal .* \| emulated \| [0-9]+ \(' "$tmp/out"; then ok; else
+    fail "ablation: the no-reversal row did not run"; fi
 # ... and the mapping rows are predictions, said so, with a number each.
 if grep -q "PREDICTED ONLY" "$tmp/out" && grep -qE '^\| topology-aware .*\| [0-9.]+% \| [0-9.e-]+ \|' "$tmp/out" &&
     grep -qE '^\| naive \(consecutive .*\| [0-9.]+% \| [0-9.e-]+ \|' "$tmp/out"; then ok; else
