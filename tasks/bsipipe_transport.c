@@ -432,23 +432,30 @@ int bsipipe_transport_send_copy(bsipipe_transport_t *t, long ch, const void *src
     return rc;
 }
 
-int bsipipe_transport_abort(bsipipe_transport_t *t, const char *why)
+/* Fails the transport once with `head` (later calls: no-op), releasing the
+ * tasks that waited on it. */
+static int fail_once(bsipipe_transport_t *t, const char *head)
 {
-    if (!t)
-        return bsipipe_error_set(-EINVAL, "bsipipe_transport_abort: transport is NULL");
     pthread_mutex_lock(&t->mutex);
     if (t->failed) {
         pthread_mutex_unlock(&t->mutex);
         return 0;
     }
-    char head[160];
-    snprintf(head, sizeof head, "transport aborted (%s)", why && *why ? why : "no reason given");
     long n_claimed = 0;
     struct starpu_task **claimed = fail_locked(t, head, &n_claimed);
     pthread_mutex_unlock(&t->mutex);
     release_claimed(t, claimed, n_claimed);
     free(claimed);
     return 0;
+}
+
+int bsipipe_transport_abort(bsipipe_transport_t *t, const char *why)
+{
+    if (!t)
+        return bsipipe_error_set(-EINVAL, "bsipipe_transport_abort: transport is NULL");
+    char head[160];
+    snprintf(head, sizeof head, "transport aborted (%s)", why && *why ? why : "no reason given");
+    return fail_once(t, head);
 }
 
 int bsipipe_transport_note_held(bsipipe_transport_t *t, long ch, int device, const char *what, double waited_s)
@@ -484,20 +491,10 @@ int bsipipe_transport_expire(bsipipe_transport_t *t, long ch)
 {
     if (!t)
         return bsipipe_error_set(-EINVAL, "bsipipe_transport_expire: transport is NULL");
-    pthread_mutex_lock(&t->mutex);
-    if (t->failed) {
-        pthread_mutex_unlock(&t->mutex);
-        return 0;
-    }
     char head[128];
     snprintf(head, sizeof head, "transport watchdog fired (timeout %.1f s, first expired: channel %ld)", t->timeout_s,
              ch);
-    long n_claimed = 0;
-    struct starpu_task **claimed = fail_locked(t, head, &n_claimed);
-    pthread_mutex_unlock(&t->mutex);
-    release_claimed(t, claimed, n_claimed);
-    free(claimed);
-    return 0;
+    return fail_once(t, head);
 }
 
 double bsipipe_transport_timeout(const bsipipe_transport_t *t)
