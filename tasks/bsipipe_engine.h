@@ -79,7 +79,11 @@ bsipipe_engine_options_t bsipipe_engine_options_default(const bsipipe_model_dims
  * (BSIPIPE_ECONFIG ...), -EINVAL (bad options, unknown policy), -ENODEV
  * (cuda asked but no CUDA device, or libbsipipe built without CUDA),
  * -ENOTSUP (more devices than GPUs with a StarPU that allows one CUDA worker
- * per GPU), -ENOMEM, -EIO (StarPU, cuBLAS or NCCL failed). */
+ * per GPU), -EBUSY (StarPU is already initialised in this process, by the
+ * application or by another engine: the engine would run under that
+ * session's workers and policy, so it refuses; create it before starpu_init
+ * or call starpu_shutdown first; that StarPU is left untouched), -ENOMEM,
+ * -EIO (StarPU, cuBLAS or NCCL failed). */
 int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **out);
 void bsipipe_engine_destroy(bsipipe_engine_t *e); /* NULL is fine */
 

@@ -390,6 +390,8 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
     if (rc == 0 && bsipipe_model_dims_check(&o->dims) != 0)
         rc = bsipipe_error_set(-EINVAL, "engine: model dimensions rejected by the kernels (LLaMA needs an even "
                                         "head dimension)");
+    if (rc == 0) /* before any setenv: a running StarPU is the application's, left as it is */
+        rc = engine_starpu_check_not_running(o->policy);
     if (rc < 0)
         return rc;
     bsipipe_engine_t *e = calloc(1, sizeof *e);

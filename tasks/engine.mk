@@ -15,3 +15,8 @@ tests_test_engine_run_LDADD = libbsipipe.la $(STARPU_LIBS)
 check_PROGRAMS += tests/test_blas_threads
 TESTS += tests/test_blas_threads
 tests_test_blas_threads_LDADD = libbsipipe.la $(STARPU_LIBS) -ldl
+# test_engine_starpu_running: StarPU already initialised by the application ->
+# bsipipe_engine_create refuses with a sentence naming the problem and the fix.
+check_PROGRAMS += tests/test_engine_starpu_running
+TESTS += tests/test_engine_starpu_running
+tests_test_engine_starpu_running_LDADD = libbsipipe.la $(STARPU_LIBS)

@@ -95,6 +95,34 @@ int engine_starpu_poll_set(int cpu_only)
     return off;
 }
 
+/* ---- StarPU already running -------------------------------------------------------------
+ * The engine owns its StarPU session: everything that makes a plan run as
+ * planned is decided at starpu_init (one worker per device, the policy, the
+ * environment above, STARPU_NWORKER_PER_CUDA, StarPU-MPI). When the
+ * application has initialised StarPU already, starpu_init only counts one
+ * more user and ignores the configuration, so the engine used to run under
+ * the application's policy and workers without a word. Running the bsipipe
+ * policy in a scheduling context of its own (starpu_sched_ctx_create) would
+ * still leave the device count, worker binding, the environment and the
+ * MPI start to the application, and the application's context would keep
+ * pushing its own tasks onto the devices' workers, which breaks the plan's
+ * order on a device; so the engine refuses, naming the fix. */
+int engine_starpu_check_not_running(const char *policy)
+{
+    if (!starpu_is_initialized())
+        return 0;
+    struct starpu_sched_policy *p = starpu_sched_ctx_get_sched_policy(0); /* the global context */
+    const char *running = p && p->policy_name ? p->policy_name : "unknown";
+    return bsipipe_error_set(-EBUSY,
+                             "engine: StarPU is already initialised in this process (the application called "
+                             "starpu_init before bsipipe_engine_create, or another engine is alive), so the plan "
+                             "would run on its %u workers under its policy '%s' instead of one worker per device "
+                             "under policy '%s'; create the engine before starpu_init, or call starpu_shutdown "
+                             "first: the engine starts and shuts down its own StarPU session (one engine per "
+                             "process at a time)",
+                             starpu_worker_get_count(), running, policy ? policy : "bsipipe");
+}
+
 static int engine_set_limit; /* STARPU_LIMIT_CPU_MEM is ours: its "higher than available" note is noise */
 
 void engine_starpu_env(void)

@@ -191,6 +191,11 @@ int engine_devices_configure(struct bsipipe_engine *e, struct starpu_conf *conf)
 /* Before starpu_init (engine_devices.c): FxT off unless asked, StarPU's
  * allocation cache on (STARPU_LIMIT_CPU_MEM); user settings win. */
 void engine_starpu_env(void);
+/* 0 when StarPU is not running in this process; else -EBUSY with a sentence
+ * naming the problem (the application, or another engine, called starpu_init
+ * first, so its workers and policy would run the plan instead of `policy`)
+ * and the fix. bsipipe_engine_create calls it before anything else. */
+int engine_starpu_check_not_running(const char *policy);
 /* StarPU's last awake worker polls unless this turns it off (cpu_only: CPU
  * devices in one process; BSIPIPE_STARPU_POLL=1 keeps the poll); 0 restores
  * StarPU's behaviour. Returns 1 when the poll is off. engine_devices.c. */
