@@ -81,6 +81,7 @@ static void usage(FILE *out)
 "                    with several configurations): FxT -> paje.trace, dag.dot,\n"
 "                    tasks.rec, trace.rec; trace.json, timeline.svg, planned.svg\n"
 "                    of its last iteration (docs/tracing.md)\n"
+"  --version          the bsipipe version\n"
 "  -h, --help\n", out);
 }
 
@@ -805,12 +806,13 @@ int main(int argc, char **argv)
         {"emulate", 0, 0, O_EMULATE}, {"device-tflops", 1, 0, O_TFLOPS}, {"preset", 1, 0, O_PRESET},
         {"csv", 1, 0, O_CSV}, {"svg", 1, 0, O_SVG}, {"trace", 1, 0, O_TRACE}, {"mpi", 0, 0, O_MPI}, {"devices", 1, 0, O_DEVICES}, {"gpus", 1, 0, O_GPUS},
         {"precision", 1, 0, O_PRECISION}, {"overhead", 0, 0, O_OVERHEAD},
-        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"version", 0, 0, 'V'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
     while (!bad && (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case 'h': usage(stdout); return 0;
+        case 'V': cli_print_version(PROG); return 0;
         case O_SCHEDS: schedules = optarg; break;
         case O_REPS: bad = cli_parse_int(PROG, "--reps", optarg, 1, 1000, &reps); set_reps = 1; break;
         case O_WARMUP: bad = cli_parse_int(PROG, "--warmup", optarg, 0, 1000, &warmup); break;
@@ -861,16 +863,13 @@ int main(int argc, char **argv)
             precision = optarg;
             break;
         default:
-            fprintf(stderr, PROG ": unknown or incomplete option '%s'; see --help\n", argv[optind - 1]);
-            return 2;
+            return cli_bad_option(PROG, argv[optind - 1]);
         }
     }
     if (bad)
         return 2;
-    if (optind < argc) {
-        fprintf(stderr, PROG ": unexpected argument '%s'; see --help\n", argv[optind]);
+    if (cli_no_operands(PROG, argc, argv, optind))
         return 2;
-    }
     if (preset && strcmp(preset, "seqlen") && strcmp(preset, "devices") && strcmp(preset, "ablation")) {
         fprintf(stderr, PROG ": unknown preset '%s' (seqlen, devices, ablation)\n", preset);
         return 2;

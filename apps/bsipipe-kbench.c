@@ -206,7 +206,7 @@ static void usage(FILE *f)
                "       [--family gpt|llama] [--hidden 1280] [--heads 32] [--ffn F] "
                "[--tiles Q,K] [--no-torch]\n"
                "threads: attention threads of bsipipe and torch.set_num_threads (default: "
-               "online CPUs);\nBLAS threads follow OPENBLAS_NUM_THREADS.\n");
+               "online CPUs);\nBLAS threads follow OPENBLAS_NUM_THREADS. --version: the bsipipe version.\n");
 }
 
 int main(int argc, char **argv)
@@ -219,7 +219,7 @@ int main(int argc, char **argv)
         {"seq", 1, 0, 'S'},     {"reps", 1, 0, 'r'},   {"threads", 1, 0, 't'},
         {"family", 1, 0, 'f'},  {"hidden", 1, 0, 'd'}, {"heads", 1, 0, 'H'},
         {"ffn", 1, 0, 'F'},     {"tiles", 1, 0, 'T'},  {"no-torch", 0, 0, 'n'},
-        {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
+        {"version", 0, 0, 'V'}, {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
     int c, bad = 0;
     const char *P = "bsipipe-kbench";
     opterr = 0;
@@ -253,17 +253,15 @@ int main(int argc, char **argv)
             break;
         case 'n': no_torch = 1; break;
         case 'h': usage(stdout); return 0;
+        case 'V': cli_print_version("bsipipe-kbench"); return 0;
         default:
-            fprintf(stderr, "bsipipe-kbench: unknown or incomplete option '%s'; see --help\n", argv[optind - 1]);
-            return 2;
+            return cli_bad_option("bsipipe-kbench", argv[optind - 1]);
         }
     }
     if (bad)
         return 2;
-    if (optind < argc) {
-        fprintf(stderr, "bsipipe-kbench: unexpected argument '%s'; see --help\n", argv[optind]);
+    if (cli_no_operands("bsipipe-kbench", argc, argv, optind))
         return 2;
-    }
     { /* every --seq entry checked before the first one runs */
         char copy[sizeof seqs];
         int one, n = 0;

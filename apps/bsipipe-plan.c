@@ -53,6 +53,7 @@ static void usage(FILE *out)
 "  --draw             terminal timeline of each schedule (--width N columns)\n"
 "  --svg FILE         SVG timeline of the (first) schedule\n"
 "  --format table|json   json: every op of the (single) schedule with its times\n"
+"  --version          the bsipipe version\n"
 "  -h, --help\n", out);
 }
 
@@ -313,12 +314,13 @@ int main(int argc, char **argv)
         {"device-tflops", 1, 0, O_TFLOPS}, {"devices-per-node", 1, 0, O_DPN}, {"preset", 1, 0, O_PRESET},
         {"draw", 0, 0, O_DRAW}, {"width", 1, 0, O_WIDTH}, {"svg", 1, 0, O_SVG}, {"format", 1, 0, O_FORMAT},
         {"topology", 1, 0, O_TOPOLOGY}, {"naive-mapping", 0, 0, O_NAIVE_MAPPING},
-        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"version", 0, 0, 'V'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case 'h': usage(stdout); return 0;
+        case 'V': cli_print_version("bsipipe-plan"); return 0;
         case O_SCHED:
             if (strcmp(optarg, "all") == 0) o.all = 1;
             else if (bsipipe_schedule_kind_parse(optarg, &o.kind) < 0) return die(bsipipe_error_detail());
@@ -382,16 +384,13 @@ int main(int argc, char **argv)
             else return die("--format expects 'table' or 'json'");
             break;
         default:
-            fprintf(stderr, "bsipipe-plan: unknown or incomplete option '%s'; see --help\n", argv[optind - 1]);
-            return 2;
+            return cli_bad_option("bsipipe-plan", argv[optind - 1]);
         }
         if (bad)
             return 2;
     }
-    if (optind < argc) {
-        fprintf(stderr, "bsipipe-plan: unexpected argument '%s'; see --help\n", argv[optind]);
+    if (cli_no_operands("bsipipe-plan", argc, argv, optind))
         return 2;
-    }
     if (o.paper) { /* the paper's GPT-1.3B on 16 devices, 20K tokens, 64 micro-batches */
         o.dims = (bsipipe_model_dims_t){BSIPIPE_MODEL_GPT, 64, 1280, 32, 5120, 50257, 20480};
         if (!o.set_w) o.w = 16;

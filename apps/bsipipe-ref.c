@@ -32,6 +32,7 @@ static void usage(FILE *f)
             "  --iters N             iterations (10)\n"
             "  --seed N              init and data seed (1)\n"
             "  --lr X --wd X --clip X     AdamW lr (1e-3), weight decay (0.1), clip (1.0)\n"
+            "  --version             the bsipipe version\n"
             "  --save FILE           write the final parameters (raw fp32, layout of\n"
             "                        kernels/bsipipe_model.h)\n");
 }
@@ -72,7 +73,7 @@ int main(int argc, char **argv)
         {"heads", 1, 0, 'H'},  {"ffn", 1, 0, 'F'},    {"vocab", 1, 0, 'V'},
         {"seq", 1, 0, 'S'},    {"partition", 1, 0, 'p'}, {"iters", 1, 0, 'i'},
         {"seed", 1, 0, 's'},   {"lr", 1, 0, 'l'},     {"wd", 1, 0, 'w'},
-        {"clip", 1, 0, 'c'},   {"save", 1, 0, 'o'},   {"help", 0, 0, 'h'},
+        {"clip", 1, 0, 'c'},   {"save", 1, 0, 'o'},   {"version", 0, 0, 1000}, {"help", 0, 0, 'h'},
         {0, 0, 0, 0}};
     int c, bad = 0;
     const char *P = "bsipipe-ref";
@@ -111,17 +112,15 @@ int main(int argc, char **argv)
         case 'c': bad = cli_parse_double(P, "--clip", optarg, 0, 1e30, &hp.grad_clip); break;
         case 'o': save = optarg; break;
         case 'h': usage(stdout); return 0;
+        case 1000: cli_print_version("bsipipe-ref"); return 0;
         default:
-            fprintf(stderr, "bsipipe-ref: unknown or incomplete option '%s'; see --help\n", argv[optind - 1]);
-            return 2;
+            return cli_bad_option("bsipipe-ref", argv[optind - 1]);
         }
     }
     if (bad)
         return 2;
-    if (optind < argc) {
-        fprintf(stderr, "bsipipe-ref: unexpected argument '%s'; see --help\n", argv[optind]);
+    if (cli_no_operands("bsipipe-ref", argc, argv, optind))
         return 2;
-    }
     if (d.ffn_hidden == 0)
         d.ffn_hidden = d.family == BSIPIPE_MODEL_GPT ? 4 * d.hidden : (8 * d.hidden / 3 + 7) / 8 * 8;
     if (bsipipe_model_dims_check(&d)) {

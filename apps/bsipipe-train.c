@@ -80,6 +80,7 @@ static void usage(FILE *out)
 "                    iteration trace.json (ui.perfetto.dev), timeline.svg\n"
 "                    (measured) next to planned.svg; see docs/tracing.md.\n"
 "                    Without --trace, FxT is off unless STARPU_FXT_TRACE is set\n"
+"  --version          the bsipipe version\n"
 "  -h, --help\n", out);
 }
 
@@ -266,12 +267,13 @@ int main(int argc, char **argv)
         {"gpus", 1, 0, O_GPUS}, {"transport", 1, 0, O_TRANSPORT},
         {"precision", 1, 0, O_PRECISION}, {"overwrite", 0, 0, O_OVERWRITE},
         {"memory-limit", 1, 0, O_MEMLIMIT},
-        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"version", 0, 0, 'V'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1 && !bad) {
         switch (c) {
         case 'h': usage(stdout); return 0;
+        case 'V': cli_print_version("bsipipe-train"); return 0;
         case O_SCHED:
             if (bsipipe_schedule_kind_parse(optarg, &kind) < 0) {
                 fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());
@@ -336,16 +338,13 @@ int main(int argc, char **argv)
             precision = optarg;
             break;
         default:
-            fprintf(stderr, "bsipipe-train: unknown or incomplete option '%s'; see --help\n", argv[optind - 1]);
-            return 2;
+            return cli_bad_option("bsipipe-train", argv[optind - 1]);
         }
     }
     if (bad)
         return 2;
-    if (optind < argc) {
-        fprintf(stderr, "bsipipe-train: unexpected argument '%s'; see --help\n", argv[optind]);
+    if (cli_no_operands("bsipipe-train", argc, argv, optind))
         return 2;
-    }
     if (ckpt && emulate) {
         fprintf(stderr, "bsipipe-train: --checkpoint with --emulate would save parameters nothing computed; "
                         "drop one of them\n");

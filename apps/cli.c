@@ -1,5 +1,6 @@
 /* apps/cli.c: see cli.h. */
 #include "apps/cli.h"
+#include "bsipipe.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -70,4 +71,27 @@ int cli_parse_double(const char *prog, const char *opt, const char *arg, double 
     }
     *out = v;
     return 0;
+}
+
+void cli_print_version(const char *prog)
+{
+    const char *lib = bsipipe_version();
+    if (strcmp(lib, BSIPIPE_VERSION_STRING) == 0)
+        printf("%s (bsipipe) %s\n", prog, lib);
+    else
+        printf("%s (bsipipe) %s, built with the %s headers\n", prog, lib, BSIPIPE_VERSION_STRING);
+}
+
+int cli_bad_option(const char *prog, const char *arg)
+{
+    fprintf(stderr, "%s: unknown or incomplete option '%s'; see --help\n", prog, arg);
+    return 2;
+}
+
+int cli_no_operands(const char *prog, int argc, char **argv, int first)
+{
+    if (first >= argc)
+        return 0;
+    fprintf(stderr, "%s: unexpected argument '%s'; see --help\n", prog, argv[first]);
+    return 2;
 }

@@ -14,4 +14,14 @@ int cli_parse_bytes(const char *prog, const char *opt, const char *arg, double *
 /* An unsigned decimal (or 0x hex) integer, the whole argument; no sign. */
 int cli_parse_ull(const char *prog, const char *opt, const char *arg, unsigned long long *out);
 
+/* --version: "PROG (bsipipe) X.Y.Z" on stdout, the library's version at run
+ * time, and the headers' too when the two differ. */
+void cli_print_version(const char *prog);
+/* An option getopt did not accept: "PROG: unknown or incomplete option 'ARG';
+ * see --help" on stderr. Returns 2 (the apps' exit code for bad usage). */
+int cli_bad_option(const char *prog, const char *arg);
+/* Operands left after the options (none are taken): a message naming the
+ * first, and 2; else 0. */
+int cli_no_operands(const char *prog, int argc, char **argv, int first);
+
 #endif
