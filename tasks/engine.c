@@ -124,7 +124,11 @@ void bsipipe_engine_destroy(bsipipe_engine_t *e)
 {
     if (!e)
         return;
-    starpu_task_wait_for_all();
+    /* An engine refused before starpu_init (a bad config) has no StarPU to
+     * wait for: calling it then reads StarPU's uninitialised state (an ASan
+     * build crashed there on every early configuration error). */
+    if (e->started)
+        starpu_task_wait_for_all();
     int n_rep = e->sched ? bsipipe_schedule_n_pipes(e->sched) * e->C : 0;
     for (int i = 0; e->rep && i < n_rep; i++) {
         replica_t *r = &e->rep[i];
