@@ -106,7 +106,7 @@ int main(void)
     bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(BSIPIPE_SCHED_BSIPIPE);
     pc.w = 4;
     pc.tp = 2;
-    int node[4];
+    int node[8]; /* pc.w goes up to 8 below */
     CHECK(bsipipe_map_devices(&pc, 2, 4, 1, node) == 0 && node[0] == 0 && node[3] == 0 && node[1] == 1 &&
               node[2] == 1, "Figure 3 mapping");
 
