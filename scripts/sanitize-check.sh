@@ -23,7 +23,9 @@ cd "$work"
 flags="-g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"
 echo "== sanitize-check: building HEAD with $flags in $work"
 autoreconf -fi >autoreconf.log 2>&1 || { tail -20 autoreconf.log; exit 1; }
-./configure --with-starpu="$STARPU" --enable-werror CFLAGS="$flags" LDFLAGS="-fsanitize=address,undefined" \
+# No -Werror here: -O1 with the sanitizers changes GCC's flow analysis and its warnings
+# (format-truncation guesses); the warnings are checked by the regular -Werror build.
+./configure --with-starpu="$STARPU" CFLAGS="$flags" LDFLAGS="-fsanitize=address,undefined" \
     >configure.log 2>&1 || { tail -30 configure.log; exit 1; }
 make -j"$JOBS" >make.log 2>&1 || { tail -40 make.log; exit 1; }
 
