@@ -44,7 +44,10 @@ static void usage(FILE *out)
 "  --iters N         iterations (default 30)     --seed N   (default 1)\n"
 "  --lr X            AdamW learning rate (default 1e-3, the library's and bsipipe-ref's)\n"
 "  --data FILE       text file to train on (bytes are tokens); default: the GPL\n"
-"                    text of Debian's base-files, else a generated corpus\n"
+"                    text of Debian's base-files, else a generated corpus. The\n"
+"                    last tenth is held out for validation\n"
+"  --eval-every N    validation loss on the held-out text every N iterations and\n"
+"                    after the last (default 10; 0: none)\n"
 "  --comm ORDER      bsipipe (default), ordered or naive transfer order\n"
 "  --watchdog S      seconds a send may wait for its receive (default 30)\n"
 "  --unchecked       run a plan even if the validator finds a deadlock\n"
@@ -247,6 +250,7 @@ int main(int argc, char **argv)
     /* 1e-3: at 3e-3 the main job's loss jumped from 3.08 to 11.13 at iteration
      * 14 (an independent PyTorch model reproduces it: the rate, not the kernels). */
     double lr = 1e-3, watchdog = 30, tflops = 0.05, mem_limit = 0;
+    int eval_every = 10;
     int emulate = 0, resume = 0, overwrite = 0, mpi = 0, naive_mapping = 0;
     const char *ckpt = NULL, *trace = NULL, *transport = NULL, *precision = NULL;
     bsipipe_engine_devices_t devices = BSIPIPE_DEVICES_CPU;
@@ -255,13 +259,13 @@ int main(int argc, char **argv)
     const char *data = NULL;
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
     enum { O_SCHED = 256, O_POLICY, O_W, O_P, O_K, O_M, O_MODEL, O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_ITERS,
-           O_SEED, O_LR, O_DATA, O_COMM, O_WATCHDOG, O_UNCHECKED, O_EMULATE, O_TFLOPS, O_CKPT, O_RESUME, O_TRACE,
+           O_SEED, O_LR, O_EVAL, O_DATA, O_COMM, O_WATCHDOG, O_UNCHECKED, O_EMULATE, O_TFLOPS, O_CKPT, O_RESUME, O_TRACE,
            O_MPI, O_NAIVE_MAPPING, O_DEVICES, O_GPUS, O_TRANSPORT, O_PRECISION, O_OVERWRITE, O_MEMLIMIT };
     static const struct option longopts[] = {
         {"schedule", 1, 0, O_SCHED}, {"policy", 1, 0, O_POLICY}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P},
         {"k", 1, 0, O_K}, {"m", 1, 0, O_M}, {"model", 1, 0, O_MODEL}, {"layers", 1, 0, O_LAYERS},
         {"hidden", 1, 0, O_HIDDEN}, {"heads", 1, 0, O_HEADS}, {"ffn", 1, 0, O_FFN}, {"seq", 1, 0, O_SEQ},
-        {"iters", 1, 0, O_ITERS}, {"seed", 1, 0, O_SEED}, {"lr", 1, 0, O_LR}, {"data", 1, 0, O_DATA},
+        {"iters", 1, 0, O_ITERS}, {"seed", 1, 0, O_SEED}, {"lr", 1, 0, O_LR}, {"eval-every", 1, 0, O_EVAL}, {"data", 1, 0, O_DATA},
         {"comm", 1, 0, O_COMM}, {"watchdog", 1, 0, O_WATCHDOG}, {"unchecked", 0, 0, O_UNCHECKED},
         {"emulate", 0, 0, O_EMULATE}, {"device-tflops", 1, 0, O_TFLOPS}, {"checkpoint", 1, 0, O_CKPT},
         {"resume", 0, 0, O_RESUME}, {"trace", 1, 0, O_TRACE}, {"mpi", 0, 0, O_MPI},
@@ -300,6 +304,7 @@ int main(int argc, char **argv)
         case O_ITERS: bad = cli_parse_int("bsipipe-train", "--iters", optarg, 1, 1000000, &iters); break;
         case O_SEED: bad = cli_parse_int("bsipipe-train", "--seed", optarg, 0, 1 << 30, &seed); break;
         case O_LR: bad = cli_parse_double("bsipipe-train", "--lr", optarg, 0, 10, &lr); break;
+        case O_EVAL: bad = cli_parse_int("bsipipe-train", "--eval-every", optarg, 0, 1 << 30, &eval_every); break;
         case O_DATA: data = optarg; break;
         case O_COMM:
             if (bsipipe_comm_order_parse(optarg, &comm) < 0) {
@@ -525,12 +530,22 @@ int main(int argc, char **argv)
     }
     int S = dims.seq_len;
     int *tokens = malloc(sizeof(int) * (size_t)m * (size_t)S), *targets = malloc(sizeof(int) * (size_t)m * (size_t)S);
-    double first = 0, last = 0, tok_s = 0, bubble = 0;
+    double first = 0, last = 0, tok_s = 0, bubble = 0, val_loss = NAN;
     int done = 0;
+    /* The last tenth of the text is held out: training batches come from the
+     * rest, the validation batch (m sequences, fixed) from it. Too short a
+     * text for both, or an emulated run (no loss): no validation. */
+    long val_len = len / 10, train_len = len - val_len;
+    int validate = eval_every > 0 && !emulate && val_len > S && train_len > S;
+    if (!validate)
+        train_len = len;
+    else
+        printf("validation: the last %ld bytes of %s held out, a loss every %d iteration%s\n", val_len, source,
+               eval_every, eval_every == 1 ? "" : "s");
     double *peak = malloc(sizeof(double) * (size_t)pc.w);
     for (int it = (int)start_it; it < iters && rc == 0 && tokens && targets && peak; it++) {
         for (int mb = 0; mb < m; mb++) {
-            long off = ((long)it * m + mb) * (S / 2 + 1) % (len - S);
+            long off = ((long)it * m + mb) * (S / 2 + 1) % (train_len - S);
             for (int i = 0; i < S; i++) {
                 tokens[(long)mb * S + i] = corpus[off + i];
                 targets[(long)mb * S + i] = corpus[off + i + 1];
@@ -574,16 +589,37 @@ int main(int argc, char **argv)
         last = loss;
         tok_s += st.tokens_per_s;
         bubble += st.bubble_ratio;
+        /* Validation: the same pipeline, forward and backward without a step
+         * (the next iteration starts from zeroed gradients). */
+        if (validate && ((it + 1) % eval_every == 0 || it + 1 == iters)) {
+            for (int mb = 0; mb < m; mb++) {
+                long off = train_len + (long)mb * (S / 2 + 1) % (val_len - S);
+                for (int i = 0; i < S; i++) {
+                    tokens[(long)mb * S + i] = corpus[off + i];
+                    targets[(long)mb * S + i] = corpus[off + i + 1];
+                }
+            }
+            if ((rc = bsipipe_engine_forward_backward(e, tokens, targets, &val_loss)) < 0) {
+                fprintf(stderr, "bsipipe-train: validation after iteration %d: %s\n", it + 1, bsipipe_error_detail());
+                break;
+            }
+            printf("iter %4d/%d  validation loss %.4f\n", it + 1, iters, val_loss);
+            fflush(stdout);
+        }
     }
     double act[2], sync[2];
     if (mpi && rc == 0 && done > 0 && bsipipe_engine_traffic(e, act, sync) == 0)
         printf("traffic per iteration: activations %.2f MB inside ranks, %.2f MB between ranks; gradient sync "
                "%.2f MB inside ranks, %.2f MB between ranks\n", act[0] / 1e6, act[1] / 1e6, sync[0] / 1e6,
                sync[1] / 1e6);
-    if (rc == 0 && done > 0)
-        printf("summary: %d iterations, loss %.4f -> %.4f, mean %.0f tokens/s, mean measured bubble %.1f%% "
-               "(planned %.1f%%, %s)%s\n", done, first, last, tok_s / done, 100 * bubble / done,
+    if (rc == 0 && done > 0) {
+        char val[48] = "";
+        if (isfinite(val_loss))
+            snprintf(val, sizeof val, ", validation loss %.4f", val_loss);
+        printf("summary: %d iterations, loss %.4f -> %.4f%s, mean %.0f tokens/s, mean measured bubble %.1f%% "
+               "(planned %.1f%%, %s)%s\n", done, first, last, val, tok_s / done, 100 * bubble / done,
                100 * planned, emulate ? "FLOPs costs of the emulated device" : "unit costs", emu);
+    }
     free(peak);
     if (trace && rc == 0 && done > 0 && (rc = bsipipe_engine_trace_write(e, trace, &cost)) < 0)
         fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());

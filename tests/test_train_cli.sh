@@ -50,7 +50,12 @@ if awk '/^summary/ { split($0, a, "loss "); split(a[2], b, " -> "); exit !(b[2] 
 # The main job of the README (defaults, 30 iterations): no iteration's loss above the first
 # (at the old default lr 3e-3 it jumped from 3.08 to 11.13 at iteration 14).
 "$train" >"$tmp/main" 2>&1 || fail "the main job failed: $(tail -3 "$tmp/main")"
-if awk '/^iter/ { for (i = 1; i < NF; i++) if ($i == "loss") { v = $(i + 1) + 0; if (n++ == 0) first = v;
+if awk '/^iter/ && !/validation/ { for (i = 1; i < NF; i++) if ($i == "loss") { v = $(i + 1) + 0; if (n++ == 0) first = v;
         else if (v > first) bad = 1 } } END { exit !(n == 30 && !bad) }' "$tmp/main"; then ok; else
     fail "the main job's loss rose above its first iteration: $(grep -c '^iter' "$tmp/main") lines, $(grep '^iter' "$tmp/main" | awk '{print $4}' | tr '\n' ' ')"; fi
+# ... and it reports a validation loss on held-out text every 10 iterations and in its summary.
+if [ "$(grep -c '^iter .*validation loss [0-9]' "$tmp/main")" -eq 3 ] &&
+    grep -q '^summary: .*, validation loss [0-9.]*,' "$tmp/main"; then ok; else
+    fail "the main job printed no validation loss: $(grep -E 'validation|summary' "$tmp/main" | head -5)"; fi
+expect 2 "--eval-every expects" $tiny --eval-every -1
 finish test_train_cli
