@@ -46,6 +46,13 @@ static void usage(FILE *out)
 "  --data FILE       text file to train on (bytes are tokens); default: the GPL\n"
 "                    text of Debian's base-files, else a generated corpus. The\n"
 "                    last tenth is held out for validation\n"
+"  --lr-warmup-iters N  linear warm-up of the rate over the first N iterations\n"
+"                    (default 0)\n"
+"  --lr-decay-style constant|linear|cosine  after the warm-up, the rate falls to\n"
+"                    --min-lr at iteration --lr-decay-iters (default cosine)\n"
+"  --lr-decay-iters N  where the decay ends (default --iters); a run stopped\n"
+"                    early and resumed keeps its schedule when both give it\n"
+"  --min-lr X        the rate the decay ends at (default lr/10)\n"
 "  --eval-every N    validation loss on the held-out text every N iterations and\n"
 "                    after the last (default 10; 0: none)\n"
 "  --comm ORDER      bsipipe (default), ordered or naive transfer order\n"
@@ -242,6 +249,25 @@ static unsigned char *generated_corpus(long n)
     return buf;
 }
 
+typedef enum lr_decay { LR_CONSTANT, LR_LINEAR, LR_COSINE } lr_decay_t;
+
+/* Megatron-style rate of iteration `it` (0-based): a linear warm-up to lr
+ * over `warmup` iterations, then constant, or a linear or cosine fall to
+ * min_lr at iteration `decay_iters` (and min_lr after). Depends on the
+ * iteration alone, so a resumed run follows the same schedule. */
+static double lr_at(int it, int decay_iters, int warmup, lr_decay_t decay, double lr, double min_lr)
+{
+    if (it < warmup)
+        return lr * (it + 1) / warmup;
+    if (decay == LR_CONSTANT || decay_iters - warmup <= 1)
+        return lr;
+    double progress = (double)(it - warmup) / (decay_iters - warmup - 1);
+    if (progress > 1)
+        progress = 1;
+    double fall = decay == LR_LINEAR ? 1 - progress : 0.5 * (1 + cos(M_PI * progress));
+    return min_lr + (lr - min_lr) * fall;
+}
+
 int main(int argc, char **argv)
 {
     bsipipe_model_dims_t dims = {BSIPIPE_MODEL_GPT, 8, 128, 4, 0, 256, 256};
@@ -250,7 +276,9 @@ int main(int argc, char **argv)
     /* 1e-3: at 3e-3 the main job's loss jumped from 3.08 to 11.13 at iteration
      * 14 (an independent PyTorch model reproduces it: the rate, not the kernels). */
     double lr = 1e-3, watchdog = 30, tflops = 0.05, mem_limit = 0;
-    int eval_every = 10;
+    int eval_every = 10, warmup = 0, decay_iters = 0; /* 0: --iters */
+    double min_lr = -1; /* -1: lr/10 */
+    lr_decay_t decay = LR_COSINE;
     int emulate = 0, resume = 0, overwrite = 0, mpi = 0, naive_mapping = 0;
     const char *ckpt = NULL, *trace = NULL, *transport = NULL, *precision = NULL;
     bsipipe_engine_devices_t devices = BSIPIPE_DEVICES_CPU;
@@ -259,13 +287,14 @@ int main(int argc, char **argv)
     const char *data = NULL;
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
     enum { O_SCHED = 256, O_POLICY, O_W, O_P, O_K, O_M, O_MODEL, O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_ITERS,
-           O_SEED, O_LR, O_EVAL, O_DATA, O_COMM, O_WATCHDOG, O_UNCHECKED, O_EMULATE, O_TFLOPS, O_CKPT, O_RESUME, O_TRACE,
+           O_SEED, O_LR, O_WARMUP, O_DECAY, O_DECAY_ITERS, O_MINLR, O_EVAL, O_DATA, O_COMM, O_WATCHDOG, O_UNCHECKED, O_EMULATE, O_TFLOPS, O_CKPT, O_RESUME, O_TRACE,
            O_MPI, O_NAIVE_MAPPING, O_DEVICES, O_GPUS, O_TRANSPORT, O_PRECISION, O_OVERWRITE, O_MEMLIMIT };
     static const struct option longopts[] = {
         {"schedule", 1, 0, O_SCHED}, {"policy", 1, 0, O_POLICY}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P},
         {"k", 1, 0, O_K}, {"m", 1, 0, O_M}, {"model", 1, 0, O_MODEL}, {"layers", 1, 0, O_LAYERS},
         {"hidden", 1, 0, O_HIDDEN}, {"heads", 1, 0, O_HEADS}, {"ffn", 1, 0, O_FFN}, {"seq", 1, 0, O_SEQ},
-        {"iters", 1, 0, O_ITERS}, {"seed", 1, 0, O_SEED}, {"lr", 1, 0, O_LR}, {"eval-every", 1, 0, O_EVAL}, {"data", 1, 0, O_DATA},
+        {"iters", 1, 0, O_ITERS}, {"seed", 1, 0, O_SEED}, {"lr", 1, 0, O_LR}, {"eval-every", 1, 0, O_EVAL}, {"lr-warmup-iters", 1, 0, O_WARMUP},
+        {"lr-decay-style", 1, 0, O_DECAY}, {"lr-decay-iters", 1, 0, O_DECAY_ITERS}, {"min-lr", 1, 0, O_MINLR}, {"data", 1, 0, O_DATA},
         {"comm", 1, 0, O_COMM}, {"watchdog", 1, 0, O_WATCHDOG}, {"unchecked", 0, 0, O_UNCHECKED},
         {"emulate", 0, 0, O_EMULATE}, {"device-tflops", 1, 0, O_TFLOPS}, {"checkpoint", 1, 0, O_CKPT},
         {"resume", 0, 0, O_RESUME}, {"trace", 1, 0, O_TRACE}, {"mpi", 0, 0, O_MPI},
@@ -305,6 +334,21 @@ int main(int argc, char **argv)
         case O_SEED: bad = cli_parse_int("bsipipe-train", "--seed", optarg, 0, 1 << 30, &seed); break;
         case O_LR: bad = cli_parse_double("bsipipe-train", "--lr", optarg, 0, 10, &lr); break;
         case O_EVAL: bad = cli_parse_int("bsipipe-train", "--eval-every", optarg, 0, 1 << 30, &eval_every); break;
+        case O_WARMUP: bad = cli_parse_int("bsipipe-train", "--lr-warmup-iters", optarg, 0, 1 << 30, &warmup); break;
+        case O_MINLR: bad = cli_parse_double("bsipipe-train", "--min-lr", optarg, 0, 10, &min_lr); break;
+        case O_DECAY_ITERS:
+            bad = cli_parse_int("bsipipe-train", "--lr-decay-iters", optarg, 1, 1 << 30, &decay_iters);
+            break;
+        case O_DECAY:
+            if (strcmp(optarg, "constant") == 0) decay = LR_CONSTANT;
+            else if (strcmp(optarg, "linear") == 0) decay = LR_LINEAR;
+            else if (strcmp(optarg, "cosine") == 0) decay = LR_COSINE;
+            else {
+                fprintf(stderr, "bsipipe-train: --lr-decay-style expects constant, linear or cosine, got '%s'\n",
+                        optarg);
+                bad = 1;
+            }
+            break;
         case O_DATA: data = optarg; break;
         case O_COMM:
             if (bsipipe_comm_order_parse(optarg, &comm) < 0) {
@@ -528,6 +572,17 @@ int main(int argc, char **argv)
         }
         printf("resumed from %s/checkpoint.bin after iteration %ld\n", ckpt, start_it);
     }
+    if (min_lr < 0)
+        min_lr = lr / 10;
+    if (decay_iters == 0)
+        decay_iters = iters;
+    if (min_lr > lr) {
+        fprintf(stderr, "bsipipe-train: --min-lr %g is above --lr %g; the decay ends at or below the rate\n", min_lr,
+                lr);
+        bsipipe_engine_destroy(e);
+        free(corpus);
+        return 2;
+    }
     int S = dims.seq_len;
     int *tokens = malloc(sizeof(int) * (size_t)m * (size_t)S), *targets = malloc(sizeof(int) * (size_t)m * (size_t)S);
     double first = 0, last = 0, tok_s = 0, bubble = 0, val_loss = NAN;
@@ -551,7 +606,9 @@ int main(int argc, char **argv)
                 targets[(long)mb * S + i] = corpus[off + i + 1];
             }
         }
-        double loss, gnorm;
+        double loss, gnorm, rate = lr_at(it, decay_iters, warmup, decay, lr, min_lr);
+        if (lr > 0)
+            bsipipe_engine_set_lr_scale(e, rate / lr);
         rc = bsipipe_engine_iteration(e, tokens, targets, &loss, &gnorm);
         if (rc < 0) {
             fprintf(stderr, "bsipipe-train: iteration %d: %s\n", it + 1, bsipipe_error_detail());
@@ -577,9 +634,9 @@ int main(int argc, char **argv)
         double peak_max = 0;
         for (int d = 0; d < pc.w; d++)
             if (peak[d] > peak_max) peak_max = peak[d];
-        printf("iter %4d/%d  loss %.4f  gnorm %.3f  %8.0f tokens/s  bubble %5.1f%% (plan %.1f%%)  peak act %.1f MiB  "
-               "%.3f s%s\n", it + 1, iters, loss, gnorm, st.tokens_per_s, 100 * st.bubble_ratio, 100 * planned,
-               peak_max / 1048576.0, st.wall_s, emu);
+        printf("iter %4d/%d  loss %.4f  gnorm %.3f  lr %.2e  %8.0f tokens/s  bubble %5.1f%% (plan %.1f%%)  peak act "
+               "%.1f MiB  %.3f s%s\n", it + 1, iters, loss, gnorm, rate, st.tokens_per_s, 100 * st.bubble_ratio,
+               100 * planned, peak_max / 1048576.0, st.wall_s, emu);
         fflush(stdout);
         if (ckpt && (rc = bsipipe_engine_save(e, ckpt, it + 1)) < 0) {
             fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());

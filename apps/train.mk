@@ -1,7 +1,7 @@
 # apps/train.mk: bsipipe-train, the main job (training on the engine).
 bin_PROGRAMS += apps/bsipipe-train
 apps_bsipipe_train_SOURCES = apps/bsipipe-train.c apps/cli.c apps/cli.h
-apps_bsipipe_train_LDADD = libbsipipe.la $(STARPU_LIBS)
+apps_bsipipe_train_LDADD = libbsipipe.la $(STARPU_LIBS) -lm
 TESTS += tests/test_train_cli.sh
 EXTRA_DIST += tests/test_train_cli.sh
 TESTS += tests/test_train_robust.sh

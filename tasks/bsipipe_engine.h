@@ -99,6 +99,12 @@ int bsipipe_engine_forward_backward(bsipipe_engine_t *e, const int *tokens, cons
 int bsipipe_engine_iteration(bsipipe_engine_t *e, const int *tokens, const int *targets, double *loss,
                              double *gnorm);
 
+/* A learning-rate schedule: the next steps use opt.lr * scale (1 at
+ * creation). The options' lr stays the base rate, so checkpoints (which
+ * record it) resume under the same schedule; the caller sets the scale of
+ * each iteration before it. -EINVAL for a scale outside 0..1e6. */
+int bsipipe_engine_set_lr_scale(bsipipe_engine_t *e, double scale);
+
 /* Whole-model vectors (bsipipe_model_params(dims) floats, the layout of
  * bsipipe_model.h), read from the down pipe's replicas. With MPI every rank
  * gets the whole vector (collective calls). */

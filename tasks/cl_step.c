@@ -43,6 +43,8 @@ static int step_replicas(struct bsipipe_engine *e, const op_args_t *a, void *buf
     }
     bsipipe_model_tensors(D, ti, nt);
     int b = e->C;
+    bsipipe_adamw_t opt = e->o.opt; /* this step's rate: the base times the schedule's scale */
+    opt.lr *= e->lr_scale;
     for (int j = 0; j < a->n_own && rc == 0; j++) {
         const replica_t *r = &e->rep[a->own_rep[j]];
         float *p = (float *)STARPU_VECTOR_GET_PTR(buffers[b]);
@@ -56,7 +58,7 @@ static int step_replicas(struct bsipipe_engine *e, const op_args_t *a, void *buf
             long off = ti[i].offset - r->base, n = (long)ti[i].rows * ti[i].cols;
             if (off < 0 || off >= r->n)
                 continue;
-            rc = update(&e->o.opt, e->steps + 1, n, p + off, g + off, mul, ti[i].decay, m + off, v + off);
+            rc = update(&opt, e->steps + 1, n, p + off, g + off, mul, ti[i].decay, m + off, v + off);
         }
     }
     free(ti);

@@ -402,6 +402,7 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
     if (!e)
         return bsipipe_error_set(-ENOMEM, "out of memory");
     e->o = *o;
+    e->lr_scale = 1.0;
     if (!e->o.policy)
         e->o.policy = "bsipipe";
     if (e->o.watchdog_s <= 0)
@@ -1234,6 +1235,16 @@ int bsipipe_engine_last_stats(const bsipipe_engine_t *e, bsipipe_engine_stats_t 
 int bsipipe_engine_forward_backward(bsipipe_engine_t *e, const int *tokens, const int *targets, double *loss)
 {
     return run_iteration(e, tokens, targets, loss, 0);
+}
+
+int bsipipe_engine_set_lr_scale(bsipipe_engine_t *e, double scale)
+{
+    if (!e)
+        return bsipipe_error_set(-EINVAL, "bsipipe_engine_set_lr_scale: engine is NULL");
+    if (!(scale >= 0 && scale <= 1e6))
+        return bsipipe_error_set(-EINVAL, "learning-rate scale must be in 0..1e6 (got %g)", scale);
+    e->lr_scale = scale;
+    return 0;
 }
 
 int bsipipe_engine_iteration(bsipipe_engine_t *e, const int *tokens, const int *targets, double *loss,

@@ -82,6 +82,7 @@ struct bsipipe_engine {
     long n_order;
     long steps;
     double gnorm;
+    double lr_scale;                   /* multiplies o.opt.lr at the next steps (a schedule) */
     int failed;                        /* first error of the iteration; compute is skipped once set */
     /* Scale-out (engine_mpi.c): this process is StarPU-MPI rank `rank` of
      * `nranks` and runs the devices d with dev_rank[d] == rank; without MPI

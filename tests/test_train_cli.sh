@@ -25,9 +25,10 @@ printf 'short text' >"$tmp/short.txt"
 expect 1 "too short for one sequence" $tiny --data "$tmp/short.txt"
 expect 1 "unknown scheduling policy" $tiny --policy nosuch
 # Resume continues bit-identically: iterations 4-6 after a restart print the
-# same losses as an uninterrupted run.
+# same losses as an uninterrupted run (the stopped run keeps the 6-iteration
+# rate schedule: --lr-decay-iters).
 "$train" $tiny >"$tmp/straight" 2>&1 || fail "straight run"
-"$train" $tiny --iters 3 --checkpoint "$tmp/ck" >/dev/null 2>&1 || fail "run with checkpoints"
+"$train" $tiny --iters 3 --lr-decay-iters 6 --checkpoint "$tmp/ck" >/dev/null 2>&1 || fail "run with checkpoints"
 "$train" $tiny --checkpoint "$tmp/ck" --resume >"$tmp/resumed" 2>&1 || fail "resume: $(tail -2 "$tmp/resumed")"
 a=$(grep -E '^iter +[456]/6' "$tmp/straight" | awk '{print $3, $4, $5}')
 b=$(grep -E '^iter +[456]/6' "$tmp/resumed" | awk '{print $3, $4, $5}')
@@ -58,4 +59,11 @@ if [ "$(grep -c '^iter .*validation loss [0-9]' "$tmp/main")" -eq 3 ] &&
     grep -q '^summary: .*, validation loss [0-9.]*,' "$tmp/main"; then ok; else
     fail "the main job printed no validation loss: $(grep -E 'validation|summary' "$tmp/main" | head -5)"; fi
 expect 2 "--eval-every expects" $tiny --eval-every -1
+expect 2 "--lr-decay-style expects constant, linear or cosine" $tiny --lr-decay-style steps
+expect 2 "--min-lr 0.1 is above --lr" $tiny --min-lr 0.1
+# The rate: a warm-up over 2 iterations reaches lr at the second, then a cosine fall to --min-lr.
+"$train" $tiny --lr-warmup-iters 2 --min-lr 1e-4 >"$tmp/sched" 2>&1 || fail "scheduled run"
+if [ "$(grep -E '^iter +[0-9]+/6  loss' "$tmp/sched" | awk '{print $8}' | tr '\n' ' ')" = \
+     "1.50e-03 3.00e-03 3.00e-03 2.28e-03 8.25e-04 1.00e-04 " ]; then ok; else
+    fail "lr schedule: $(grep -E '^iter' "$tmp/sched" | awk '{print $8}' | tr '\n' ' ')"; fi
 finish test_train_cli
