@@ -21,12 +21,13 @@
  * started forward beyond the first cap has its own distinct release done).
  *
  * Once the rounds stop helping, an iterated local search (Lourenco, Martin
- * and Stuetzle's ILS) kicks the schedule out of its local optimum: two
- * neighbouring ops of one device swap places, the plan is rebuilt in that
- * order and justified again, and the result is kept when it is no longer
+ * and Stuetzle's ILS) kicks the schedule out of its local optimum: one to
+ * three pairs of neighbouring ops of one device swap places, the plan is
+ * rebuilt as the list schedule of that order and justified again, and the result is kept when it is no longer
  * than the best. The kicks come from a fixed seed, so every process that
  * builds the same plan (StarPU-MPI ranks) gets the same one; their number
  * is bounded by a budget of op placements, so large plans get few. */
+#define _GNU_SOURCE /* qsort_r */
 #include "graph/schedule_internal.h"
 #include "graph/bsipipe_error.h"
 #include "graph/bsipipe_sim.h"
@@ -116,18 +117,19 @@ static double gaps_take(gaps_t *g, double t, double dur, double eps)
 
 /* ---- memory edges -------------------------------------------------------- */
 
-static const double *sort_key;
-static int cmp_by_key(const void *a, const void *b)
+/* Sorts op indices by key, ties by index. qsort_r: plans may be built by
+ * several threads at once (no comparator state in a global). */
+static int cmp_by_key(const void *a, const void *b, void *arg)
 {
+    const double *key = arg;
     int x = *(const int *)a, y = *(const int *)b;
-    if (sort_key[x] != sort_key[y]) return sort_key[x] < sort_key[y] ? -1 : 1;
+    if (key[x] != key[y]) return key[x] < key[y] ? -1 : 1;
     return (x > y) - (x < y);
 }
 
 static void sort_ops(int *ix, int n, const double *key)
 {
-    sort_key = key;
-    qsort(ix, (size_t)n, sizeof *ix, cmp_by_key);
+    qsort_r(ix, (size_t)n, sizeof *ix, cmp_by_key, (void *)key);
 }
 
 /* Edges from the current schedule: on each device the forward of rank r
@@ -210,11 +212,10 @@ static int bytes_ok(const justify_t *j, const double *start, const double *end)
 /* ---- one serial pass ----------------------------------------------------- */
 
 /* Places every op in `order` (a list its predecessors precede) at the
- * earliest gap of its device after its inputs (append: after the device's
- * last op, so the order on each device is exactly `order`'s). reversed:
- * successors are the inputs. Writes ts/te; returns the makespan, or -1 if
- * the order is not topological. */
-static double place_ops(justify_t *j, const int *order, int reversed, int append, double *ts, double *te)
+ * earliest gap of its device after its inputs. reversed: successors are the
+ * inputs. Writes ts/te; returns the makespan, or -1 if the order is not
+ * topological (an internal error). */
+static double serial_pass(justify_t *j, const int *order, int reversed, double *ts, double *te)
 {
     for (int d = 0; d < j->s->n_devices; d++)
         gaps_reset(&j->gaps[d]);
@@ -235,19 +236,11 @@ static double place_ops(justify_t *j, const int *order, int reversed, int append
             if (te[mem] < 0) return -1;
             if (te[mem] > t) t = te[mem];
         }
-        gaps_t *g = &j->gaps[j->dev[i]];
-        if (append && t < g->g[g->n - 1].start)
-            t = g->g[g->n - 1].start;
-        ts[i] = gaps_take(g, t, j->dur[i], j->eps);
+        ts[i] = gaps_take(&j->gaps[j->dev[i]], t, j->dur[i], j->eps);
         te[i] = ts[i] + j->dur[i];
         if (te[i] > makespan) makespan = te[i];
     }
     return makespan;
-}
-
-static double serial_pass(justify_t *j, const int *order, int reversed, double *ts, double *te)
-{
-    return place_ops(j, order, reversed, 0, ts, te);
 }
 
 /* One right-justify + left-justify round. The schedule is replaced only
