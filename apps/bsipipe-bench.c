@@ -1104,7 +1104,7 @@ int main(int argc, char **argv)
            warmup, iters);
     fflush(stdout);
 
-    int status = 0;
+    int status = 0, ran = 0; /* ran: rows the planner accepted (measured, or failed at run time) */
     for (int ci = 0; ci < nc; ci++) {
         config_t *cf = &cfg[ci];
         row_t rows[MAX_VARIANTS];
@@ -1192,6 +1192,7 @@ int main(int argc, char **argv)
                 write_svg_panel(fsvg, cf, rows, nv, 300.0 * ci, svg_w);
         }
         for (int i = 0; i < nv; i++) {
+            ran += rows[i].status != 1;
             free(rows[i].tok); free(rows[i].bubble); free(rows[i].makespan); free(rows[i].busy);
             free(rows[i].rep_tok);
         }
@@ -1199,6 +1200,11 @@ int main(int argc, char **argv)
         free(targets);
         if (status)
             break;
+    }
+    if (status == 0 && ran == 0) {
+        fprintf(stderr, PROG ": nothing was measured: the planner refused every schedule of every configuration "
+                             "(the reasons are above); change --w, --m, --k or --schedules\n");
+        status = 1;
     }
     if (fsvg) {
         fputs("</svg>\n", fsvg);

@@ -58,6 +58,9 @@ expect 0 "skipping 1f1b-i" --emulate $tiny --w 4 --m 6 --layers 8 --schedules 1f
 if grep -qE '^\| 1f1b \| .* emulated \| [0-9]+ \(' "$tmp/out" && grep -q "EMULATED" "$tmp/out"; then ok; else
     fail "emulated 1f1b row missing after the skip"; fi
 
+# Every schedule refused by the planner: nothing measured is an error, not a silent exit 0.
+expect 1 "nothing was measured" --schedules bitpipe --w 3 --emulate --layers 12 --hidden 32 --heads 2 --seq 32 --m 6 \
+    --reps 1
 # Ablation: the naive order deadlocks and is reported as such (watchdog), not hung.
 expect 0 "deadlock" --preset ablation --emulate --layers 8 --hidden 32 --heads 2 --seq 32 --m 4 --reps 1 --warmup 0 \
     --watchdog 1
