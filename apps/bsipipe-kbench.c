@@ -223,7 +223,7 @@ int main(int argc, char **argv)
     int c, bad = 0;
     const char *P = "bsipipe-kbench";
     opterr = 0;
-    while (!bad && (c = getopt_long(argc, argv, "k:h", opts, NULL)) != -1) {
+    while (!bad && (c = cli_getopt(argc, argv, "k:h", opts, "bsipipe-kbench")) != -1) {
         switch (c) {
         case 'S':
             if (strlen(optarg) >= sizeof seqs) {

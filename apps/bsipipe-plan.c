@@ -317,7 +317,7 @@ int main(int argc, char **argv)
         {"version", 0, 0, 'V'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "h", longopts, "bsipipe-plan")) != -1) {
         switch (c) {
         case 'h': usage(stdout); return 0;
         case 'V': cli_print_version("bsipipe-plan"); return 0;

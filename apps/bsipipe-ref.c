@@ -78,7 +78,7 @@ int main(int argc, char **argv)
     int c, bad = 0;
     const char *P = "bsipipe-ref";
     opterr = 0;
-    while (!bad && (c = getopt_long(argc, argv, "m:k:h", opts, NULL)) != -1) {
+    while (!bad && (c = cli_getopt(argc, argv, "m:k:h", opts, "bsipipe-ref")) != -1) {
         switch (c) {
         case 'f':
             if (!strcmp(optarg, "gpt"))

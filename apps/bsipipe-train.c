@@ -305,7 +305,7 @@ int main(int argc, char **argv)
         {"version", 0, 0, 'V'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1 && !bad) {
+    while ((c = cli_getopt(argc, argv, "h", longopts, "bsipipe-train")) != -1 && !bad) {
         switch (c) {
         case 'h': usage(stdout); return 0;
         case 'V': cli_print_version("bsipipe-train"); return 0;

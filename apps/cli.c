@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int cli_parse_int(const char *prog, const char *opt, const char *arg, int lo, int hi, int *out)
 {
@@ -94,4 +95,23 @@ int cli_no_operands(const char *prog, int argc, char **argv, int first)
         return 0;
     fprintf(stderr, "%s: unexpected argument '%s'; see --help\n", prog, argv[first]);
     return 2;
+}
+
+int cli_getopt(int argc, char **argv, const char *shortopts, const struct option *longopts, const char *prog)
+{
+    int index = -1;
+    int c = getopt_long(argc, argv, shortopts, longopts, &index);
+    if (c == -1 || c == '?' || index < 0)
+        return c;
+    /* The element that held the option: the one before its separate value. */
+    const char *given = optarg && optind >= 2 && argv[optind - 1] == optarg ? argv[optind - 2] : argv[optind - 1];
+    if (strncmp(given, "--", 2) != 0)
+        return c;
+    const char *name = longopts[index].name;
+    size_t n = strcspn(given + 2, "=");
+    if (n == strlen(name) && strncmp(given + 2, name, n) == 0)
+        return c;
+    fprintf(stderr, "%s: unknown option '%.*s' (options are not abbreviated: did you mean --%s?); see --help\n", prog,
+            (int)(n + 2), given, name);
+    exit(2);
 }

@@ -4,6 +4,8 @@
 #ifndef BSIPIPE_APPS_CLI_H
 #define BSIPIPE_APPS_CLI_H
 
+#include <getopt.h>
+
 /* An integer in lo..hi, the whole argument (no trailing characters). */
 int cli_parse_int(const char *prog, const char *opt, const char *arg, int lo, int hi, int *out);
 /* A finite number in lo..hi, the whole argument. */
@@ -13,6 +15,12 @@ int cli_parse_double(const char *prog, const char *opt, const char *arg, double 
 int cli_parse_bytes(const char *prog, const char *opt, const char *arg, double *out);
 /* An unsigned decimal (or 0x hex) integer, the whole argument; no sign. */
 int cli_parse_ull(const char *prog, const char *opt, const char *arg, unsigned long long *out);
+
+/* getopt_long without its prefix matching: a long option must be given in
+ * full (getopt_long would read `--w abc` as `--wd abc`). An abbreviation
+ * prints "PROG: unknown option '--w' (options are not abbreviated: did you
+ * mean --wd?)" and exits 2; everything else is getopt_long's. */
+int cli_getopt(int argc, char **argv, const char *shortopts, const struct option *longopts, const char *prog);
 
 /* --version: "PROG (bsipipe) X.Y.Z" on stdout, the library's version at run
  * time, and the headers' too when the two differ. */

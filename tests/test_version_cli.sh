@@ -28,5 +28,18 @@ for app in bsipipe-plan bsipipe-train bsipipe-bench bsipipe-ref bsipipe-kbench; 
         fails=$((fails + 1))
     fi
 done
+# Long options are not abbreviated (getopt_long would take --w for --wd).
+checks=$((checks + 1))
+"$top/apps/bsipipe-ref" --w abc >"$tmp/out" 2>&1; rc=$?
+if [ "$rc" -ne 2 ] || ! grep -q "unknown option '--w' (options are not abbreviated: did you mean --wd?)" "$tmp/out"; then
+    echo "FAIL: bsipipe-ref --w abc: exit $rc, $(head -2 "$tmp/out")" >&2
+    fails=$((fails + 1))
+fi
+checks=$((checks + 1))
+"$top/apps/bsipipe-plan" --sched=bsipipe >"$tmp/out" 2>&1; rc=$?
+if [ "$rc" -ne 2 ] || ! grep -q "did you mean --schedule?" "$tmp/out"; then
+    echo "FAIL: bsipipe-plan --sched=bsipipe: exit $rc, $(head -2 "$tmp/out")" >&2
+    fails=$((fails + 1))
+fi
 echo "test_version_cli: $checks checks, $fails failed"
 [ "$fails" -eq 0 ]
