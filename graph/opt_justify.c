@@ -157,29 +157,11 @@ static void derive_mem_edges(justify_t *j)
     }
 }
 
-/* Peak stashes held on device d by a schedule (releases first on ties). */
-static int device_peak(const justify_t *j, int d, const double *start, const double *end)
-{
-    int *ev = j->order, ne = 0;
-    for (int i = 0; i < j->n; i++)
-        if (j->dev[i] == d && (j->op[i].kind == BSIPIPE_OP_F || releases_stash(j, i)))
-            ev[ne++] = i;
-    /* Event time of an op: start of a forward, end of a release. */
-    double *t = j->t1;
-    for (int a = 0; a < ne; a++)
-        t[ev[a]] = j->op[ev[a]].kind == BSIPIPE_OP_F ? start[ev[a]] : end[ev[a]] - j->eps;
-    sort_ops(ev, ne, t);
-    int live = 0, peak = 0;
-    for (int a = 0; a < ne; a++) {
-        live += j->op[ev[a]].kind == BSIPIPE_OP_F ? 1 : -1;
-        if (live > peak) peak = live;
-    }
-    return peak;
-}
 
-/* Peak activation bytes of device d under the times (start, end); -1 on
- * out of memory. */
-static double device_bytes(const justify_t *j, int d, const double *start, const double *end)
+/* Peak activation bytes of device d under the times (start, end), and its
+ * peak stash count in *peak_units (may be NULL): the simulator's accounting.
+ * -1 on out of memory. */
+static double device_memory(const justify_t *j, int d, const double *start, const double *end, int *peak_units)
 {
     int n = 0;
     for (int x = j->dev_off[d]; x < j->dev_off[d + 1]; x++, n++) {
@@ -193,6 +175,8 @@ static double device_bytes(const justify_t *j, int d, const double *start, const
     if (schedule_peak_memory(j->s, j->bytes_per_element, j->scratch_op, j->scratch_s, j->scratch_e, n, &units,
                              &bytes) < 0)
         return -1;
+    if (peak_units)
+        *peak_units = units;
     return bytes;
 }
 
@@ -202,7 +186,7 @@ static int bytes_ok(const justify_t *j, const double *start, const double *end)
     if (!j->byte_cap)
         return 1;
     for (int d = 0; d < j->s->n_devices; d++) {
-        double b = device_bytes(j, d, start, end);
+        double b = device_memory(j, d, start, end, NULL);
         if (b < 0 || b > j->byte_cap[d] * (1 + 1e-12))
             return 0;
     }
@@ -605,7 +589,7 @@ int schedule_optimise(bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost, i
             goto out;
         }
         for (int d = 0; d < W; d++)
-            if ((j.byte_cap[d] = device_bytes(&j, d, j.start, j.end)) < 0) {
+            if ((j.byte_cap[d] = device_memory(&j, d, j.start, j.end, NULL)) < 0) {
                 rc = bsipipe_error_set(-ENOMEM, "out of memory in the optimising pass");
                 goto out;
             }
@@ -615,7 +599,11 @@ int schedule_optimise(bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost, i
     for (int i = 0; i < n; i++)
         if (j.end[i] > makespan) makespan = j.end[i];
     for (int d = 0; d < W; d++) {
-        int p = device_peak(&j, d, j.start, j.end);
+        int p = 0;
+        if (device_memory(&j, d, j.start, j.end, &p) < 0) {
+            rc = bsipipe_error_set(-ENOMEM, "out of memory in the optimising pass");
+            goto out;
+        }
         if (p > peak_before) peak_before = p;
         j.cap[d] = budget > 0 ? (budget > p ? budget : p) : p;
     }
@@ -628,7 +616,11 @@ int schedule_optimise(bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost, i
     if (makespan < 0) { rc = bsipipe_error_set(BSIPIPE_EDEPEND, "optimising pass: internal order error"); goto out; }
     int peak_after = 0;
     for (int d = 0; d < W; d++) {
-        int p = device_peak(&j, d, j.start, j.end);
+        int p = 0;
+        if (device_memory(&j, d, j.start, j.end, &p) < 0) {
+            rc = bsipipe_error_set(-ENOMEM, "out of memory in the optimising pass");
+            goto out;
+        }
         if (p > peak_after) peak_after = p;
     }
     /* Write the compute order back: each device's ops by start time. */
