@@ -22,11 +22,13 @@
 #include "bsipipe_version.h"
 
 /* planner (plain C): errors, configs, partition, schedules, simulator and
- * validator, drawings, cluster topology */
+ * validator, plans built op by op or imported from JSON, drawings, cluster
+ * topology */
 #include "graph/bsipipe_error.h"
 #include "graph/bsipipe_config.h"
 #include "graph/bsipipe_partition.h"
 #include "graph/bsipipe_schedule.h"
+#include "graph/bsipipe_builder.h"
 #include "graph/bsipipe_sim.h"
 #include "graph/bsipipe_draw.h"
 #include "graph/bsipipe_topology.h"

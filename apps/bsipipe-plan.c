@@ -6,6 +6,7 @@
 #include "graph/bsipipe_error.h"
 #include "graph/bsipipe_sim.h"
 #include "graph/bsipipe_topology.h"
+#include "graph/bsipipe_builder.h"
 
 #include <getopt.h>
 #include <limits.h>
@@ -66,6 +67,8 @@ static int die(const char *what)
 typedef struct options {
     int all, draw, width, json, paper, w, p, k, m, tp, dpn, concat, optimise, unit_cost, blocking_recv;
     int set_p, set_k, set_m, set_w;
+    unsigned set; /* CLI_SET_* bits of every flag given (--plan checks them against the file) */
+    const char *plan; /* --plan FILE */
     double tflops;
     bsipipe_schedule_kind_t kind;
     bsipipe_partition_kind_t partition;
@@ -199,6 +202,74 @@ static void print_mapping(const options_t *o, const bsipipe_schedule_t *s, const
     }
 }
 
+/* Simulates one schedule and prints its row (or JSON), drawings, SVG and
+ * mapping. 0, or 1 when something failed (message printed). */
+static int show(const options_t *o, bsipipe_schedule_t *s, const bsipipe_cost_model_t *unit,
+                const bsipipe_cost_model_t *cost, optimised_note_t *note, int *first)
+{
+    bsipipe_parallel_config_t pc = *bsipipe_schedule_config(s);
+    const char *name = bsipipe_schedule_kind_name(pc.schedule);
+    int status = 0;
+    bsipipe_sim_result_t *ru = NULL, *r = NULL;
+    int map[4096];
+    bsipipe_cost_model_t mapped = *cost;
+    if (o->topology) {
+        if (bsipipe_map_devices(&pc, o->nodes, o->node_devices, !o->naive_mapping, map) < 0) {
+            fprintf(stderr, "bsipipe-plan: %s: %s\n", name, bsipipe_error_detail());
+            return 1;
+        }
+        mapped.device_node = map;
+    }
+    int rc = bsipipe_simulate(s, unit, &ru);
+    if (rc == 0)
+        rc = bsipipe_simulate(s, &mapped, &r);
+    if (rc < 0) {
+        fprintf(stderr, "bsipipe-plan: %s: %s (%s)\n", name, bsipipe_error_detail(), bsipipe_strerror(rc));
+        status = 1;
+    } else if (o->json) {
+        if (bsipipe_export_json(stdout, s, r, cost) < 0)
+            status = 1;
+    } else {
+        print_row(o, s, ru, r);
+        if (pc.schedule == BSIPIPE_SCHED_BSIPIPE && pc.optimise)
+            note_optimised(&pc, bsipipe_schedule_model(s), ru, note);
+    }
+    if (rc == 0 && o->draw) {
+        printf("\n%s:\n", name);
+        bsipipe_draw_terminal(stdout, s, r, o->width, isatty(1) && !getenv("NO_COLOR"));
+        printf("\n");
+    }
+    if (rc == 0 && o->svg && *first) {
+        FILE *f = fopen(o->svg, "w");
+        char title[160];
+        snprintf(title, sizeof title, "%s  w=%d p=%d k=%d m=%d", name, pc.w, pc.p, pc.k, pc.m);
+        if (!f || bsipipe_draw_svg(f, s, r, title) < 0 || fclose(f) != 0) {
+            fprintf(stderr, "bsipipe-plan: cannot write SVG '%s'\n", o->svg);
+            status = 1;
+        } else if (!o->json) {
+            fprintf(stderr, "bsipipe-plan: wrote %s (%s)\n", o->svg, name);
+        }
+        *first = 0;
+    }
+    if (rc == 0 && o->topology && !o->json && (o->all ? pc.schedule == BSIPIPE_SCHED_BSIPIPE : 1))
+        print_mapping(o, s, cost);
+    bsipipe_sim_result_destroy(ru);
+    bsipipe_sim_result_destroy(r);
+    return status;
+}
+
+/* --plan FILE: explicit flags must agree with what the file fixes (its
+ * config, and its model when it has one). */
+static int plan_conflicts(const options_t *o, const bsipipe_schedule_t *s, int has_model)
+{
+    cli_plan_flags_t f = {.set = o->set, .dims = o->dims};
+    f.pc = config_for(o, o->kind);
+    f.pc.w = o->w, f.pc.p = o->p, f.pc.k = o->k, f.pc.m = o->m;
+    if (o->all)
+        f.set &= ~(unsigned)CLI_SET_SCHEDULE;
+    return cli_plan_conflicts("bsipipe-plan", o->plan, &f, s, has_model);
+}
+
 static int run(const options_t *o)
 {
     bsipipe_cost_model_t unit = bsipipe_cost_model_unit();
@@ -208,78 +279,50 @@ static int run(const options_t *o)
     const bsipipe_cost_model_t *cost = o->unit_cost ? &unit : &flops;
     int first = 1, status = 0;
     optimised_note_t bsipipe_note = {0};
+    bsipipe_schedule_t *imported = NULL;
+    bsipipe_import_info_t info;
+    if (o->plan) {
+        /* The model of the flags (or defaults) when the file has none. */
+        if (bsipipe_schedule_import_json_ex(o->plan, NULL, &o->dims, &imported, &info) < 0) {
+            fprintf(stderr, "bsipipe-plan: %s\n", bsipipe_error_detail());
+            return 2;
+        }
+        if ((status = plan_conflicts(o, imported, info.has_model)) != 0) {
+            bsipipe_schedule_destroy(imported);
+            return status;
+        }
+    }
     if (!o->json) {
-        const bsipipe_model_dims_t *d = &o->dims;
+        const bsipipe_model_dims_t *d = imported ? bsipipe_schedule_model(imported) : &o->dims;
+        const bsipipe_parallel_config_t *pc = imported ? bsipipe_schedule_config(imported) : NULL;
+        if (imported)
+            printf("bsipipe-plan: plan %s: %s order of %ld compute ops, valid; transfers derived in the %s comm "
+                   "order%s (%ld SEND/RECV/SYNC/STEP of the file ignored)\n", o->plan,
+                   bsipipe_schedule_kind_name(pc->schedule), info.compute_ops, bsipipe_comm_order_name(pc->comm),
+                   info.has_model ? "; model from the file" : "", info.ignored_ops);
         printf("bsipipe-plan: %s model, L=%d, hidden=%d, heads=%d, S=%d tokens; w=%d, m=%d, D_t=%d; cost model: %s\n\n",
                d->family == BSIPIPE_MODEL_LLAMA ? "LLaMA" : "GPT", d->n_layers, d->hidden, d->n_heads, d->seq_len,
-               o->w, o->m, o->tp, o->unit_cost ? "unit (F=1, B=2)" : "FLOPs");
+               pc ? pc->w : o->w, pc ? pc->m : o->m, pc ? pc->tp : o->tp, o->unit_cost ? "unit (F=1, B=2)" : "FLOPs");
         printf("| schedule  | p | k |  N_s | bubble(unit) | closed  | bubble | %-12s |  tokens/s | act GiB min/med/max  | param GiB | inter MB | sync MB |\n",
                o->unit_cost ? "iter (units)" : "iter (s)");
         printf("|-----------|---|---|------|--------------|---------|--------|--------------|-----------|----------------------|-----------|----------|---------|\n");
     }
-    for (int kind = 0; kind < BSIPIPE_SCHED_COUNT; kind++) {
+    if (imported) {
+        status = show(o, imported, &unit, cost, &bsipipe_note, &first);
+        bsipipe_schedule_destroy(imported);
+    }
+    for (int kind = 0; !imported && kind < BSIPIPE_SCHED_COUNT; kind++) {
         if (!o->all && kind != (int)o->kind)
             continue;
         bsipipe_parallel_config_t pc = config_for(o, (bsipipe_schedule_kind_t)kind);
         bsipipe_schedule_t *s;
-        int rc = bsipipe_schedule_create(&pc, &o->dims, &s);
-        if (rc < 0) {
+        if (bsipipe_schedule_create(&pc, &o->dims, &s) < 0) {
             fprintf(stderr, "bsipipe-plan: %s: %s\n", bsipipe_schedule_kind_name((bsipipe_schedule_kind_t)kind),
                     bsipipe_error_detail());
             status = 1;
             continue;
         }
-        bsipipe_sim_result_t *ru = NULL, *r = NULL;
-        int map[4096];
-        bsipipe_cost_model_t mapped = *cost;
-        if (o->topology) {
-            if (bsipipe_map_devices(&pc, o->nodes, o->node_devices, !o->naive_mapping, map) < 0) {
-                fprintf(stderr, "bsipipe-plan: %s: %s\n", bsipipe_schedule_kind_name(pc.schedule),
-                        bsipipe_error_detail());
-                status = 1;
-                bsipipe_schedule_destroy(s);
-                continue;
-            }
-            mapped.device_node = map;
-        }
-        rc = bsipipe_simulate(s, &unit, &ru);
-        if (rc == 0)
-            rc = bsipipe_simulate(s, &mapped, &r);
-        if (rc < 0) {
-            fprintf(stderr, "bsipipe-plan: %s: %s (%s)\n", bsipipe_schedule_kind_name((bsipipe_schedule_kind_t)kind),
-                    bsipipe_error_detail(), bsipipe_strerror(rc));
-            status = 1;
-        } else if (o->json) {
-            if (bsipipe_export_json(stdout, s, r, cost) < 0)
-                status = 1;
-        } else {
-            print_row(o, s, ru, r);
-            if (pc.schedule == BSIPIPE_SCHED_BSIPIPE && pc.optimise)
-                note_optimised(&pc, &o->dims, ru, &bsipipe_note);
-        }
-        if (rc == 0 && o->draw) {
-            printf("\n%s:\n", bsipipe_schedule_kind_name((bsipipe_schedule_kind_t)kind));
-            bsipipe_draw_terminal(stdout, s, r, o->width, isatty(1) && !getenv("NO_COLOR"));
-            printf("\n");
-        }
-        if (rc == 0 && o->svg && first) {
-            FILE *f = fopen(o->svg, "w");
-            char title[160];
-            snprintf(title, sizeof title, "%s  w=%d p=%d k=%d m=%d", bsipipe_schedule_kind_name(pc.schedule), pc.w,
-                     pc.p, pc.k, pc.m);
-            if (!f || bsipipe_draw_svg(f, s, r, title) < 0 || fclose(f) != 0) {
-                fprintf(stderr, "bsipipe-plan: cannot write SVG '%s'\n", o->svg);
-                status = 1;
-            } else if (!o->json) {
-                fprintf(stderr, "bsipipe-plan: wrote %s (%s)\n", o->svg, bsipipe_schedule_kind_name(pc.schedule));
-            }
-            first = 0;
-        }
-        if (rc == 0 && o->topology && !o->json &&
-            (o->all ? pc.schedule == BSIPIPE_SCHED_BSIPIPE : 1))
-            print_mapping(o, s, cost);
-        bsipipe_sim_result_destroy(ru);
-        bsipipe_sim_result_destroy(r);
+        status |= show(o, s, &unit, cost, &bsipipe_note, &first);
         bsipipe_schedule_destroy(s);
     }
     if (!o->json && bsipipe_note.valid)
@@ -305,7 +348,7 @@ int main(int argc, char **argv)
     int ffn_set = 0;
     enum { O_SCHED = 256, O_W, O_P, O_K, O_M, O_TP, O_PART, O_COMM, O_NOCONCAT, O_NOOPT, O_RECV, O_MODEL, O_LAYERS, O_HIDDEN,
            O_HEADS, O_FFN, O_VOCAB, O_SEQ, O_COST, O_TFLOPS, O_DPN, O_PRESET, O_DRAW, O_WIDTH, O_SVG, O_FORMAT,
-           O_TOPOLOGY, O_NAIVE_MAPPING };
+           O_TOPOLOGY, O_NAIVE_MAPPING, O_PLAN };
     static const struct option longopts[] = {
         {"schedule", 1, 0, O_SCHED}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P}, {"k", 1, 0, O_K}, {"m", 1, 0, O_M},
         {"tp", 1, 0, O_TP}, {"partition", 1, 0, O_PART}, {"comm", 1, 0, O_COMM}, {"no-concat", 0, 0, O_NOCONCAT}, {"no-optimise", 0, 0, O_NOOPT}, {"recv", 1, 0, O_RECV},
@@ -313,7 +356,7 @@ int main(int argc, char **argv)
         {"ffn", 1, 0, O_FFN}, {"vocab", 1, 0, O_VOCAB}, {"seq", 1, 0, O_SEQ}, {"cost", 1, 0, O_COST},
         {"device-tflops", 1, 0, O_TFLOPS}, {"devices-per-node", 1, 0, O_DPN}, {"preset", 1, 0, O_PRESET},
         {"draw", 0, 0, O_DRAW}, {"width", 1, 0, O_WIDTH}, {"svg", 1, 0, O_SVG}, {"format", 1, 0, O_FORMAT},
-        {"topology", 1, 0, O_TOPOLOGY}, {"naive-mapping", 0, 0, O_NAIVE_MAPPING},
+        {"topology", 1, 0, O_TOPOLOGY}, {"naive-mapping", 0, 0, O_NAIVE_MAPPING}, {"plan", 1, 0, O_PLAN},
         {"version", 0, 0, 'V'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
@@ -325,19 +368,24 @@ int main(int argc, char **argv)
             if (strcmp(optarg, "all") == 0) o.all = 1;
             else if (bsipipe_schedule_kind_parse(optarg, &o.kind) < 0) return die(bsipipe_error_detail());
             else o.all = 0;
+            o.set |= CLI_SET_SCHEDULE;
             break;
-        case O_W: bad |= cli_parse_int("bsipipe-plan", "--w", optarg, 1, 4096, &o.w); o.set_w = 1; break;
-        case O_P: bad |= cli_parse_int("bsipipe-plan", "--p", optarg, 1, 64, &o.p); o.set_p = 1; break;
-        case O_K: bad |= cli_parse_int("bsipipe-plan", "--k", optarg, 1, 65536, &o.k); o.set_k = 1; break;
-        case O_M: bad |= cli_parse_int("bsipipe-plan", "--m", optarg, 1, 1 << 20, &o.m); o.set_m = 1; break;
-        case O_TP: bad |= cli_parse_int("bsipipe-plan", "--tp", optarg, 1, 1024, &o.tp); break;
+        case O_W: bad |= cli_parse_int("bsipipe-plan", "--w", optarg, 1, 4096, &o.w); o.set_w = 1; o.set |= CLI_SET_W; break;
+        case O_P: bad |= cli_parse_int("bsipipe-plan", "--p", optarg, 1, 64, &o.p); o.set_p = 1; o.set |= CLI_SET_P; break;
+        case O_K: bad |= cli_parse_int("bsipipe-plan", "--k", optarg, 1, 65536, &o.k); o.set_k = 1; o.set |= CLI_SET_K; break;
+        case O_M: bad |= cli_parse_int("bsipipe-plan", "--m", optarg, 1, 1 << 20, &o.m); o.set_m = 1; o.set |= CLI_SET_M; break;
+        case O_TP: bad |= cli_parse_int("bsipipe-plan", "--tp", optarg, 1, 1024, &o.tp); o.set |= CLI_SET_TP; break;
         case O_PART:
             if (strcmp(optarg, "balanced") == 0) o.partition = BSIPIPE_PARTITION_BALANCED;
             else if (strcmp(optarg, "even") == 0) o.partition = BSIPIPE_PARTITION_EVEN;
             else return die("--partition expects 'balanced' or 'even'");
+            o.set |= CLI_SET_PARTITION;
             break;
-        case O_COMM: if (bsipipe_comm_order_parse(optarg, &o.comm) < 0) return die(bsipipe_error_detail()); break;
-        case O_NOCONCAT: o.concat = 0; break;
+        case O_COMM:
+            if (bsipipe_comm_order_parse(optarg, &o.comm) < 0) return die(bsipipe_error_detail());
+            o.set |= CLI_SET_COMM;
+            break;
+        case O_NOCONCAT: o.concat = 0; o.set |= CLI_SET_NO_CONCAT; break;
         case O_NOOPT: o.optimise = 0; break;
         case O_RECV:
             if (strcmp(optarg, "posted") == 0) o.blocking_recv = 0;
@@ -350,13 +398,14 @@ int main(int argc, char **argv)
             if (strcmp(optarg, "gpt") == 0) o.dims.family = BSIPIPE_MODEL_GPT;
             else if (strcmp(optarg, "llama") == 0) o.dims.family = BSIPIPE_MODEL_LLAMA;
             else return die("--model expects 'gpt' or 'llama'");
+            o.set |= CLI_SET_MODEL;
             break;
-        case O_LAYERS: bad |= cli_parse_int("bsipipe-plan", "--layers", optarg, 1, 65536, &o.dims.n_layers); break;
-        case O_HIDDEN: bad |= cli_parse_int("bsipipe-plan", "--hidden", optarg, 1, 1 << 20, &o.dims.hidden); break;
-        case O_HEADS: bad |= cli_parse_int("bsipipe-plan", "--heads", optarg, 1, 1 << 20, &o.dims.n_heads); break;
-        case O_FFN: bad |= cli_parse_int("bsipipe-plan", "--ffn", optarg, 1, 1 << 22, &o.dims.ffn_hidden); ffn_set = 1; break;
-        case O_VOCAB: bad |= cli_parse_int("bsipipe-plan", "--vocab", optarg, 2, 1 << 24, &o.dims.vocab); break;
-        case O_SEQ: bad |= cli_parse_int("bsipipe-plan", "--seq", optarg, 1, 1 << 24, &o.dims.seq_len); break;
+        case O_LAYERS: bad |= cli_parse_int("bsipipe-plan", "--layers", optarg, 1, 65536, &o.dims.n_layers); o.set |= CLI_SET_LAYERS; break;
+        case O_HIDDEN: bad |= cli_parse_int("bsipipe-plan", "--hidden", optarg, 1, 1 << 20, &o.dims.hidden); o.set |= CLI_SET_HIDDEN; break;
+        case O_HEADS: bad |= cli_parse_int("bsipipe-plan", "--heads", optarg, 1, 1 << 20, &o.dims.n_heads); o.set |= CLI_SET_HEADS; break;
+        case O_FFN: bad |= cli_parse_int("bsipipe-plan", "--ffn", optarg, 1, 1 << 22, &o.dims.ffn_hidden); o.set |= CLI_SET_FFN; ffn_set = 1; break;
+        case O_VOCAB: bad |= cli_parse_int("bsipipe-plan", "--vocab", optarg, 2, 1 << 24, &o.dims.vocab); o.set |= CLI_SET_VOCAB; break;
+        case O_SEQ: bad |= cli_parse_int("bsipipe-plan", "--seq", optarg, 1, 1 << 24, &o.dims.seq_len); o.set |= CLI_SET_SEQ; break;
         case O_COST:
             if (strcmp(optarg, "unit") == 0) o.unit_cost = 1;
             else if (strcmp(optarg, "flops") == 0) o.unit_cost = 0;
@@ -376,6 +425,7 @@ int main(int argc, char **argv)
         case O_DRAW: o.draw = 1; break;
         case O_TOPOLOGY: o.topology = optarg; break;
         case O_NAIVE_MAPPING: o.naive_mapping = 1; break;
+        case O_PLAN: o.plan = optarg; break;
         case O_WIDTH: bad |= cli_parse_int("bsipipe-plan", "--width", optarg, 10, 4096, &o.width); break;
         case O_SVG: o.svg = optarg; break;
         case O_FORMAT:
@@ -400,8 +450,10 @@ int main(int argc, char **argv)
     }
     if (!ffn_set && !o.paper)
         o.dims.ffn_hidden = 4 * o.dims.hidden;
-    if (o.json && o.all)
-        return die("--format json exports one schedule: add --schedule NAME");
+    if (o.plan && o.paper)
+        return die("--plan and --preset paper both fix the plan: give one of them");
+    if (o.json && o.all && !o.plan)
+        return die("--format json exports one schedule: add --schedule NAME (or --plan FILE)");
     if (o.naive_mapping && !o.topology)
         return die("--naive-mapping needs --topology");
     if (o.topology) {

@@ -6,6 +6,7 @@
 #include "tasks/bsipipe_engine.h"
 #include "graph/bsipipe_error.h"
 #include "graph/bsipipe_sim.h"
+#include "graph/bsipipe_builder.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -56,6 +57,10 @@ static void usage(FILE *out)
 "  --eval-every N    validation loss on the held-out text every N iterations and\n"
 "                    after the last (default 10; 0: none)\n"
 "  --comm ORDER      bsipipe (default), ordered or naive transfer order\n"
+"  --plan FILE       run a plan from JSON (bsipipe-plan --format json, or written\n"
+"                    by hand: docs/plan-json.md) instead of a preset: its config\n"
+"                    (schedule, w, p, k, m, comm) and its model, if it has one,\n"
+"                    come from the file; a flag that disagrees is an error\n"
 "  --watchdog S      seconds a send may wait for its receive (default 30)\n"
 "  --unchecked       run a plan even if the validator finds a deadlock\n"
 "  --emulate         emulated device time: F/B/W tasks sleep for their FLOPs at\n"
@@ -186,13 +191,15 @@ static double available_memory(const char **what)
  * the devices of this process, against the budget. 0 when it fits or cannot
  * be estimated (the engine then reports any configuration error itself), 1
  * (message printed) when it does not fit. */
-static int admit_memory(const bsipipe_model_dims_t *dims, const bsipipe_parallel_config_t *pc, int nranks,
-                        double limit)
+static int admit_memory(const bsipipe_model_dims_t *dims, const bsipipe_parallel_config_t *pc,
+                        const bsipipe_schedule_t *plan, int nranks, double limit)
 {
     bsipipe_schedule_t *s = NULL;
     bsipipe_sim_result_t *r = NULL;
     bsipipe_cost_model_t unit = bsipipe_cost_model_unit();
-    if (bsipipe_schedule_create(pc, dims, &s) < 0 || bsipipe_simulate(s, &unit, &r) < 0) {
+    /* a --plan's schedule, or the preset of pc */
+    if ((plan ? bsipipe_schedule_copy(plan, &s) : bsipipe_schedule_create(pc, dims, &s)) < 0 ||
+        bsipipe_simulate(s, &unit, &r) < 0) {
         bsipipe_schedule_destroy(s);
         return 0;
     }
@@ -280,7 +287,8 @@ int main(int argc, char **argv)
     double min_lr = -1; /* -1: lr/10 */
     lr_decay_t decay = LR_COSINE;
     int emulate = 0, resume = 0, overwrite = 0, mpi = 0, naive_mapping = 0;
-    const char *ckpt = NULL, *trace = NULL, *transport = NULL, *precision = NULL;
+    const char *ckpt = NULL, *trace = NULL, *transport = NULL, *precision = NULL, *plan_path = NULL;
+    cli_plan_flags_t given = {0}; /* explicit flags, checked against a --plan */
     bsipipe_engine_devices_t devices = BSIPIPE_DEVICES_CPU;
     int gpus = 0;
     const char *policy = getenv("BSIPIPE_POLICY") ? getenv("BSIPIPE_POLICY") : "bsipipe";
@@ -288,7 +296,7 @@ int main(int argc, char **argv)
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
     enum { O_SCHED = 256, O_POLICY, O_W, O_P, O_K, O_M, O_MODEL, O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_ITERS,
            O_SEED, O_LR, O_WARMUP, O_DECAY, O_DECAY_ITERS, O_MINLR, O_EVAL, O_DATA, O_COMM, O_WATCHDOG, O_UNCHECKED, O_EMULATE, O_TFLOPS, O_CKPT, O_RESUME, O_TRACE,
-           O_MPI, O_NAIVE_MAPPING, O_DEVICES, O_GPUS, O_TRANSPORT, O_PRECISION, O_OVERWRITE, O_MEMLIMIT };
+           O_MPI, O_NAIVE_MAPPING, O_DEVICES, O_GPUS, O_TRANSPORT, O_PRECISION, O_OVERWRITE, O_MEMLIMIT, O_PLAN };
     static const struct option longopts[] = {
         {"schedule", 1, 0, O_SCHED}, {"policy", 1, 0, O_POLICY}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P},
         {"k", 1, 0, O_K}, {"m", 1, 0, O_M}, {"model", 1, 0, O_MODEL}, {"layers", 1, 0, O_LAYERS},
@@ -301,7 +309,7 @@ int main(int argc, char **argv)
         {"naive-mapping", 0, 0, O_NAIVE_MAPPING}, {"devices", 1, 0, O_DEVICES},
         {"gpus", 1, 0, O_GPUS}, {"transport", 1, 0, O_TRANSPORT},
         {"precision", 1, 0, O_PRECISION}, {"overwrite", 0, 0, O_OVERWRITE},
-        {"memory-limit", 1, 0, O_MEMLIMIT},
+        {"memory-limit", 1, 0, O_MEMLIMIT}, {"plan", 1, 0, O_PLAN},
         {"version", 0, 0, 'V'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
@@ -314,22 +322,24 @@ int main(int argc, char **argv)
                 fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());
                 return 2;
             }
+            given.set |= CLI_SET_SCHEDULE;
             break;
         case O_POLICY: policy = optarg; break;
-        case O_W: bad = cli_parse_int("bsipipe-train", "--w", optarg, 1, 64, &w); break;
-        case O_P: bad = cli_parse_int("bsipipe-train", "--p", optarg, 1, 64, &p); break;
-        case O_K: bad = cli_parse_int("bsipipe-train", "--k", optarg, 1, 4096, &k); break;
-        case O_M: bad = cli_parse_int("bsipipe-train", "--m", optarg, 1, 4096, &m); break;
+        case O_W: bad = cli_parse_int("bsipipe-train", "--w", optarg, 1, 64, &w); given.set |= CLI_SET_W; break;
+        case O_P: bad = cli_parse_int("bsipipe-train", "--p", optarg, 1, 64, &p); given.set |= CLI_SET_P; break;
+        case O_K: bad = cli_parse_int("bsipipe-train", "--k", optarg, 1, 4096, &k); given.set |= CLI_SET_K; break;
+        case O_M: bad = cli_parse_int("bsipipe-train", "--m", optarg, 1, 4096, &m); given.set |= CLI_SET_M; break;
         case O_MODEL:
             if (strcmp(optarg, "gpt") == 0) dims.family = BSIPIPE_MODEL_GPT;
             else if (strcmp(optarg, "llama") == 0) dims.family = BSIPIPE_MODEL_LLAMA;
             else { fprintf(stderr, "bsipipe-train: --model expects 'gpt' or 'llama'\n"); return 2; }
+            given.set |= CLI_SET_MODEL;
             break;
-        case O_LAYERS: bad = cli_parse_int("bsipipe-train", "--layers", optarg, 1, 4096, &dims.n_layers); break;
-        case O_HIDDEN: bad = cli_parse_int("bsipipe-train", "--hidden", optarg, 1, 65536, &dims.hidden); break;
-        case O_HEADS: bad = cli_parse_int("bsipipe-train", "--heads", optarg, 1, 4096, &dims.n_heads); break;
-        case O_FFN: bad = cli_parse_int("bsipipe-train", "--ffn", optarg, 1, 1 << 20, &dims.ffn_hidden); break;
-        case O_SEQ: bad = cli_parse_int("bsipipe-train", "--seq", optarg, 1, 1 << 20, &dims.seq_len); break;
+        case O_LAYERS: bad = cli_parse_int("bsipipe-train", "--layers", optarg, 1, 4096, &dims.n_layers); given.set |= CLI_SET_LAYERS; break;
+        case O_HIDDEN: bad = cli_parse_int("bsipipe-train", "--hidden", optarg, 1, 65536, &dims.hidden); given.set |= CLI_SET_HIDDEN; break;
+        case O_HEADS: bad = cli_parse_int("bsipipe-train", "--heads", optarg, 1, 4096, &dims.n_heads); given.set |= CLI_SET_HEADS; break;
+        case O_FFN: bad = cli_parse_int("bsipipe-train", "--ffn", optarg, 1, 1 << 20, &dims.ffn_hidden); given.set |= CLI_SET_FFN; break;
+        case O_SEQ: bad = cli_parse_int("bsipipe-train", "--seq", optarg, 1, 1 << 20, &dims.seq_len); given.set |= CLI_SET_SEQ; break;
         case O_ITERS: bad = cli_parse_int("bsipipe-train", "--iters", optarg, 1, 1000000, &iters); break;
         case O_SEED: bad = cli_parse_int("bsipipe-train", "--seed", optarg, 0, 1 << 30, &seed); break;
         case O_LR: bad = cli_parse_double("bsipipe-train", "--lr", optarg, 0, 10, &lr); break;
@@ -355,7 +365,9 @@ int main(int argc, char **argv)
                 fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());
                 return 2;
             }
+            given.set |= CLI_SET_COMM;
             break;
+        case O_PLAN: plan_path = optarg; break;
         case O_WATCHDOG: bad = cli_parse_double("bsipipe-train", "--watchdog", optarg, 0.01, 86400, &watchdog); break;
         case O_UNCHECKED: unchecked = 1; break;
         case O_EMULATE: emulate = 1; break;
@@ -396,6 +408,30 @@ int main(int argc, char **argv)
         return 2;
     if (cli_no_operands("bsipipe-train", argc, argv, optind))
         return 2;
+    /* --plan: read and validated before anything else happens; its config
+     * (and its model, if it has one) replace the defaults. */
+    bsipipe_schedule_t *user_plan = NULL;
+    if (dims.ffn_hidden == 0)
+        dims.ffn_hidden = 4 * dims.hidden;
+    if (plan_path) {
+        bsipipe_import_info_t info;
+        if (bsipipe_schedule_import_json_ex(plan_path, NULL, &dims, &user_plan, &info) < 0) {
+            fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());
+            return 2;
+        }
+        given.pc = bsipipe_parallel_config_default(kind);
+        given.pc.w = w, given.pc.p = p, given.pc.k = k, given.pc.m = m, given.pc.comm = comm;
+        given.dims = dims;
+        int rc = cli_plan_conflicts("bsipipe-train", plan_path, &given, user_plan, info.has_model);
+        if (rc) {
+            bsipipe_schedule_destroy(user_plan);
+            return rc;
+        }
+        const bsipipe_parallel_config_t *ppc = bsipipe_schedule_config(user_plan);
+        dims = *bsipipe_schedule_model(user_plan);
+        kind = ppc->schedule;
+        w = ppc->w, p = ppc->p, k = ppc->k, m = ppc->m, comm = ppc->comm;
+    }
     if (ckpt && emulate) {
         fprintf(stderr, "bsipipe-train: --checkpoint with --emulate would save parameters nothing computed; "
                         "drop one of them\n");
@@ -461,14 +497,14 @@ int main(int argc, char **argv)
     }
     if (!trace)
         setenv("STARPU_FXT_TRACE", "0", 0);
-    if (dims.ffn_hidden == 0)
-        dims.ffn_hidden = 4 * dims.hidden;
     bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(kind);
     pc.w = w;
     pc.m = m;
     pc.comm = comm;
     if (p > 0) pc.p = p;
     if (k > 0) pc.k = k;
+    if (user_plan)
+        pc = *bsipipe_schedule_config(user_plan);
 
     /* Data: byte tokens; sequence j of iteration i starts at a fixed stride. */
     long need = dims.seq_len + 1, len = 0;
@@ -495,7 +531,7 @@ int main(int argc, char **argv)
 
     /* Host memory: CUDA devices hold their tensors on the GPU (not checked
      * here yet). */
-    if (devices == BSIPIPE_DEVICES_CPU && admit_memory(&dims, &pc, mpi && world ? atoi(world) : 1, mem_limit)) {
+    if (devices == BSIPIPE_DEVICES_CPU && admit_memory(&dims, &pc, user_plan, mpi && world ? atoi(world) : 1, mem_limit)) {
         free(corpus);
         return 1;
     }
@@ -512,8 +548,10 @@ int main(int argc, char **argv)
     o.gpus = gpus;
     o.transport = transport;
     o.precision = precision;
+    o.plan = user_plan; /* the engine runs a copy */
     bsipipe_engine_t *e;
     int rc = bsipipe_engine_create(&o, &e);
+    bsipipe_schedule_destroy(user_plan);
     if (rc < 0) {
         fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());
         free(corpus);
@@ -536,6 +574,9 @@ int main(int argc, char **argv)
     bsipipe_sim_result_t *plan = NULL;
     double planned = bsipipe_simulate(s, &cost, &plan) == 0 ? plan->bubble_ratio : -1;
     bsipipe_sim_result_destroy(plan);
+    if (plan_path)
+        printf("bsipipe-train: plan %s: the %s placement in the file's order; transfers derived (%s comm order)\n",
+               plan_path, bsipipe_schedule_kind_name(kind), bsipipe_comm_order_name(pc.comm));
     printf("bsipipe-train: %s model L=%d hidden=%d heads=%d S=%d (%.2fM params); %s w=%d p=%d k=%d m=%d; policy %s; "
            "data: %s (%ld bytes)\n", dims.family == BSIPIPE_MODEL_LLAMA ? "LLaMA" : "GPT", dims.n_layers, dims.hidden,
            dims.n_heads, dims.seq_len, bsipipe_engine_n_params(e) / 1e6, bsipipe_schedule_kind_name(kind), pc.w, pc.p,

@@ -115,3 +115,47 @@ int cli_getopt(int argc, char **argv, const char *shortopts, const struct option
             (int)(n + 2), given, name);
     exit(2);
 }
+
+int cli_plan_conflicts(const char *prog, const char *file, const cli_plan_flags_t *f, const bsipipe_schedule_t *s,
+                       int has_model)
+{
+    const bsipipe_parallel_config_t *pc = bsipipe_schedule_config(s), *my = &f->pc;
+    const bsipipe_model_dims_t *d = bsipipe_schedule_model(s), *md = &f->dims;
+    static const char *const part[2] = {"balanced", "even"}, *const fam[2] = {"gpt", "llama"};
+    unsigned model = has_model ? ~0u : ~(unsigned)(CLI_SET_MODEL | CLI_SET_LAYERS | CLI_SET_HIDDEN | CLI_SET_HEADS |
+                                                 CLI_SET_FFN | CLI_SET_VOCAB | CLI_SET_SEQ);
+    char mine[64], theirs[64];
+#define CONFLICT(bit, flag, key, fmt, a, b)                                                                      \
+    if ((f->set & model & (bit))) {                                                                            \
+        snprintf(mine, sizeof mine, fmt, a);                                                                   \
+        snprintf(theirs, sizeof theirs, fmt, b);                                                               \
+        if (strcmp(mine, theirs) != 0) {                                                                       \
+            fprintf(stderr, "%s: %s%s%s conflicts with the plan's %s=%s (%s): drop %s, or edit the plan\n", prog, \
+                    flag, (bit) == CLI_SET_NO_CONCAT ? "" : " ", (bit) == CLI_SET_NO_CONCAT ? "" : mine, key,      \
+                    theirs, file, flag);                                                                           \
+            return 2;                                                                                          \
+        }                                                                                                      \
+    }
+    CONFLICT(CLI_SET_SCHEDULE, "--schedule", "schedule", "%s", bsipipe_schedule_kind_name(my->schedule),
+             bsipipe_schedule_kind_name(pc->schedule))
+    CONFLICT(CLI_SET_W, "--w", "w", "%d", my->w, pc->w)
+    CONFLICT(CLI_SET_P, "--p", "p", "%d", my->p, pc->p)
+    CONFLICT(CLI_SET_K, "--k", "k", "%d", my->k, pc->k)
+    CONFLICT(CLI_SET_M, "--m", "m", "%d", my->m, pc->m)
+    CONFLICT(CLI_SET_TP, "--tp", "tp", "%d", my->tp, pc->tp)
+    CONFLICT(CLI_SET_COMM, "--comm", "comm", "%s", bsipipe_comm_order_name(my->comm), bsipipe_comm_order_name(pc->comm))
+    CONFLICT(CLI_SET_PARTITION, "--partition", "partition", "%s", part[my->partition == BSIPIPE_PARTITION_EVEN],
+             part[pc->partition == BSIPIPE_PARTITION_EVEN])
+    CONFLICT(CLI_SET_NO_CONCAT, "--no-concat", "concat", "%s", my->concat ? "true" : "false",
+             pc->concat ? "true" : "false")
+    CONFLICT(CLI_SET_MODEL, "--model", "family", "%s", fam[md->family == BSIPIPE_MODEL_LLAMA],
+             fam[d->family == BSIPIPE_MODEL_LLAMA])
+    CONFLICT(CLI_SET_LAYERS, "--layers", "layers", "%d", md->n_layers, d->n_layers)
+    CONFLICT(CLI_SET_HIDDEN, "--hidden", "hidden", "%d", md->hidden, d->hidden)
+    CONFLICT(CLI_SET_HEADS, "--heads", "heads", "%d", md->n_heads, d->n_heads)
+    CONFLICT(CLI_SET_FFN, "--ffn", "ffn", "%d", md->ffn_hidden, d->ffn_hidden)
+    CONFLICT(CLI_SET_VOCAB, "--vocab", "vocab", "%d", md->vocab, d->vocab)
+    CONFLICT(CLI_SET_SEQ, "--seq", "seq_len", "%d", md->seq_len, d->seq_len)
+#undef CONFLICT
+    return 0;
+}

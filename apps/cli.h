@@ -6,6 +6,8 @@
 
 #include <getopt.h>
 
+#include "graph/bsipipe_schedule.h"
+
 /* An integer in lo..hi, the whole argument (no trailing characters). */
 int cli_parse_int(const char *prog, const char *opt, const char *arg, int lo, int hi, int *out);
 /* A finite number in lo..hi, the whole argument. */
@@ -31,5 +33,25 @@ int cli_bad_option(const char *prog, const char *arg);
 /* Operands left after the options (none are taken): a message naming the
  * first, and 2; else 0. */
 int cli_no_operands(const char *prog, int argc, char **argv, int first);
+
+/* --plan FILE: the flags a user gave explicitly (CLI_SET_* bits) and their
+ * values, to be checked against what the file fixes. */
+enum {
+    CLI_SET_SCHEDULE = 1 << 0, CLI_SET_W = 1 << 1, CLI_SET_P = 1 << 2, CLI_SET_K = 1 << 3, CLI_SET_M = 1 << 4,
+    CLI_SET_TP = 1 << 5, CLI_SET_COMM = 1 << 6, CLI_SET_PARTITION = 1 << 7, CLI_SET_NO_CONCAT = 1 << 8,
+    CLI_SET_MODEL = 1 << 9, CLI_SET_LAYERS = 1 << 10, CLI_SET_HIDDEN = 1 << 11, CLI_SET_HEADS = 1 << 12,
+    CLI_SET_FFN = 1 << 13, CLI_SET_VOCAB = 1 << 14, CLI_SET_SEQ = 1 << 15
+};
+typedef struct cli_plan_flags {
+    unsigned set;
+    bsipipe_parallel_config_t pc; /* schedule, w, p, k, m, tp, comm, partition, concat */
+    bsipipe_model_dims_t dims;
+} cli_plan_flags_t;
+/* The first explicit flag that disagrees with the plan s read from `file`
+ * (its config; its model only when has_model): "PROG: --w 4 conflicts with
+ * the plan's w=2 (FILE): drop --w, or edit the plan" on stderr and 2; else
+ * 0. */
+int cli_plan_conflicts(const char *prog, const char *file, const cli_plan_flags_t *f, const bsipipe_schedule_t *s,
+                       int has_model);
 
 #endif

@@ -118,7 +118,7 @@ static void place_chunks(bsipipe_schedule_t *s)
 
 /* Gradient sync of every chunk replica (bidirectional schedules), in chunk
  * order on every device so that pairs meet in the same order, then STEP. */
-static int append_sync_step(bsipipe_schedule_t *s)
+int schedule_append_sync_step(bsipipe_schedule_t *s)
 {
     int rc = 0;
     for (int d = 0; d < s->n_devices && rc == 0; d++) {
@@ -215,8 +215,7 @@ static int generate_bsipipe(bsipipe_schedule_t *s)
 /* Ops per iteration must stay addressable by int per device. */
 enum { MAX_COMPUTE_OPS = 1 << 26 };
 
-int bsipipe_schedule_create(const bsipipe_parallel_config_t *pc, const bsipipe_model_dims_t *dims,
-                            bsipipe_schedule_t **out)
+int schedule_alloc(const bsipipe_parallel_config_t *pc, const bsipipe_model_dims_t *dims, bsipipe_schedule_t **out)
 {
     *out = NULL;
     int rc = bsipipe_parallel_config_validate(pc, dims);
@@ -255,22 +254,64 @@ int bsipipe_schedule_create(const bsipipe_parallel_config_t *pc, const bsipipe_m
     rc = pc->partition == BSIPIPE_PARTITION_EVEN
              ? bsipipe_partition_even(s->dims.seq_len, pc->k, pc->tp, s->sub_starts)
              : bsipipe_partition_balanced(&s->dims, pc->k, pc->tp, s->sub_starts);
-    if (rc == 0)
-        rc = pc->schedule == BSIPIPE_SCHED_BSIPIPE   ? generate_bsipipe(s)
-             : pc->schedule == BSIPIPE_SCHED_BITPIPE ? generate_bitpipe(s)
-                                                     : generate_fixed(s);
+    if (rc < 0) {
+        bsipipe_schedule_destroy(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+int bsipipe_schedule_create(const bsipipe_parallel_config_t *pc, const bsipipe_model_dims_t *dims,
+                            bsipipe_schedule_t **out)
+{
+    bsipipe_schedule_t *s;
+    int rc = schedule_alloc(pc, dims, &s);
+    *out = NULL;
+    if (rc < 0)
+        return rc;
+    rc = pc->schedule == BSIPIPE_SCHED_BSIPIPE   ? generate_bsipipe(s)
+         : pc->schedule == BSIPIPE_SCHED_BITPIPE ? generate_bitpipe(s)
+                                                 : generate_fixed(s);
     /* The baselines stay exactly as their references build them. */
     if (rc == 0 && pc->schedule == BSIPIPE_SCHED_BSIPIPE && pc->optimise)
         rc = schedule_optimise(s, NULL, 0, NULL);
     if (rc == 0)
         rc = comm_insert(s, NULL);
     if (rc == 0)
-        rc = append_sync_step(s);
+        rc = schedule_append_sync_step(s);
     if (rc < 0) {
         bsipipe_schedule_destroy(s);
         return rc;
     }
     *out = s;
+    return 0;
+}
+
+int bsipipe_schedule_copy(const bsipipe_schedule_t *s, bsipipe_schedule_t **out)
+{
+    *out = NULL;
+    if (!s)
+        return bsipipe_error_set(-EINVAL, "schedule copy: no schedule given");
+    bsipipe_schedule_t *c;
+    int rc = schedule_alloc(&s->pc, &s->dims, &c);
+    if (rc < 0)
+        return rc;
+    /* Same config and model: same placement and partition; the op lists
+     * are copied as they are. */
+    for (int d = 0; d < s->n_devices; d++) {
+        if (s->n_ops[d] == 0)
+            continue;
+        c->ops[d] = malloc(sizeof *c->ops[d] * (size_t)s->n_ops[d]);
+        if (!c->ops[d]) {
+            bsipipe_schedule_destroy(c);
+            return bsipipe_error_set(-ENOMEM, "out of memory copying a schedule");
+        }
+        memcpy(c->ops[d], s->ops[d], sizeof *c->ops[d] * (size_t)s->n_ops[d]);
+        c->n_ops[d] = c->cap_ops[d] = s->n_ops[d];
+    }
+    c->n_channels = s->n_channels;
+    *out = c;
     return 0;
 }
 
@@ -286,7 +327,7 @@ int bsipipe_schedule_reorder_comm_for(bsipipe_schedule_t *s, bsipipe_comm_order_
         return bsipipe_error_set(-EINVAL, "unknown comm order %d", (int)order);
     s->pc.comm = order;
     int rc = comm_insert(s, cost);
-    return rc < 0 ? rc : append_sync_step(s);
+    return rc < 0 ? rc : schedule_append_sync_step(s);
 }
 
 int bsipipe_schedule_optimise(bsipipe_schedule_t *s, const struct bsipipe_cost_model *cost, int budget,
@@ -297,7 +338,7 @@ int bsipipe_schedule_optimise(bsipipe_schedule_t *s, const struct bsipipe_cost_m
     int rc = schedule_optimise(s, cost, budget, report);
     if (rc == 0)
         rc = comm_insert(s, cost);
-    return rc < 0 ? rc : append_sync_step(s);
+    return rc < 0 ? rc : schedule_append_sync_step(s);
 }
 
 const bsipipe_parallel_config_t *bsipipe_schedule_config(const bsipipe_schedule_t *s) { return &s->pc; }

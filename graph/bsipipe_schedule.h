@@ -68,6 +68,12 @@ int bsipipe_schedule_create(const bsipipe_parallel_config_t *pc, const bsipipe_m
                             bsipipe_schedule_t **out);
 void bsipipe_schedule_destroy(bsipipe_schedule_t *s);
 
+/* A copy of s (op lists, placement, config and model) that the caller frees
+ * with bsipipe_schedule_destroy(). 0, -EINVAL (s NULL) or -ENOMEM. A plan
+ * built op by op (graph/bsipipe_builder.h) is made with the builder or
+ * imported from JSON; bsipipe_schedule_create() only plans the presets. */
+int bsipipe_schedule_copy(const bsipipe_schedule_t *s, bsipipe_schedule_t **out);
+
 const bsipipe_parallel_config_t *bsipipe_schedule_config(const bsipipe_schedule_t *s);
 const bsipipe_model_dims_t *bsipipe_schedule_model(const bsipipe_schedule_t *s);
 int bsipipe_schedule_n_devices(const bsipipe_schedule_t *s);

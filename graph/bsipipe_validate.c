@@ -49,6 +49,65 @@ static int check_channel(const bsipipe_schedule_t *s, int c, const bsipipe_op_t 
     return 0;
 }
 
+int schedule_check_compute_op(const bsipipe_schedule_t *s, const bsipipe_op_t *op, int d, int i,
+                              unsigned char *seen)
+{
+    const char *name = bsipipe_schedule_kind_name(s->pc.schedule);
+    int split = bsipipe_schedule_kind_traits(s->pc.schedule).split_backward;
+    char buf[96];
+    if (op->device != d)
+        return bsipipe_error_set(-EINVAL, "%s: op %d of device %d (%s) claims device %d", name, i, d,
+                                 bsipipe_op_format(op, buf, sizeof buf), op->device);
+    if (op->kind > BSIPIPE_OP_W)
+        return bsipipe_error_set(-EINVAL, "%s: device %d op %d is a %s, not a compute op (F, B, W)", name, d, i,
+                                 bsipipe_op_kind_name((bsipipe_op_kind_t)op->kind));
+    if (op->mb < 0 || op->mb >= s->pc.m || op->sub < 0 || op->sub >= s->pc.k || op->chunk < 0 ||
+        op->chunk >= s->n_chunks || op->pipe > BSIPIPE_PIPE_UP)
+        return bsipipe_error_set(-EINVAL, "%s: device %d op %d (%s) is out of range (mb 0..%d, sub 0..%d, "
+                                 "chunk 0..%d)", name, d, i, bsipipe_op_format(op, buf, sizeof buf), s->pc.m - 1,
+                                 s->pc.k - 1, s->n_chunks - 1);
+    if (op->kind == BSIPIPE_OP_W && !split)
+        return bsipipe_error_set(-EINVAL, "%s: device %d op %d (%s): %s does not split the backward, so it has "
+                                 "no W ops (zb-h1 does)", name, d, i, bsipipe_op_format(op, buf, sizeof buf), name);
+    /* The pipe first: schedule_dev() of a pipe the plan lacks is out of bounds. */
+    int pipe = schedule_mb_pipe(s, op->mb);
+    if (op->pipe != pipe)
+        return bsipipe_error_set(-EINVAL, "%s: device %d op %d (%s): micro-batch %d runs in the %s pipe", name,
+                                 d, i, bsipipe_op_format(op, buf, sizeof buf), op->mb,
+                                 bsipipe_pipe_name((bsipipe_pipe_t)pipe));
+    long ix = compute_index(s, op->kind, op->mb, op->sub, op->chunk);
+    if (seen[ix]++)
+        return bsipipe_error_set(-EINVAL, "%s: %s appears twice (again as op %d of device %d)", name,
+                                 bsipipe_op_format(op, buf, sizeof buf), i, d);
+    if (schedule_dev(s, op->pipe, op->chunk) != d)
+        return bsipipe_error_set(-EINVAL, "%s: %s runs on device %d, placement says device %d (chunk %d of the "
+                                 "%s pipe)", name, bsipipe_op_format(op, buf, sizeof buf), d,
+                                 schedule_dev(s, op->pipe, op->chunk), op->chunk,
+                                 bsipipe_pipe_name((bsipipe_pipe_t)op->pipe));
+    return 0;
+}
+
+int schedule_check_missing(const bsipipe_schedule_t *s, const unsigned char *seen)
+{
+    int split = bsipipe_schedule_kind_traits(s->pc.schedule).split_backward;
+    long nidx = compute_index_count(s);
+    for (long ix = 0; ix < nidx; ix++) {
+        int kind = (int)(ix / ((long)s->pc.m * s->pc.k * s->n_chunks));
+        if ((kind == BSIPIPE_OP_W && !split) || seen[ix])
+            continue;
+        long rest = ix % ((long)s->pc.m * s->pc.k * s->n_chunks);
+        int chunk = (int)(rest % s->n_chunks), sub = (int)(rest / s->n_chunks % s->pc.k);
+        int mb = (int)(rest / s->n_chunks / s->pc.k), pipe = schedule_mb_pipe(s, mb);
+        bsipipe_op_t op = {.kind = (uint8_t)kind, .pipe = (uint8_t)pipe, .mb = mb, .sub = sub, .chunk = chunk,
+                           .device = schedule_dev(s, pipe, chunk), .peer = -1, .channel = -1};
+        char buf[96];
+        return bsipipe_error_set(-EINVAL, "%s: compute op %s is missing from every device (it belongs on "
+                                 "device %d)", bsipipe_schedule_kind_name(s->pc.schedule),
+                                 bsipipe_op_format(&op, buf, sizeof buf), op.device);
+    }
+    return 0;
+}
+
 int bsipipe_schedule_validate(const bsipipe_schedule_t *s)
 {
     return bsipipe_schedule_validate_ex(s, NULL);
@@ -57,7 +116,6 @@ int bsipipe_schedule_validate(const bsipipe_schedule_t *s)
 int bsipipe_schedule_validate_ex(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost)
 {
     const char *name = bsipipe_schedule_kind_name(s->pc.schedule);
-    int split = bsipipe_schedule_kind_traits(s->pc.schedule).split_backward;
     long nidx = compute_index_count(s);
     unsigned char *seen = calloc((size_t)nidx, 1);
     unsigned char *chan = calloc((size_t)s->n_channels + 1, 1);
@@ -72,23 +130,8 @@ int bsipipe_schedule_validate_ex(const bsipipe_schedule_t *s, const bsipipe_cost
         for (int i = 0; i < s->n_ops[d] && rc == 0; i++) {
             const bsipipe_op_t *op = &s->ops[d][i];
             char buf[96];
-            if (op->device != d) {
-                rc = bsipipe_error_set(-EINVAL, "%s: op %d of device %d (%s) claims device %d", name, i, d,
-                                       bsipipe_op_format(op, buf, sizeof buf), op->device);
-            } else if (op->kind <= BSIPIPE_OP_W) {
-                if (op->mb < 0 || op->mb >= s->pc.m || op->sub < 0 || op->sub >= s->pc.k || op->chunk < 0 ||
-                    op->chunk >= s->n_chunks || (op->kind == BSIPIPE_OP_W && !split)) {
-                    rc = bsipipe_error_set(-EINVAL, "%s: device %d op %d (%s) is out of range", name, d, i,
-                                           bsipipe_op_format(op, buf, sizeof buf));
-                    break;
-                }
-                long ix = compute_index(s, op->kind, op->mb, op->sub, op->chunk);
-                if (seen[ix]++)
-                    rc = bsipipe_error_set(-EINVAL, "%s: %s appears twice", name, bsipipe_op_format(op, buf, sizeof buf));
-                else if (schedule_dev(s, op->pipe, op->chunk) != d || op->pipe != schedule_mb_pipe(s, op->mb))
-                    rc = bsipipe_error_set(-EINVAL, "%s: %s runs on device %d, placement says device %d", name,
-                                           bsipipe_op_format(op, buf, sizeof buf), d,
-                                           schedule_dev(s, schedule_mb_pipe(s, op->mb), op->chunk));
+            if (op->device != d || op->kind <= BSIPIPE_OP_W) {
+                rc = schedule_check_compute_op(s, op, d, i, seen);
             } else if (op->kind == BSIPIPE_OP_SEND || op->kind == BSIPIPE_OP_RECV) {
                 /* A RECV's label is judged against its SEND's once both are seen. */
                 int to = op->kind == BSIPIPE_OP_SEND ? transfer_consumer(s, op) : 0;
@@ -117,14 +160,8 @@ int bsipipe_schedule_validate_ex(const bsipipe_schedule_t *s, const bsipipe_cost
                 }
             }
         }
-    for (long ix = 0; ix < nidx && rc == 0; ix++) {
-        int kind = (int)(ix / ((long)s->pc.m * s->pc.k * s->n_chunks));
-        if (kind == BSIPIPE_OP_W && !split)
-            continue;
-        if (!seen[ix])
-            rc = bsipipe_error_set(-EINVAL, "%s: compute op #%ld (kind %s) is missing from every device", name,
-                                   ix, bsipipe_op_kind_name((bsipipe_op_kind_t)kind));
-    }
+    if (rc == 0)
+        rc = schedule_check_missing(s, seen);
     for (int c = 0; c < s->n_channels && rc == 0; c++)
         if (chan[c] != 3)
             rc = bsipipe_error_set(-EINVAL, "%s: channel %d has a %s but no %s", name, c,

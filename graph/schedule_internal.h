@@ -16,6 +16,28 @@ struct bsipipe_schedule {
     int n_channels;
 };
 
+/* A schedule of pc (validated against dims; dims NULL: the nominal model)
+ * with its placement and partition and empty op lists: the common start of
+ * bsipipe_schedule_create (then a generator fills the lists) and of the
+ * builder (the caller does). */
+int schedule_alloc(const bsipipe_parallel_config_t *pc, const bsipipe_model_dims_t *dims, bsipipe_schedule_t **out);
+
+/* Appends the gradient SYNC of every replicated chunk and the STEP to every
+ * device's list (after comm_insert). */
+int schedule_append_sync_step(bsipipe_schedule_t *s);
+
+/* The validator's checks of one compute op `op` at position i of device d's
+ * list (bsipipe_validate.c): it claims device d, is in range (W only where
+ * the backward is split), its pipe is its micro-batch's, placement puts its
+ * chunk on d, and it was not seen before (seen[] by compute index, marked
+ * here). 0 or -EINVAL with the validator's sentence. */
+int schedule_check_compute_op(const bsipipe_schedule_t *s, const bsipipe_op_t *op, int d, int i,
+                              unsigned char *seen);
+
+/* Every compute op of the plan was seen: 0, or -EINVAL naming the first
+ * missing op and the device placement gives it. */
+int schedule_check_missing(const bsipipe_schedule_t *s, const unsigned char *seen);
+
 /* Appends an op to its device's list; -ENOMEM on failure. */
 int schedule_push(bsipipe_schedule_t *s, const bsipipe_op_t *op);
 

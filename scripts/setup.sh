@@ -63,6 +63,7 @@ run_logged() {
 PACKAGES=(
     build-essential autoconf automake libtool pkg-config
     libhwloc-dev hwloc
+    libjansson-dev  # JSON plans (bsipipe_schedule_import_json)
     libopenmpi-dev openmpi-bin
     libopenblas-dev
     libfxt-dev

@@ -67,6 +67,13 @@ typedef struct bsipipe_engine_options {
     int mpi;
     const int *device_rank;
     int naive_mapping;
+    /* A plan made by the driver (graph/bsipipe_builder.h: built op by op or
+     * imported from JSON) instead of the preset of pc: the engine runs a
+     * copy (the caller keeps and frees its own). Its config (schedule, w,
+     * p, k, m, tp, partition, comm) and model must be pc and dims: take them
+     * from it, bsipipe_engine_options_default(bsipipe_schedule_model(s),
+     * bsipipe_schedule_config(s)). NULL (default): the engine plans pc. */
+    const bsipipe_schedule_t *plan;
 } bsipipe_engine_options_t;
 
 /* Defaults: the given model and config, AdamW lr 1e-3 (0.9, 0.95), eps 1e-8,
@@ -74,7 +81,8 @@ typedef struct bsipipe_engine_options {
 bsipipe_engine_options_t bsipipe_engine_options_default(const bsipipe_model_dims_t *dims,
                                                         const bsipipe_parallel_config_t *pc);
 
-/* Plans the schedule, starts StarPU with one worker per device (CPU or CUDA,
+/* Plans the schedule (or copies o->plan: -EINVAL naming the first field
+ * where it differs from o->pc or o->dims), starts StarPU with one worker per device (CPU or CUDA,
  * o->devices), places the initial parameters. Errors: the planner's
  * (BSIPIPE_ECONFIG ...), -EINVAL (bad options, unknown policy), -ENODEV
  * (cuda asked but no CUDA device, or libbsipipe built without CUDA),

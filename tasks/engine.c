@@ -352,7 +352,7 @@ static int create_args(bsipipe_engine_t *e)
 static int topo_order(const bsipipe_schedule_t *plan, bsipipe_sim_result_t **out)
 {
     bsipipe_schedule_t *ok;
-    int rc = bsipipe_schedule_create(bsipipe_schedule_config(plan), bsipipe_schedule_model(plan), &ok);
+    int rc = bsipipe_schedule_copy(plan, &ok); /* a driver's plan too, not only a preset */
     if (rc < 0)
         return rc;
     if ((rc = bsipipe_schedule_reorder_comm(ok, BSIPIPE_COMM_BSIPIPE)) < 0) {
@@ -385,6 +385,33 @@ static int topo_order(const bsipipe_schedule_t *plan, bsipipe_sim_result_t **out
     return 0;
 }
 
+/* A driver's plan must be the plan of the options' config and model: the
+ * engine sizes its data and checkpoints from those. */
+static int plan_matches(const bsipipe_engine_options_t *o)
+{
+    const bsipipe_parallel_config_t *a = bsipipe_schedule_config(o->plan), *b = &o->pc;
+    const bsipipe_model_dims_t *x = bsipipe_schedule_model(o->plan), *y = &o->dims;
+    const char *field = a->schedule != b->schedule ? "schedule" : a->w != b->w ? "w" : a->p != b->p ? "p"
+                      : a->k != b->k ? "k" : a->m != b->m ? "m" : a->tp != b->tp ? "tp"
+                      : a->partition != b->partition ? "partition" : a->comm != b->comm ? "comm" : NULL;
+    if (field)
+        return bsipipe_error_set(-EINVAL, "engine: the plan's config differs from the options' in %s (plan: %s w=%d "
+                                 "p=%d k=%d m=%d tp=%d; options: %s w=%d p=%d k=%d m=%d tp=%d): take the options' "
+                                 "config from bsipipe_schedule_config(plan)", field,
+                                 bsipipe_schedule_kind_name(a->schedule), a->w, a->p, a->k, a->m, a->tp,
+                                 bsipipe_schedule_kind_name(b->schedule), b->w, b->p, b->k, b->m, b->tp);
+    field = x->family != y->family ? "family" : x->n_layers != y->n_layers ? "layers" : x->hidden != y->hidden
+          ? "hidden" : x->n_heads != y->n_heads ? "heads" : x->ffn_hidden != y->ffn_hidden ? "ffn"
+          : x->vocab != y->vocab ? "vocab" : x->seq_len != y->seq_len ? "seq_len" : NULL;
+    if (field)
+        return bsipipe_error_set(-EINVAL, "engine: the plan's model differs from the options' in %s (plan: L=%d "
+                                 "hidden=%d heads=%d ffn=%d vocab=%d S=%d; options: L=%d hidden=%d heads=%d ffn=%d "
+                                 "vocab=%d S=%d): take the options' dims from bsipipe_schedule_model(plan)", field,
+                                 x->n_layers, x->hidden, x->n_heads, x->ffn_hidden, x->vocab, x->seq_len,
+                                 y->n_layers, y->hidden, y->n_heads, y->ffn_hidden, y->vocab, y->seq_len);
+    return 0;
+}
+
 int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **out)
 {
     *out = NULL;
@@ -394,6 +421,8 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
     if (rc == 0 && bsipipe_model_dims_check(&o->dims) != 0)
         rc = bsipipe_error_set(-EINVAL, "engine: model dimensions rejected by the kernels (LLaMA needs an even "
                                         "head dimension)");
+    if (rc == 0 && o->plan)
+        rc = plan_matches(o);
     if (rc == 0) /* before any setenv: a running StarPU is the application's, left as it is */
         rc = engine_starpu_check_not_running(o->policy);
     if (rc < 0)
@@ -402,13 +431,14 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
     if (!e)
         return bsipipe_error_set(-ENOMEM, "out of memory");
     e->o = *o;
+    e->o.plan = NULL; /* borrowed for create only: the engine runs its own copy */
     e->lr_scale = 1.0;
     if (!e->o.policy)
         e->o.policy = "bsipipe";
     if (e->o.watchdog_s <= 0)
         e->o.watchdog_s = 30;
     e->dims = o->dims;
-    rc = bsipipe_schedule_create(&o->pc, &o->dims, &e->sched);
+    rc = o->plan ? bsipipe_schedule_copy(o->plan, &e->sched) : bsipipe_schedule_create(&o->pc, &o->dims, &e->sched);
     if (rc == 0 && !o->unchecked_plan)
         rc = bsipipe_schedule_validate(e->sched);
     if (rc < 0) {
