@@ -20,3 +20,8 @@ tests_test_blas_threads_LDADD = libbsipipe.la $(STARPU_LIBS) -ldl
 check_PROGRAMS += tests/test_engine_starpu_running
 TESTS += tests/test_engine_starpu_running
 tests_test_engine_starpu_running_LDADD = libbsipipe.la $(STARPU_LIBS)
+# test_plan_engine: plans built op by op or imported from JSON give the
+# reference trainer's loss and gradients on the engine.
+check_PROGRAMS += tests/test_plan_engine
+TESTS += tests/test_plan_engine
+tests_test_plan_engine_LDADD = libbsipipe.la $(STARPU_LIBS)

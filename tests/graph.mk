@@ -1,8 +1,9 @@
 # tests/graph.mk: tests of the planner.
 check_PROGRAMS += tests/test_partition tests/test_config tests/test_schedules tests/test_comm_order \
-	tests/test_mapping tests/test_validate_mutations tests/test_bsipipe_bound
+	tests/test_mapping tests/test_validate_mutations tests/test_bsipipe_bound tests/test_plan_import
 TESTS += tests/test_partition tests/test_config tests/test_schedules tests/test_comm_order tests/test_mapping \
-	tests/test_validate_mutations tests/test_bsipipe_bound tests/test_plan_cli.sh
+	tests/test_validate_mutations tests/test_bsipipe_bound tests/test_plan_cli.sh tests/test_plan_import \
+	tests/test_plan_json_cli.sh
 tests_test_partition_LDADD = libbsipipe.la
 tests_test_config_LDADD = libbsipipe.la
 tests_test_schedules_LDADD = libbsipipe.la
@@ -12,3 +13,6 @@ EXTRA_DIST += tests/test_plan_cli.sh tests/cli_util.sh
 tests_test_mapping_LDADD = libbsipipe.la
 tests_test_validate_mutations_LDADD = libbsipipe.la
 tests_test_bsipipe_bound_LDADD = libbsipipe.la
+tests_test_plan_import_LDADD = libbsipipe.la
+# Hand-written plans read by the tests and the docs' example.
+EXTRA_DIST += tests/test_plan_json_cli.sh tests/data/plan-seq1f1b-w2.json
