@@ -75,15 +75,15 @@ int schedule_check_compute_op(const bsipipe_schedule_t *s, const bsipipe_op_t *o
         return bsipipe_error_set(-EINVAL, "%s: device %d op %d (%s): micro-batch %d runs in the %s pipe", name,
                                  d, i, bsipipe_op_format(op, buf, sizeof buf), op->mb,
                                  bsipipe_pipe_name((bsipipe_pipe_t)pipe));
-    long ix = compute_index(s, op->kind, op->mb, op->sub, op->chunk);
-    if (seen[ix]++)
-        return bsipipe_error_set(-EINVAL, "%s: %s appears twice (again as op %d of device %d)", name,
-                                 bsipipe_op_format(op, buf, sizeof buf), i, d);
     if (schedule_dev(s, op->pipe, op->chunk) != d)
         return bsipipe_error_set(-EINVAL, "%s: %s runs on device %d, placement says device %d (chunk %d of the "
                                  "%s pipe)", name, bsipipe_op_format(op, buf, sizeof buf), d,
                                  schedule_dev(s, op->pipe, op->chunk), op->chunk,
                                  bsipipe_pipe_name((bsipipe_pipe_t)op->pipe));
+    long ix = compute_index(s, op->kind, op->mb, op->sub, op->chunk);
+    if (seen[ix]++)
+        return bsipipe_error_set(-EINVAL, "%s: %s appears twice (again as op %d of device %d)", name,
+                                 bsipipe_op_format(op, buf, sizeof buf), i, d);
     return 0;
 }
 

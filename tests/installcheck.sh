@@ -8,7 +8,7 @@
 #     the moved copy, never the place it was installed to);
 #  2. every installed header is included by bsipipe.h (but the three that
 #     bsipipe.h names as left out);
-#  3. EXAMPLE compiles with only `$CC $CFLAGS EXAMPLE $(pkg-config --cflags
+#  3. EXAMPLE (examples/plan_and_run.c, custom_schedule.c: one call each) compiles with only `$CC $CFLAGS EXAMPLE $(pkg-config --cflags
 #     --libs bsipipe)` into OUTDIR, links to LIBDIR's libbsipipe, and runs
 #     (exit 0, prints the measured bubble).
 # Environment: CC, CFLAGS, PKG_CONFIG (default pkg-config),
@@ -18,7 +18,7 @@ set -u
 [ $# -eq 6 ] || { echo "usage: installcheck.sh EXAMPLE LABEL PCDIR LIBDIR INCLUDEDIR OUTDIR" >&2; exit 2; }
 example=$1 label=$2 pcdir=$3 libdir=$4 incdir=$5 out=$6
 pc=${PKG_CONFIG:-pkg-config}
-me="installcheck ($label)"
+me="installcheck ($label: $(basename "$example"))"
 fail() { echo "$me: FAIL: $*" >&2; exit 1; }
 real() { (cd "$1" 2>/dev/null && pwd -P); }
 
@@ -57,16 +57,16 @@ done
 [ -z "$missing" ] || fail "bsipipe.h does not include:$missing"
 
 # 3. the example, built against this tree only, and run
-bin="$out/plan_and_run"
+bin="$out/$(basename "$example" .c)"
 # shellcheck disable=SC2086
 ${CC:-cc} ${CFLAGS:-} "$example" $flags -o "$bin" || fail "cannot build $example against the installed library"
 lib=$(LD_LIBRARY_PATH="$want_lib" ldd "$bin" 2>/dev/null | awk '$1 ~ /^libbsipipe\.so/ { print $3 }')
 [ -n "$lib" ] || fail "$bin does not load libbsipipe"
 lib_dir=$(real "$(dirname "$lib")")
 [ "$lib_dir" = "$want_lib" ] || fail "$bin loads $lib, not the one in $want_lib"
-LD_LIBRARY_PATH="$want_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" STARPU_WORKERS_NOBIND=1 "$bin" > "$out/run.log" 2>&1
+LD_LIBRARY_PATH="$want_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" STARPU_WORKERS_NOBIND=1 "$bin" > "$bin.log" 2>&1
 rc=$?
-cat "$out/run.log"
+cat "$bin.log"
 [ $rc -eq 0 ] || fail "$bin exited $rc"
-grep -q "measured bubble" "$out/run.log" || fail "$bin printed no measured bubble"
+grep -q "measured bubble" "$bin.log" || fail "$bin printed no measured bubble"
 echo "$me: PASS: built with pkg-config against $want_lib and run"
