@@ -5,6 +5,7 @@
 #define BSIPIPE_APPS_CLI_H
 
 #include <getopt.h>
+#include <stdio.h>
 
 /* An integer in lo..hi, the whole argument (no trailing characters). */
 int cli_parse_int(const char *prog, const char *opt, const char *arg, int lo, int hi, int *out);
@@ -31,5 +32,9 @@ int cli_bad_option(const char *prog, const char *arg);
 /* Operands left after the options (none are taken): a message naming the
  * first, and 2; else 0. */
 int cli_no_operands(const char *prog, int argc, char **argv, int first);
+
+/* The policies --policy accepts (bsipipe_engine_policies), wrapped under a
+ * heading, for --help. */
+void cli_print_policies(FILE *out);
 
 #endif

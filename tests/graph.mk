@@ -12,3 +12,7 @@ EXTRA_DIST += tests/test_plan_cli.sh tests/cli_util.sh
 tests_test_mapping_LDADD = libbsipipe.la
 tests_test_validate_mutations_LDADD = libbsipipe.la
 tests_test_bsipipe_bound_LDADD = libbsipipe.la
+# test_critical_path: each op's remaining longest path (task priorities).
+check_PROGRAMS += tests/test_critical_path
+TESTS += tests/test_critical_path
+tests_test_critical_path_LDADD = libbsipipe.la
