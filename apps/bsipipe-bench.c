@@ -36,7 +36,7 @@ static void usage(FILE *out)
 "  --p N --k N       chunks per device / subsequences, applied to the schedules\n"
 "                    that allow them (default: p=2 where interleaved, k=2 where\n"
 "                    sequence-level, else 1)\n"
-"  --policy NAME     bsipipe (default) or a StarPU policy\n"
+"  --policy NAME     bsipipe (default) or a StarPU policy from the list below\n"
 "  --devices cpu|cuda  StarPU CPU workers (default) or CUDA workers as devices\n"
 "                    (several per GPU); --gpus N: GPUs to use (default all)\n"
 "  --precision P     with --devices cuda: matrix products fp32 (default), tf32,\n"
@@ -83,6 +83,7 @@ static void usage(FILE *out)
 "                    of its last iteration (docs/tracing.md)\n"
 "  --version          the bsipipe version\n"
 "  -h, --help\n", out);
+    cli_print_policies(out);
 }
 
 static int cmp_double(const void *a, const void *b)

@@ -36,7 +36,7 @@ static void usage(FILE *out)
 "  --schedule NAME   gpipe 1f1b 1f1b-i zb-h1 chimera terapipe seq1f1b seq1f1b-i\n"
 "                    bsipipe bitpipe (default bsipipe)\n"
 "  --policy NAME     bsipipe (in-order, default; env BSIPIPE_POLICY) or a StarPU\n"
-"                    policy: eager lws dmda prio ws random ...\n"
+"                    policy from the list below (dmda, prio, eager, ...)\n"
 "  --w N --p N --k N --m N   devices, chunks per device, subsequences, micro-batches\n"
 "                    (defaults 4, 2 where the schedule interleaves, 2 where it\n"
 "                    splits sequences, 8)\n"
@@ -97,6 +97,7 @@ static void usage(FILE *out)
 "                    Without --trace, FxT is off unless STARPU_FXT_TRACE is set\n"
 "  --version          the bsipipe version\n"
 "  -h, --help\n", out);
+    cli_print_policies(out);
 }
 
 /* Reads a text file as bytes. Refuses missing, empty, binary and too short

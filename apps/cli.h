@@ -5,6 +5,7 @@
 #define BSIPIPE_APPS_CLI_H
 
 #include <getopt.h>
+#include <stdio.h>
 
 #include "graph/bsipipe_schedule.h"
 
@@ -53,5 +54,9 @@ typedef struct cli_plan_flags {
  * 0. */
 int cli_plan_conflicts(const char *prog, const char *file, const cli_plan_flags_t *f, const bsipipe_schedule_t *s,
                        int has_model);
+
+/* The policies --policy accepts (bsipipe_engine_policies), wrapped under a
+ * heading, for --help. */
+void cli_print_policies(FILE *out);
 
 #endif

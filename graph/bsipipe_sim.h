@@ -80,6 +80,16 @@ void bsipipe_sim_result_destroy(bsipipe_sim_result_t *r);
 double bsipipe_sim_op_cost(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost,
                            const bsipipe_op_t *op);
 
+/* Each op's remaining critical path: the longest chain of compute costs
+ * under `cost` (NULL: unit costs) from the op's start to the end of the
+ * iteration's compute, through data dependencies only (not the devices' list
+ * order), its own cost included. A SEND or RECV gets the path of the op its
+ * data feeds (transfers themselves cost nothing here), SYNC 0, STEP the step
+ * time. On success *out is one array, the devices' op lists one after the
+ * other (device 0's ops, then device 1's, ...), that the caller frees with
+ * free(). Errors: those of bsipipe_simulate, -EINVAL, -ENOMEM. */
+int bsipipe_schedule_critical_path(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost, double **out);
+
 /* Validates a schedule: every compute op exactly once, SEND/RECV paired on
  * one channel with matching devices, every dependency satisfiable in list
  * order, and no deadlock under rendezvous send/recv. 0 or a negative code

@@ -74,6 +74,10 @@ typedef struct bsipipe_engine_options {
      * from it, bsipipe_engine_options_default(bsipipe_schedule_model(s),
      * bsipipe_schedule_config(s)). NULL (default): the engine plans pc. */
     const bsipipe_schedule_t *plan;
+    int unsupported_policy;   /* 1: run a StarPU policy outside the allow-list
+                                 (bsipipe_engine_policies) anyway — for re-checking the
+                                 list (tests/test_policy_equiv --probe); it may crash or
+                                 hang on the engine's graph */
 } bsipipe_engine_options_t;
 
 /* Defaults: the given model and config, AdamW lr 1e-3 (0.9, 0.95), eps 1e-8,
@@ -91,8 +95,18 @@ bsipipe_engine_options_t bsipipe_engine_options_default(const bsipipe_model_dims
  * application or by another engine: the engine would run under that
  * session's workers and policy, so it refuses; create it before starpu_init
  * or call starpu_shutdown first; that StarPU is left untouched), -ENOMEM,
- * -EIO (StarPU, cuBLAS or NCCL failed). */
+ * -EIO (StarPU, cuBLAS or NCCL failed), -ENOTSUP (a StarPU policy that does
+ * not run the engine's graph correctly: see bsipipe_engine_policies). */
 int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **out);
+
+/* The scheduling policies the engine runs correctly: "bsipipe" first, then
+ * the StarPU 1.3 policies whose equivalence run passes on the engine's graph
+ * (tests/test_policy_equiv; docs/policies.md says why the others are
+ * refused). Stores up to `max` names (static strings) in out (may be NULL)
+ * and returns how many there are. */
+int bsipipe_engine_policies(const char **out, int max);
+/* 1 if `name` is one of them, else 0. */
+int bsipipe_engine_policy_supported(const char *name);
 void bsipipe_engine_destroy(bsipipe_engine_t *e); /* NULL is fine */
 
 /* One iteration without the optimizer step: zero the gradients, run every

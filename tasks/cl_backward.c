@@ -120,5 +120,6 @@ struct starpu_codelet bsipipe_cl_backward = {
     .cpu_funcs_name = {"backward_cpu"},
     BSIPIPE_CL_CUDA(backward_cuda)
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &engine_model_bwd,
     .name = "B",
 };

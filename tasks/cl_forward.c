@@ -116,5 +116,17 @@ struct starpu_codelet bsipipe_cl_forward = {
     .cpu_funcs_name = {"forward_cpu"},
     BSIPIPE_CL_CUDA(forward_cuda)
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &engine_model_fwd,
+    .name = "F",
+};
+
+/* The same forward on the last chunk (head and loss included): a codelet of
+ * its own only so that its longer time has a performance model of its own. */
+struct starpu_codelet bsipipe_cl_forward_head = {
+    .cpu_funcs = {forward_cpu},
+    .cpu_funcs_name = {"forward_cpu"},
+    BSIPIPE_CL_CUDA(forward_cuda)
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &engine_model_fwd_head,
     .name = "F",
 };

@@ -103,6 +103,7 @@ struct starpu_codelet bsipipe_cl_send = {
     BSIPIPE_CL_CUDA(send_cuda)
     .nbuffers = 1,
     .modes = {STARPU_R},
+    .model = &engine_model_send,
     .name = "SEND",
 };
 
@@ -112,5 +113,6 @@ struct starpu_codelet bsipipe_cl_recv = {
     BSIPIPE_CL_CUDA(recv_cuda)
     .nbuffers = 1,
     .modes = {STARPU_W},
+    .model = &engine_model_recv,
     .name = "RECV",
 };

@@ -52,5 +52,6 @@ struct starpu_codelet bsipipe_cl_wgrad = {
     BSIPIPE_CL_CUDA(wgrad_cuda)
     .nbuffers = 3,
     .modes = {STARPU_RW, STARPU_R, STARPU_R},
+    .model = &engine_model_wgrad,
     .name = "W",
 };

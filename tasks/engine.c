@@ -97,7 +97,7 @@ static void record_profile(void *arg)
         a->ph_ok = 1;
     }
     a->rec->seq = __atomic_fetch_add(&a->e->rec_seq, 1, __ATOMIC_SEQ_CST);
-    __atomic_fetch_add(&a->e->tasks_ended, 1, __ATOMIC_SEQ_CST);
+    engine_watchdog_task_ended(a->e, a->op.kind == BSIPIPE_OP_RECV);
 }
 
 /* Across ranks the watchdog must tell a long task from a stalled rank: count
@@ -110,8 +110,7 @@ static void task_popped(void *arg)
 
 static void task_ended(void *arg)
 {
-    struct bsipipe_engine *e = arg;
-    __atomic_fetch_add(&e->tasks_ended, 1, __ATOMIC_SEQ_CST);
+    engine_watchdog_task_ended(arg, 0);
 }
 
 static int piece_len(const bsipipe_engine_t *e, int sub)
@@ -124,6 +123,11 @@ void bsipipe_engine_destroy(bsipipe_engine_t *e)
 {
     if (!e)
         return;
+    if (e->hung) { /* StarPU holds tasks that never run: waiting, unregistering or shutting down would hang */
+        fprintf(stderr, "bsipipe engine: policy '%s' stalled; StarPU and the engine's memory are left as they are "
+                        "(exit the process)\n", e->o.policy);
+        return;
+    }
     /* An engine refused before starpu_init (a bad config) has no StarPU to
      * wait for: calling it then reads StarPU's uninitialised state (an ASan
      * build crashed there on every early configuration error). */
@@ -161,11 +165,13 @@ void bsipipe_engine_destroy(bsipipe_engine_t *e)
             free(e->args[d][i].own_rep);
         free(e->args[d]);
         free(e->pos[d]);
+        if (e->prio)
+            free(e->prio[d]);
         if (e->rec)
             free(e->rec[d]);
     }
     free(e->rec);
-    free(e->args); free(e->pos); free(e->slot_base);
+    free(e->args); free(e->pos); free(e->prio); free(e->slot_base);
     for (int d = 0; e->wmask && d < e->W; d++)
         free(e->wmask[d]);
     free(e->wmask);
@@ -412,6 +418,56 @@ static int plan_matches(const bsipipe_engine_options_t *o)
     return 0;
 }
 
+/* Task priorities for the built-in policies (prio, dmdas, eager's
+ * priority variants...): each op's remaining critical path under FLOPs costs
+ * (bsipipe_schedule_critical_path), scaled onto the running policy's range,
+ * so what most work waits on runs first. The bsipipe policy orders by slot
+ * and ignores priorities: none are set there. A plan the simulator cannot
+ * finish (an unchecked one) gets none either. */
+static int plan_priorities(bsipipe_engine_t *e)
+{
+    int lo = starpu_sched_get_min_priority(), hi = starpu_sched_get_max_priority();
+    if (e->inorder || hi <= lo)
+        return 0;
+    bsipipe_cost_model_t flops = bsipipe_cost_model_flops(1e12);
+    double *rp;
+    if (bsipipe_schedule_critical_path(e->sched, &flops, &rp) < 0)
+        return 0;
+    long j = 0;
+    double top = 0;
+    for (int d = 0; d < e->W; d++) {
+        int n;
+        bsipipe_schedule_device_ops(e->sched, d, &n);
+        for (int i = 0; i < n; i++, j++)
+            if (rp[j] > top)
+                top = rp[j];
+    }
+    if (!ALLOC(e->prio, e->W)) {
+        free(rp);
+        return -ENOMEM;
+    }
+    j = 0;
+    for (int d = 0; d < e->W; d++) {
+        int n;
+        bsipipe_schedule_device_ops(e->sched, d, &n);
+        if (!ALLOC(e->prio[d], n)) {
+            free(rp);
+            return -ENOMEM;
+        }
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
+        for (int i = 0; i < n; i++, j++)
+            /* Transfers first: they cost little and feed another device. By
+             * their path alone (that of the op they feed, one shorter than
+             * their producer's siblings'), a device would finish all its
+             * forwards before sending one activation (1F1B: bubble 56 -> 65%). */
+            e->prio[d][i] = ops[i].kind == BSIPIPE_OP_SEND || ops[i].kind == BSIPIPE_OP_RECV
+                                ? hi
+                                : lo + (top > 0 ? (int)lround((double)(hi - lo) * rp[j] / top) : 0);
+    }
+    free(rp);
+    return 0;
+}
+
 int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **out)
 {
     *out = NULL;
@@ -423,6 +479,8 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
                                         "head dimension)");
     if (rc == 0 && o->plan)
         rc = plan_matches(o);
+    if (rc == 0) /* before starpu_init: a policy that would crash or hang on this graph is refused */
+        rc = engine_policy_check(o->policy ? o->policy : "bsipipe", o->unsupported_policy);
     if (rc == 0) /* before any setenv: a running StarPU is the application's, left as it is */
         rc = engine_starpu_check_not_running(o->policy);
     if (rc < 0)
@@ -528,7 +586,7 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
     }
     blas_single_thread();
     starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
-    if ((rc = create_buffers(e)) < 0 || (rc = create_args(e)) < 0 ||
+    if ((rc = create_buffers(e)) < 0 || (rc = create_args(e)) < 0 || (rc = plan_priorities(e)) < 0 ||
         (rc = bsipipe_transport_create(bsipipe_schedule_n_channels(e->sched) > 0
                                            ? bsipipe_schedule_n_channels(e->sched) : 1,
                                        e->o.watchdog_s, &e->transport)) < 0) {
@@ -629,7 +687,7 @@ static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
 #define ADD(h, md) (descr[n].handle = (h), descr[n].mode = (md), n++)
     switch (op->kind) {
     case BSIPIPE_OP_F:
-        cl = &bsipipe_cl_forward;
+        cl = op->chunk == e->C - 1 ? &bsipipe_cl_forward_head : &bsipipe_cl_forward;
         ADD(r->h_params, STARPU_R);
         ADD(op->chunk == 0 ? e->h_tokens[op->mb] : input_handle(e, a), STARPU_R);
         ADD(e->h_x_out[ai], STARPU_W);
@@ -805,7 +863,9 @@ int engine_task_submit(bsipipe_engine_t *e, int d, int i, struct starpu_codelet 
         t->callback_func = task_ended;
         t->callback_arg = e;
     }
-    if (e->mpi) {
+    /* A RECV stays running (not ended) until its SEND lands: left out of the
+     * count of running tasks that the stall check reads. */
+    if (e->mpi || !(a && a->op.kind == BSIPIPE_OP_RECV)) {
         t->prologue_callback_pop_func = task_popped;
         t->prologue_callback_pop_arg = e;
     }
@@ -816,6 +876,8 @@ int engine_task_submit(bsipipe_engine_t *e, int d, int i, struct starpu_codelet 
     } else if (!e->inorder) { /* built-in policies order the tasks; placement kept to the device */
         t->workerids = e->wmask[d];
         t->workerids_len = e->wmask_len;
+        if (a && e->prio)
+            t->priority = e->prio[d][i];
     } /* else: a task outside the plan under bsipipe: any worker, in arrival order */
     if (e->floor_flags) { /* the floor: same shape, empty body, no callback unless profiled */
         t->cl = &engine_cl_floor;
@@ -842,6 +904,7 @@ int engine_task_submit(bsipipe_engine_t *e, int d, int i, struct starpu_codelet 
     int rc = starpu_task_submit(t);
     if (rc != 0)
         return bsipipe_error_set(-EIO, "engine: StarPU refused the task of %s (%d)", name, rc);
+    __atomic_fetch_add(&e->tasks_submitted, 1, __ATOMIC_SEQ_CST);
     /* A buffer whose last use is now submitted is freed once that task ends. */
     for (int j = 0; j < n; j++)
         engine_buffer_use(e, descr[j].handle, 0);
@@ -1056,6 +1119,9 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
         if (tokens[i] < 0 || tokens[i] >= e->dims.vocab || targets[i] < 0 || targets[i] >= e->dims.vocab)
             return bsipipe_error_set(-EINVAL, "engine: token %ld (%d -> %d) is outside the vocabulary 0..%d", i,
                                      tokens[i], targets[i], e->dims.vocab - 1);
+    if (e->hung)
+        return bsipipe_error_set(-ETIMEDOUT, "engine: an earlier iteration stalled under policy '%s'; the engine "
+                                             "cannot run again (destroy it and exit)", e->o.policy);
     if (bsipipe_transport_reset(e->transport) < 0)
         return bsipipe_error_set(-EBUSY, "engine: transfers of the previous iteration are still in flight");
     e->failed = 0;
@@ -1071,6 +1137,9 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
     }
     int rc = 0;
     e->rec_seq = 0;
+    e->tasks_submitted = 0;
+    __atomic_store_n(&e->nr_ended, 0, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&e->tasks_popped, e->mpi ? e->tasks_popped : 0, __ATOMIC_SEQ_CST);
     e->act_bytes_local = e->sync_bytes_local = 0;
     for (int d = 0; d < e->W; d++)
         e->live_bytes[d] = e->peak_bytes[d] = 0;
@@ -1119,6 +1188,12 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
         bsipipe_error_set(rc, "%s", why);
     }
     release_iteration(e, 1);
+    if (!e->mpi && engine_watchdog_wait(e) < 0) { /* the policy stalled: StarPU keeps the tasks */
+        char why[1024];
+        snprintf(why, sizeof why, "%s", bsipipe_error_detail());
+        engine_watchdog_stop(e);
+        return bsipipe_error_set(-ETIMEDOUT, "%s", why);
+    }
     rc = engine_mpi_iteration_end(e, rc); /* every task and message of every rank */
     engine_watchdog_stop(e);
     engine_tags_end(e);

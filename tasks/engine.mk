@@ -1,6 +1,6 @@
 # tasks/engine.mk: the engine — every op of a plan a StarPU task (codelets
 # one file per op kind), and its tests.
-libbsipipe_la_SOURCES += tasks/engine.c tasks/engine_devices.c tasks/engine_emulate.c tasks/engine_watchdog.c tasks/cl_forward.c \
+libbsipipe_la_SOURCES += tasks/engine.c tasks/engine_devices.c tasks/engine_emulate.c tasks/engine_watchdog.c tasks/engine_policy.c tasks/engine_perfmodel.c tasks/cl_forward.c \
 	tasks/cl_backward.c tasks/cl_transfer.c \
 	tasks/cl_sync.c tasks/cl_step.c tasks/cl_wgrad.c
 nobase_pkginclude_HEADERS += tasks/bsipipe_engine.h
@@ -25,3 +25,14 @@ tests_test_engine_starpu_running_LDADD = libbsipipe.la $(STARPU_LIBS)
 check_PROGRAMS += tests/test_plan_engine
 TESTS += tests/test_plan_engine
 tests_test_plan_engine_LDADD = libbsipipe.la $(STARPU_LIBS)
+# test_policy_equiv: a short equivalence run (w = 2) under every policy the
+# engine accepts, each in a child with a time limit; StarPU's others refused up
+# front. `tests/test_policy_equiv --probe` re-checks every StarPU policy.
+check_PROGRAMS += tests/test_policy_equiv
+TESTS += tests/test_policy_equiv
+tests_test_policy_equiv_LDADD = libbsipipe.la $(STARPU_LIBS)
+# test_perfmodel.sh: STARPU_CALIBRATE=1 runs (STARPU_HOME a temporary
+# directory) leave the codelets' performance models, which
+# starpu_perfmodel_display lists and shows.
+TESTS += tests/test_perfmodel.sh
+EXTRA_DIST += tests/test_perfmodel.sh

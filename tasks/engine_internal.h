@@ -76,6 +76,8 @@ struct bsipipe_engine {
     long rec_seq;                      /* completion counter */
     bsipipe_engine_stats_t stats;
     bsipipe_plan_pos_t **pos;          /* [device][op index] */
+    int **prio;                        /* [device][op index]: StarPU priority from the plan's critical
+                                          path (built-in policies; NULL under bsipipe or without one) */
     long *slot_base;                   /* per device, slots used by earlier iterations */
     bsipipe_transport_t *transport;
     int *order_device, *order_index;   /* submission order (from the simulator) */
@@ -89,7 +91,10 @@ struct bsipipe_engine {
      * nranks is 1 and every device is local. */
     int rank, nranks, *dev_rank, n_local;
     struct engine_mpi *mpi;            /* NULL without MPI */
-    long tasks_popped, tasks_ended;    /* MPI: a task is running while popped > ended (watchdog) */
+    long tasks_popped, tasks_ended;    /* MPI: a task is running while popped > ended (watchdog);
+                                          in one process tasks_popped counts every task but RECV */
+    long tasks_submitted, nr_ended;    /* this iteration: tasks submitted; ended ones but RECVs (stall check) */
+    int hung;                          /* a policy stalled: StarPU still holds tasks, nothing waits on it */
     double act_bytes_local, sync_bytes_local; /* last iteration, inside this rank */
     double *busy;                      /* per device, µs of F/B/W in the last iteration (all ranks') */
     /* Rendezvous as a dependency (local transport): the SEND of channel ch
@@ -111,6 +116,11 @@ struct bsipipe_engine {
     float *fl_mem;                     /* one float per floor handle */
 };
 #define ENGINE_FLOOR_ACTIVE 0x100
+
+/* 0 if the engine runs policy `name` (engine_policy.c; `any`: every name
+ * StarPU knows); else -ENOTSUP naming the StarPU limitation, or -EINVAL for
+ * an unknown name, each listing the allowed ones. */
+int engine_policy_check(const char *name, int any);
 
 /* 1 when device d runs in this process. */
 static inline int engine_local(const struct bsipipe_engine *e, int d)
@@ -150,6 +160,13 @@ void engine_tags_end(struct bsipipe_engine *e);
 /* The watchdog thread of an iteration (held SENDs, see engine_watchdog.c). */
 int engine_watchdog_start(struct bsipipe_engine *e);
 void engine_watchdog_stop(struct bsipipe_engine *e);
+/* Waits until every task of the iteration has ended (then as
+ * starpu_task_wait_for_all), or until the watchdog found the policy stalled:
+ * then -ETIMEDOUT with the detail naming the policy, and StarPU is left
+ * holding the tasks (e->hung). Without a watchdog: starpu_task_wait_for_all. */
+int engine_watchdog_wait(struct bsipipe_engine *e);
+/* Task callbacks: one more task ended (recv: it was a RECV). */
+void engine_watchdog_task_ended(struct bsipipe_engine *e, int recv);
 
 /* A codelet's error: say which op failed and why, then fail the iteration. */
 void engine_report(struct bsipipe_engine *e, const op_args_t *a, int rc);
@@ -217,8 +234,12 @@ long engine_stash_floats(const struct bsipipe_engine *e, int n_layers, int len);
  * always n_layers * bsipipe_model_kv_size. */
 long engine_kv_floats(const struct bsipipe_engine *e, int n_layers);
 
-extern struct starpu_codelet bsipipe_cl_forward, bsipipe_cl_backward, bsipipe_cl_send, bsipipe_cl_recv,
-    bsipipe_cl_sync, bsipipe_cl_sync_peer, bsipipe_cl_step, bsipipe_cl_wgrad;
+extern struct starpu_codelet bsipipe_cl_forward, bsipipe_cl_forward_head, bsipipe_cl_backward, bsipipe_cl_send,
+    bsipipe_cl_recv, bsipipe_cl_sync, bsipipe_cl_sync_peer, bsipipe_cl_step, bsipipe_cl_wgrad;
+/* Performance models of F (F on the last chunk: _head), B, W, SEND, RECV
+ * (engine_perfmodel.c; symbols bsipipe_fwd, bsipipe_fwd_head, ...). */
+extern struct starpu_perfmodel engine_model_fwd, engine_model_fwd_head, engine_model_bwd, engine_model_wgrad,
+    engine_model_send, engine_model_recv;
 #ifdef BSIPIPE_HAVE_NCCL
 extern struct starpu_codelet bsipipe_cl_sync_nccl; /* one replica RW, all-reduced with its mirror */
 #endif

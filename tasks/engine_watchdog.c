@@ -22,12 +22,22 @@
  * SEND waits for its post. After firing, every post tag not yet notified is
  * notified: the held SENDs run, find the transport failed, return
  * -ETIMEDOUT, and the graph drains.
+ *
+ * A policy can also stall on its own: StarPU 1.3's modular-prandom, for one,
+ * keeps ready tasks it never hands to a worker. Then no task ends, none is
+ * running and no SEND is held; after the timeout the thread marks the
+ * iteration stalled and wakes the engine, which waits for the iteration here
+ * (engine_watchdog_wait) rather than in starpu_task_wait_for_all, and returns
+ * -ETIMEDOUT naming the policy. Nothing can take the tasks back from StarPU,
+ * so the engine is then left as it is (bsipipe_engine_destroy only says so).
  */
 #include "tasks/engine_internal.h"
 #include "graph/bsipipe_error.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -39,6 +49,12 @@ struct engine_watchdog {
     int stop;
     long *held_slot;     /* per device: the slot seen held at, -1 none */
     double *held_since;  /* per device: when first seen there */
+    pthread_cond_t done; /* the engine waits on it for the iteration's end */
+    long ended_base;     /* e->tasks_ended when the iteration began */
+    long target;         /* e->tasks_ended at the iteration's end; LONG_MAX while submitting */
+    int stalled;         /* the policy stalled (under lock) */
+    double stall_s;      /* how long nothing had ended */
+    long stall_left;     /* tasks not ended then */
 };
 
 static double mono_s(void)
@@ -102,21 +118,25 @@ static void *watchdog_main(void *arg)
     long ended = __atomic_load_n(&e->tasks_ended, __ATOMIC_SEQ_CST);
     double last_progress = mono_s();
     pthread_mutex_lock(&w->lock);
+    int stalled = 0;
     while (!w->stop) {
         double until = mono_s() + period;
         struct timespec ts = {(time_t)until, (long)((until - (double)(time_t)until) * 1e9)};
         pthread_cond_timedwait(&w->cond, &w->lock, &ts);
         if (w->stop)
             continue;
-        if (bsipipe_transport_failed(e->transport)) { /* aborted elsewhere: held SENDs must drain */
+        double now = mono_s();
+        long fired = -1, now_ended = __atomic_load_n(&e->tasks_ended, __ATOMIC_SEQ_CST);
+        int held = 0;
+        if (now_ended != ended) {
+            ended = now_ended;
+            last_progress = now;
+        }
+        if (bsipipe_transport_failed(e->transport)) { /* aborted or fired: held SENDs must drain */
             pthread_mutex_unlock(&w->lock);
             release_all_posts(e);
             pthread_mutex_lock(&w->lock);
-            continue;
-        }
-        double now = mono_s();
-        long fired = -1;
-        if (e->inorder) {
+        } else if (e->inorder) {
             /* Note every held device first, so the report names them all. */
             for (int d = 0; d < e->W; d++) {
                 long slot;
@@ -125,6 +145,7 @@ static void *watchdog_main(void *arg)
                     w->held_slot[d] = -1;
                     continue;
                 }
+                held = 1;
                 if (w->held_slot[d] != slot) {
                     w->held_slot[d] = slot;
                     w->held_since[d] = now;
@@ -138,17 +159,14 @@ static void *watchdog_main(void *arg)
                     fired = a->op.channel;
             }
         } else {
-            long now_ended = __atomic_load_n(&e->tasks_ended, __ATOMIC_SEQ_CST);
-            if (now_ended != ended) {
-                ended = now_ended;
-                last_progress = now;
-            } else if (now - last_progress >= timeout) {
+            if (now - last_progress >= timeout) {
                 for (int d = 0; d < e->W; d++) {
                     int n;
                     bsipipe_schedule_device_ops(e->sched, d, &n);
                     for (int i = 0; i < n && engine_local(e, d); i++) {
                         const op_args_t *a = &e->args[d][i];
                         if (held_send(e, a)) { /* a SEND that ran had its post */
+                            held = 1;
                             bsipipe_transport_note_held(e->transport, a->op.channel, d, a->name + 5,
                                                         now - last_progress);
                             if (fired < 0)
@@ -157,6 +175,20 @@ static void *watchdog_main(void *arg)
                     }
                 }
             }
+        }
+        /* The policy's own stall (one process): everything submitted, nothing
+         * ended for the timeout, nothing running, no SEND held (or, once the
+         * transport failed, the released SENDs never run either). */
+        long running = __atomic_load_n(&e->tasks_popped, __ATOMIC_SEQ_CST) -
+                       __atomic_load_n(&e->nr_ended, __ATOMIC_SEQ_CST);
+        long target = __atomic_load_n(&w->target, __ATOMIC_SEQ_CST);
+        if (!e->mpi && fired < 0 && !held && !stalled && target != LONG_MAX && now_ended < target && running <= 0 &&
+            now - last_progress >= timeout) {
+            stalled = w->stalled = 1;
+            w->stall_s = now - last_progress;
+            w->stall_left = target - now_ended;
+            engine_fail(e, -ETIMEDOUT);
+            pthread_cond_broadcast(&w->done);
         }
         if (fired >= 0) {
             pthread_mutex_unlock(&w->lock);
@@ -171,7 +203,7 @@ static void *watchdog_main(void *arg)
 int engine_watchdog_start(struct bsipipe_engine *e)
 {
     e->wd = NULL;
-    if (!e->transport || e->n_channels <= 0)
+    if (!e->transport)
         return 0;
     struct engine_watchdog *w = calloc(1, sizeof *w);
     if (!w)
@@ -186,8 +218,12 @@ int engine_watchdog_start(struct bsipipe_engine *e)
     if (!rc)
         rc = pthread_cond_init(&w->cond, &ca);
     pthread_condattr_destroy(&ca);
-    if (!rc && (rc = pthread_mutex_init(&w->lock, NULL)) != 0)
+    if (!rc && (rc = pthread_cond_init(&w->done, NULL)) != 0)
         pthread_cond_destroy(&w->cond);
+    if (!rc && (rc = pthread_mutex_init(&w->lock, NULL)) != 0) {
+        pthread_cond_destroy(&w->cond);
+        pthread_cond_destroy(&w->done);
+    }
     if (rc || !w->held_slot || !w->held_since) {
         free(w->held_slot);
         free(w->held_since);
@@ -196,16 +232,74 @@ int engine_watchdog_start(struct bsipipe_engine *e)
     }
     for (int d = 0; d < e->W; d++)
         w->held_slot[d] = -1;
+    w->ended_base = __atomic_load_n(&e->tasks_ended, __ATOMIC_SEQ_CST);
+    w->target = LONG_MAX;
     if ((rc = pthread_create(&w->thread, NULL, watchdog_main, w)) != 0) {
         pthread_mutex_destroy(&w->lock);
         pthread_cond_destroy(&w->cond);
+        pthread_cond_destroy(&w->done);
         free(w->held_slot);
         free(w->held_since);
         free(w);
         return bsipipe_error_set(-rc, "engine: cannot start the watchdog thread");
     }
-    e->wd = w;
+    __atomic_store_n(&e->wd, w, __ATOMIC_SEQ_CST);
     return 0;
+}
+
+void engine_watchdog_task_ended(struct bsipipe_engine *e, int recv)
+{
+    long ended = __atomic_add_fetch(&e->tasks_ended, 1, __ATOMIC_SEQ_CST);
+    if (!recv)
+        __atomic_fetch_add(&e->nr_ended, 1, __ATOMIC_SEQ_CST);
+    /* The engine frees the watchdog only after starpu_task_wait_for_all,
+     * which returns once every callback has returned. */
+    struct engine_watchdog *w = __atomic_load_n(&e->wd, __ATOMIC_SEQ_CST);
+    if (w && ended >= __atomic_load_n(&w->target, __ATOMIC_SEQ_CST)) {
+        pthread_mutex_lock(&w->lock);
+        pthread_cond_broadcast(&w->done);
+        pthread_mutex_unlock(&w->lock);
+    }
+}
+
+int engine_watchdog_wait(struct bsipipe_engine *e)
+{
+    struct engine_watchdog *w = e->wd;
+    if (!w) {
+        starpu_task_wait_for_all();
+        return 0;
+    }
+    pthread_mutex_lock(&w->lock);
+    /* Stored before reading the count; a callback adds to the count before
+     * reading the target: one of the two sees the other (sequential
+     * consistency), so the last wake-up is not lost. */
+    __atomic_store_n(&w->target, w->ended_base + e->tasks_submitted, __ATOMIC_SEQ_CST);
+    while (!w->stalled && __atomic_load_n(&e->tasks_ended, __ATOMIC_SEQ_CST) < w->target)
+        pthread_cond_wait(&w->done, &w->lock);
+    int stalled = w->stalled;
+    double s = w->stall_s;
+    long left = w->stall_left, total = e->tasks_submitted;
+    pthread_mutex_unlock(&w->lock);
+    if (!stalled) {
+        starpu_task_wait_for_all();
+        return 0;
+    }
+    e->hung = 1;
+    const char *names[32];
+    int n = bsipipe_engine_policies(names, 32);
+    char list[256] = "";
+    size_t len = 0;
+    for (int i = 0; i < n && i < 32 && len < sizeof list; i++) {
+        int r = snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "", names[i]);
+        if (r < 0)
+            break;
+        len += (size_t)r;
+    }
+    return bsipipe_error_set(-ETIMEDOUT,
+                             "engine: scheduling policy '%s' stalled: no task completed for %.3g s while %ld of the "
+                             "iteration's %ld tasks were left, none of them running (the policy holds ready tasks "
+                             "it never runs); the engine cannot run again; use one of: %s",
+                             e->o.policy, s, left, total, list);
 }
 
 void engine_watchdog_stop(struct bsipipe_engine *e)
@@ -218,6 +312,11 @@ void engine_watchdog_stop(struct bsipipe_engine *e)
     pthread_cond_signal(&w->cond);
     pthread_mutex_unlock(&w->lock);
     pthread_join(w->thread, NULL);
+    if (e->hung) { /* a task StarPU still holds may end and call back into it: kept */
+        e->wd = NULL;
+        return;
+    }
+    pthread_cond_destroy(&w->done);
     pthread_mutex_destroy(&w->lock);
     pthread_cond_destroy(&w->cond);
     free(w->held_slot);

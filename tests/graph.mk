@@ -16,3 +16,7 @@ tests_test_bsipipe_bound_LDADD = libbsipipe.la
 tests_test_plan_import_LDADD = libbsipipe.la
 # Hand-written plans read by the tests and the docs' example.
 EXTRA_DIST += tests/test_plan_json_cli.sh tests/data/plan-seq1f1b-w2.json
+# test_critical_path: each op's remaining longest path (task priorities).
+check_PROGRAMS += tests/test_critical_path
+TESTS += tests/test_critical_path
+tests_test_critical_path_LDADD = libbsipipe.la
