@@ -12,6 +12,12 @@ for s in gpipe 1f1b 1f1b-i zb-h1 chimera terapipe seq1f1b seq1f1b-i bsipipe; do
     expect 0 "| $s " --w 4 --m 8
 done
 expect 0 "dev3  |" --schedule bsipipe --draw --width 60
+# --preset paper: the memory block beside the paper's Figure 4; --model and
+# --seq are honoured (and the block says the setting differs).
+expect 0 "paper:   bsipipe 60.1 GiB = 1.24x seq1f1b-i" --preset paper
+expect 0 "paper:   bsipipe 67.9 GiB = 1.27x seq1f1b-i; below seq1f1b and terapipe (LLaMA3)" --preset paper --model llama
+expect 0 "LLaMA model, L=64, hidden=1280, heads=32, S=10240 tokens" --preset paper --model llama --seq 10240
+expect 0 "this run differs" --preset paper --seq 10240
 expect 0 "tokens/s" --schedule seq1f1b-i --cost flops --model llama --layers 8 --seq 512
 expect 2 "--w expects an integer in 1..4096, got 'x'" --w x
 expect 2 "--m expects an integer" --m 3.5
