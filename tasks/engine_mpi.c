@@ -98,7 +98,16 @@ struct engine_mpi {
 };
 
 static int mpi_initialized_here;
-static double mpi_deadline_s = 30; /* the last engine's watchdog time, for MPI_Finalize at exit */
+/* Waits with no heartbeat to tell slow from stopped (MPI's start-up and
+ * finalize, the hello) get at least this long: a loaded machine may take
+ * seconds to start MPI, and a short --watchdog must not kill a healthy job. */
+#define PLAIN_DEADLINE_MIN_S 10.0
+static double mpi_deadline_s = 30; /* the last engine's plain deadline, for MPI_Finalize at exit */
+
+static double plain_deadline(const struct bsipipe_engine *e)
+{
+    return e->o.watchdog_s > PLAIN_DEADLINE_MIN_S ? e->o.watchdog_s : PLAIN_DEADLINE_MIN_S;
+}
 
 static void *liveness_main(void *arg);
 static void liveness_stop(struct bsipipe_engine *e);
@@ -229,7 +238,7 @@ static int coll_wait(struct bsipipe_engine *e, MPI_Request *req, const char *wha
         }
         if (flag)
             break;
-        if (!m->live && now_s() - t0 >= e->o.watchdog_s) {
+        if (!m->live && now_s() - t0 >= plain_deadline(e)) {
             fprintf(stderr, "bsipipe engine: rank %d waited %.1f s for %s: another rank is stopped or hangs. "
                             "Aborting the job.\n", e->rank, now_s() - t0, what);
             fflush(stderr);
@@ -348,7 +357,7 @@ static void hello_all(struct bsipipe_engine *e)
             left--;
             continue;
         }
-        if (now_s() - t0 >= e->o.watchdog_s) {
+        if (now_s() - t0 >= plain_deadline(e)) {
             char who[256] = "";
             for (int r = 0; r < n && strlen(who) < 200; r++)
                 if (!got[r])
@@ -377,11 +386,11 @@ static int setup_ranks(struct bsipipe_engine *e)
         return 0;
     int inited = 0, level = 0;
     MPI_Initialized(&inited);
-    mpi_deadline_s = e->o.watchdog_s;
+    mpi_deadline_s = plain_deadline(e);
     if (!inited) {
         /* Open MPI's start-up waits for every rank: under a deadline. */
         struct guard g;
-        guard_start(&g, "MPI_Init_thread", e->o.watchdog_s);
+        guard_start(&g, "MPI_Init_thread", plain_deadline(e));
         int irc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &level);
         guard_end(&g);
         if (irc != MPI_SUCCESS)
