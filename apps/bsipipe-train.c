@@ -27,6 +27,54 @@ static void release_ckpt_lock(void)
     ckpt_lock = NULL;
 }
 
+/* The checkpoint directory: created, locked for the run's life, and a
+ * checkpoint in it refused without --resume or --overwrite. 0, or the exit
+ * status after a message. Under --mpi rank 0 alone does this (the ranks
+ * share DIR) and every rank follows its outcome. */
+static int checkpoint_open(const char *ckpt, int resume, int overwrite)
+{
+    if (!resume && mkdir(ckpt, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "bsipipe-train: cannot create checkpoint directory '%s': %s\n", ckpt, strerror(errno));
+        return 1;
+    }
+    if (bsipipe_checkpoint_lock(ckpt, &ckpt_lock) < 0) {
+        fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());
+        return 1;
+    }
+    atexit(release_ckpt_lock);
+    int has = bsipipe_checkpoint_exists(ckpt);
+    if (has < 0) {
+        fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());
+        return 1;
+    }
+    if (has && !resume && !overwrite) {
+        fprintf(stderr, "bsipipe-train: '%s' already holds a checkpoint (%s/checkpoint.bin); add --resume to "
+                        "continue it, or --overwrite to start afresh and replace it (or choose another "
+                        "--checkpoint directory)\n", ckpt, ckpt);
+        return 1;
+    }
+    return 0;
+}
+
+/* FNV-1a (64 bits) of the whole model's parameters: a fingerprint to
+ * compare runs bit for bit (a resumed run with an uninterrupted one). */
+static unsigned long long params_digest(bsipipe_engine_t *e, long *n)
+{
+    *n = bsipipe_engine_n_params(e);
+    float *v = malloc(sizeof(float) * (size_t)*n);
+    unsigned long long h = 0xcbf29ce484222325ull;
+    if (!v || bsipipe_engine_params(e, v) < 0) {
+        free(v);
+        *n = 0;
+        return 0;
+    }
+    const unsigned char *p = (const unsigned char *)v;
+    for (size_t i = 0; i < sizeof(float) * (size_t)*n; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    free(v);
+    return h;
+}
+
 static void usage(FILE *out)
 {
     fputs(
@@ -66,7 +114,8 @@ static void usage(FILE *out)
 "  --emulate         emulated device time: F/B/W tasks sleep for their FLOPs at\n"
 "                    --device-tflops (default 0.05) instead of computing, so\n"
 "                    many devices fit on few cores; every line says EMULATED\n"
-"  --checkpoint DIR  save DIR/checkpoint.bin after every iteration (atomic);\n"
+"  --checkpoint DIR  save DIR/checkpoint.bin after every iteration (atomic;\n"
+"                    with --mpi every rank writes a part, rank 0 a manifest);\n"
 "                    DIR is locked for the run (one run per DIR), and a DIR\n"
 "                    that holds a checkpoint needs --resume or --overwrite\n"
 "  --resume          continue from DIR/checkpoint.bin (bit-identical to an\n"
@@ -450,9 +499,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "bsipipe-train: --naive-mapping maps devices onto MPI ranks; it needs --mpi\n");
         return 2;
     }
-    if (mpi && (ckpt || trace)) {
-        fprintf(stderr, "bsipipe-train: --%s is not supported with --mpi yet (each rank holds only its replicas); "
-                        "run it in one process\n", ckpt ? "checkpoint" : "trace");
+    if (mpi && trace) {
+        fprintf(stderr, "bsipipe-train: --trace is not supported with --mpi yet (each rank holds only its records); "
+                        "run it in one process\n");
         return 2;
     }
     if (resume && !ckpt) {
@@ -465,30 +514,11 @@ int main(int argc, char **argv)
                         : "needs --checkpoint DIR (the checkpoint to replace)");
         return 2;
     }
-    if (ckpt && !resume && mkdir(ckpt, 0777) != 0 && errno != EEXIST) {
-        fprintf(stderr, "bsipipe-train: cannot create checkpoint directory '%s': %s\n", ckpt, strerror(errno));
-        return 1;
-    }
     /* One run per checkpoint directory, for the run's whole life (released
-     * at exit); then a fresh run does not silently replace a checkpoint. */
-    if (ckpt) {
-        if (bsipipe_checkpoint_lock(ckpt, &ckpt_lock) < 0) {
-            fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());
-            return 1;
-        }
-        atexit(release_ckpt_lock);
-        int has = bsipipe_checkpoint_exists(ckpt);
-        if (has < 0) {
-            fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());
-            return 1;
-        }
-        if (has && !resume && !overwrite) {
-            fprintf(stderr, "bsipipe-train: '%s' already holds a checkpoint (%s/checkpoint.bin); add --resume to "
-                            "continue it, or --overwrite to start afresh and replace it (or choose another "
-                            "--checkpoint directory)\n", ckpt, ckpt);
-            return 1;
-        }
-    }
+     * at exit); then a fresh run does not silently replace a checkpoint.
+     * Under --mpi after the engine exists (rank 0 takes the lock). */
+    if (ckpt && !mpi && checkpoint_open(ckpt, resume, overwrite))
+        return 1;
     /* Tracing: StarPU reads its FxT settings in starpu_init (engine create).
      * A StarPU built with FxT traces by default (into /tmp): only with --trace
      * here, unless the user's environment asks for it. */
@@ -561,6 +591,17 @@ int main(int argc, char **argv)
     int rank = 0, nranks = 1;
     int *dev_rank = calloc((size_t)pc.w, sizeof *dev_rank);
     bsipipe_engine_ranks(e, &rank, &nranks, dev_rank);
+    if (ckpt && mpi) {
+        int crc = rank == 0 && checkpoint_open(ckpt, resume, overwrite) ? -EINVAL : 0;
+        if (bsipipe_engine_agree(e, crc, "could not open the checkpoint directory") < 0) {
+            if (crc == 0)
+                fprintf(stderr, "bsipipe-train: rank %d: %s\n", rank, bsipipe_error_detail());
+            free(dev_rank);
+            bsipipe_engine_destroy(e);
+            free(corpus);
+            return 1;
+        }
+    }
     if (rank != 0 && !freopen("/dev/null", "w", stdout)) /* rank 0 speaks for the job */
         fprintf(stderr, "bsipipe-train: rank %d: cannot silence stdout\n", rank);
     const bsipipe_schedule_t *s = bsipipe_engine_schedule(e);
@@ -720,6 +761,12 @@ int main(int argc, char **argv)
                100 * planned, emulate ? "FLOPs costs of the emulated device" : "unit costs", emu);
     }
     free(peak);
+    if (rc == 0 && done > 0 && !emulate) {
+        long n_params;
+        unsigned long long h = params_digest(e, &n_params);
+        if (n_params > 0)
+            printf("parameters: FNV-1a %016llx over %ld floats\n", h, n_params);
+    }
     if (trace && rc == 0 && done > 0 && (rc = bsipipe_engine_trace_write(e, trace, &cost)) < 0)
         fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());
     bsipipe_engine_destroy(e); /* StarPU's shutdown writes the raw FxT trace */

@@ -219,6 +219,13 @@ int bsipipe_engine_traffic(bsipipe_engine_t *e, double act_bytes[2], double sync
  * the rank of each device (w entries, may be NULL). */
 int bsipipe_engine_ranks(const bsipipe_engine_t *e, int *rank, int *nranks, int *device_rank);
 
+/* Every rank's outcome of a step (a collective with MPI: every rank calls
+ * it): the most negative rc of any rank. A rank whose rc < 0 keeps its own
+ * detail; the others get "engine: rank R <failed> (...); see its message".
+ * Runs under the watchdog: a rank silent for its time is named and the job
+ * aborted. Without MPI it returns rc. */
+int bsipipe_engine_agree(bsipipe_engine_t *e, int rc, const char *failed);
+
 /* The schedule the engine runs (owned by the engine). */
 const bsipipe_schedule_t *bsipipe_engine_schedule(const bsipipe_engine_t *e);
 
@@ -232,6 +239,14 @@ const bsipipe_schedule_t *bsipipe_engine_schedule(const bsipipe_engine_t *e);
  * run bit for bit: the iterations after a load give the same losses and
  * parameters as an uninterrupted run (same data, same config, same policy and
  * transfer order).
+ *
+ * Across MPI ranks both are collectives (every rank calls them): each rank
+ * writes a part with its own replicas (DIR/checkpoint-i<ITER>-<NONCE>-r<RANK>.part)
+ * and, once every part is durable (a barrier), rank 0 renames a manifest
+ * (format version 2) over DIR/checkpoint.bin and removes the parts it does
+ * not name; a crash at any point leaves the previous checkpoint loadable.
+ * Any rank count loads any checkpoint (version 1 or 2); the ranks agree
+ * before any touches its engine. DIR must be visible to every rank.
  *
  * Ownership: the engine is borrowed; `dir` is the caller's and is only read
  * during the call. Both functions call starpu_data_acquire on the replicas,

@@ -1289,6 +1289,13 @@ int bsipipe_engine_traffic(bsipipe_engine_t *e, double act_bytes[2], double sync
     return 0;
 }
 
+int bsipipe_engine_agree(bsipipe_engine_t *e, int rc, const char *failed)
+{
+    if (!e)
+        return bsipipe_error_set(-EINVAL, "engine: no engine");
+    return engine_mpi_agree_named(e, rc, failed ? failed : "failed");
+}
+
 int bsipipe_engine_ranks(const bsipipe_engine_t *e, int *rank, int *nranks, int *device_rank)
 {
     if (!e)

@@ -25,8 +25,16 @@
 #define CKPT_MAGIC "BSIPCKPT"
 #define CKPT_FILE "checkpoint.bin"
 #define CKPT_LOCK ".checkpoint.lock"
+#define PART_MAGIC "BSIPPART"
 enum {
-    CKPT_VERSION = 1,
+    CKPT_VERSION = 1,         /* one file: every replica */
+    CKPT_VERSION_MANIFEST = 2, /* across ranks: a manifest naming one part per rank */
+    MAN_FIXED_BYTES = 176,    /* manifest: the v1 fixed header, then n_parts, nranks, nonce */
+    MAN_REPLICA_BYTES = 40,   /* i32 pipe, chunk, device, part; i64 base, n; u64 offset in the part */
+    MAN_PART_BYTES = 80,      /* char name[64]; u64 bytes; u32 crc; u32 rank */
+    MAN_NAME_BYTES = 64,
+    PART_FIXED_BYTES = 48,    /* magic, version, rank, file_bytes, iteration, nonce, n_replicas, 0 */
+    PART_REPLICA_BYTES = 32,  /* i32 pipe, chunk, device, 0; i64 base, n */
     CKPT_FIXED_BYTES = 160,   /* header before the replica table */
     CKPT_REPLICA_BYTES = 32,  /* one replica table entry */
     CKPT_CRC_BYTES = 4,
@@ -320,13 +328,9 @@ static int fsync_dir(const char *dir)
     return rc;
 }
 
-int bsipipe_engine_save(bsipipe_engine_t *e, const char *dir, long iteration)
+/* The checks every rank makes before it writes anything. */
+static int save_checks(bsipipe_engine_t *e, const char *dir, long iteration)
 {
-    if (!e || !dir || !*dir)
-        return bsipipe_error_set(-EINVAL, "checkpoint: no engine or no directory");
-    if (e->mpi)
-        return bsipipe_error_set(-ENOTSUP, "checkpoint: not supported across MPI ranks yet (each rank holds only its "
-                                           "own replicas and records); run in one process");
     if (iteration < 0 || iteration > CKPT_MAX_COUNT)
         return bsipipe_error_set(-EINVAL, "checkpoint: iteration %ld is outside 0..%d", iteration, CKPT_MAX_COUNT);
     struct stat st;
@@ -339,7 +343,27 @@ int bsipipe_engine_save(bsipipe_engine_t *e, const char *dir, long iteration)
     if (engine_failed(e))
         return bsipipe_error_set(-EINVAL, "checkpoint: the engine's last iteration failed (%s): its state is not "
                                  "saved", bsipipe_strerror(engine_failed(e)));
+    return 0;
+}
 
+static int save_single(bsipipe_engine_t *e, const char *dir, long iteration);
+static int save_ranks(bsipipe_engine_t *e, const char *dir, long iteration, int rc);
+static void remove_parts(const char *dir, const unsigned char *manifest, uint32_t n_parts);
+
+int bsipipe_engine_save(bsipipe_engine_t *e, const char *dir, long iteration)
+{
+    if (!e || !dir || !*dir)
+        return bsipipe_error_set(-EINVAL, "checkpoint: no engine or no directory");
+    int rc = save_checks(e, dir, iteration);
+    if (e->mpi)
+        return save_ranks(e, dir, iteration, rc);
+    if (rc == 0 && (rc = save_single(e, dir, iteration)) == 0)
+        remove_parts(dir, NULL, 0); /* the parts of a multi-rank checkpoint it replaced */
+    return rc;
+}
+
+static int save_single(bsipipe_engine_t *e, const char *dir, long iteration)
+{
     char tmpname[64];
     snprintf(tmpname, sizeof tmpname, "." CKPT_FILE ".%ld.tmp", (long)getpid());
     char *final = join(dir, CKPT_FILE), *tmp = join(dir, tmpname);
@@ -417,6 +441,365 @@ out:
     return rc;
 }
 
+/* ---- save across ranks: one part per rank, then a manifest ---- */
+
+static void part_name(char *out, size_t len, long iteration, uint64_t nonce, int rank)
+{
+    snprintf(out, len, "checkpoint-i%ld-%016llx-r%d.part", iteration, (unsigned long long)nonce, rank);
+}
+
+static int is_part_name(const char *name)
+{
+    long it;
+    unsigned long long nonce;
+    int rank, end = 0;
+    return sscanf(name, "checkpoint-i%ld-%16llx-r%d.part%n", &it, &nonce, &rank, &end) == 3 && end > 0 &&
+           name[end] == '\0';
+}
+
+/* Bytes of the part of rank r (its replicas' table, then their data). */
+static uint64_t part_bytes(const bsipipe_engine_t *e, int r, int *n_rep)
+{
+    uint64_t floats = 0;
+    int k = 0;
+    for (int i = 0; i < n_replicas(e); i++)
+        if (!e->dev_rank || e->dev_rank[e->rep[i].device] == r) {
+            floats += 3 * (uint64_t)e->rep[i].n;
+            k++;
+        }
+    if (n_rep)
+        *n_rep = k;
+    return PART_FIXED_BYTES + (uint64_t)k * PART_REPLICA_BYTES + 4 * floats + CKPT_CRC_BYTES;
+}
+
+/* Writes this rank's part as DIR/name (a new name: O_EXCL | O_NOFOLLOW, so
+ * nothing planted is followed and nothing of the current checkpoint is
+ * overwritten), fsyncs it and DIR. Its size and CRC-32 go to the manifest. */
+static int write_part(bsipipe_engine_t *e, const char *dir, const char *name, long iteration, uint64_t nonce,
+                      uint64_t *bytes, uint32_t *crc_out)
+{
+    char *path = join(dir, name);
+    writer_t w = {.fd = -1, .path = path, .buf = malloc(CKPT_BUF)};
+    int k, rc = 0;
+    uint64_t total = part_bytes(e, e->rank, &k);
+    size_t hlen = PART_FIXED_BYTES + (size_t)k * PART_REPLICA_BYTES;
+    unsigned char *h = calloc(1, hlen);
+    const char *what = "cannot create";
+    if (!path || !w.buf || !h) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    if ((w.fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666)) < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    memcpy(h, PART_MAGIC, 8);
+    put_u32(h + 8, 1);
+    put_u32(h + 12, (uint32_t)e->rank);
+    put_u64(h + 16, total);
+    put_u64(h + 24, (uint64_t)(int64_t)iteration);
+    put_u64(h + 32, nonce);
+    put_u32(h + 40, (uint32_t)k);
+    for (int i = 0, j = 0; i < n_replicas(e); i++) {
+        if (!engine_local(e, e->rep[i].device))
+            continue;
+        unsigned char *t = h + PART_FIXED_BYTES + (size_t)j++ * PART_REPLICA_BYTES;
+        put_u32(t, (uint32_t)(i / e->C));
+        put_u32(t + 4, (uint32_t)(i % e->C));
+        put_u32(t + 8, (uint32_t)e->rep[i].device);
+        put_u64(t + 16, (uint64_t)e->rep[i].base);
+        put_u64(t + 24, (uint64_t)e->rep[i].n);
+    }
+    crc32_init(&w.crc);
+    what = "cannot write";
+    if ((rc = writer_put(&w, h, hlen, 0)) < 0)
+        goto fail;
+    for (int i = 0; i < n_replicas(e); i++) {
+        replica_t *r = &e->rep[i];
+        if (engine_local(e, r->device) &&
+            ((rc = writer_put_handle(&w, r->h_params, r->n)) < 0 || (rc = writer_put_handle(&w, r->h_m, r->n)) < 0 ||
+             (rc = writer_put_handle(&w, r->h_v, r->n)) < 0))
+            goto fail;
+    }
+    uint32_t crc = crc32_final(&w.crc);
+    unsigned char c4[4];
+    put_u32(c4, crc);
+    if ((rc = writer_put(&w, c4, 4, 1)) < 0 || (rc = writer_flush(&w)) < 0)
+        goto fail;
+    what = "cannot sync";
+    if (fsync(w.fd) != 0) {
+        rc = -errno;
+        goto fail;
+    }
+    int fd = w.fd;
+    w.fd = -1;
+    what = "cannot close";
+    if (close(fd) != 0) {
+        rc = -errno;
+        goto fail;
+    }
+    what = "cannot sync the directory of";
+    if ((rc = fsync_dir(dir)) < 0)
+        goto fail;
+    *bytes = total;
+    *crc_out = crc;
+    free(h);
+    free(w.buf);
+    free(path);
+    return 0;
+fail:
+    if (w.fd >= 0)
+        close(w.fd);
+    if (path && rc != -EEXIST)
+        unlink(path);
+    rc = bsipipe_error_set(rc, "checkpoint: rank %d %s its part %s: %s (the previous checkpoint is intact)", e->rank,
+                           what, path ? path : name, strerror(-rc));
+    free(h);
+    free(w.buf);
+    free(path);
+    return rc;
+}
+
+/* Writes buf as DIR/checkpoint.bin: a temporary (O_EXCL | O_NOFOLLOW),
+ * fsync, rename, fsync of DIR. *renamed: the new file is in place. */
+static int commit_file(const char *dir, const unsigned char *buf, size_t len, int *renamed)
+{
+    char tmpname[64];
+    snprintf(tmpname, sizeof tmpname, "." CKPT_FILE ".%ld.tmp", (long)getpid());
+    char *final = join(dir, CKPT_FILE), *tmp = join(dir, tmpname);
+    int rc = 0, fd = -1;
+    const char *what = "cannot create";
+    *renamed = 0;
+    if (!final || !tmp) {
+        free(final);
+        free(tmp);
+        return bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
+    }
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0 && errno == EEXIST && unlink(tmp) == 0)
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    what = "cannot write";
+    if ((rc = write_all(fd, buf, len)) < 0)
+        goto fail;
+    what = "cannot sync";
+    if (fsync(fd) != 0) {
+        rc = -errno;
+        goto fail;
+    }
+    what = "cannot close";
+    int f = fd;
+    fd = -1;
+    if (close(f) != 0) {
+        rc = -errno;
+        goto fail;
+    }
+    what = "cannot rename";
+    if (rename(tmp, final) != 0) {
+        rc = -errno;
+        goto fail;
+    }
+    *renamed = 1;
+    if ((rc = fsync_dir(dir)) < 0)
+        rc = bsipipe_error_set(rc, "checkpoint: wrote %s but cannot sync directory %s: %s", final, dir, strerror(-rc));
+    free(final);
+    free(tmp);
+    return rc;
+fail:
+    if (fd >= 0)
+        close(fd);
+    unlink(tmp);
+    rc = bsipipe_error_set(rc, "checkpoint: %s %s: %s (the previous checkpoint, if any, is intact)", what, tmp,
+                           strerror(-rc));
+    free(final);
+    free(tmp);
+    return rc;
+}
+
+/* Rank 0: the manifest (the v1 header as version 2, then the replica table
+ * pointing into the parts, then the part table with sizes and CRCs), made
+ * DIR/checkpoint.bin atomically; then the parts it does not name go. g:
+ * per rank {rc, bytes, crc}. */
+static int commit_manifest(bsipipe_engine_t *e, const char *dir, long iteration, uint64_t nonce, const int64_t *g,
+                           int *renamed)
+{
+    int nrep = n_replicas(e), np = e->nranks;
+    size_t hb = MAN_FIXED_BYTES + (size_t)nrep * MAN_REPLICA_BYTES + (size_t)np * MAN_PART_BYTES;
+    unsigned char *b = calloc(1, hb + CKPT_CRC_BYTES), *v1 = malloc(header_bytes(e));
+    uint64_t *off = calloc((size_t)np, sizeof *off);
+    *renamed = 0;
+    if (!b || !v1 || !off) {
+        free(b); free(v1); free(off);
+        return bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
+    }
+    build_header(e, iteration, v1);
+    memcpy(b, v1, CKPT_FIXED_BYTES);
+    free(v1);
+    put_u32(b + OFF_VERSION, CKPT_VERSION_MANIFEST);
+    put_u32(b + OFF_HEADER_BYTES, (uint32_t)hb);
+    put_u64(b + OFF_FILE_BYTES, hb + CKPT_CRC_BYTES);
+    put_u32(b + CKPT_FIXED_BYTES, (uint32_t)np);
+    put_u32(b + CKPT_FIXED_BYTES + 4, (uint32_t)e->nranks);
+    put_u64(b + CKPT_FIXED_BYTES + 8, nonce);
+    for (int r = 0; r < np; r++) {
+        int k;
+        part_bytes(e, r, &k);
+        off[r] = PART_FIXED_BYTES + (uint64_t)k * PART_REPLICA_BYTES;
+    }
+    for (int i = 0; i < nrep; i++) {
+        unsigned char *t = b + MAN_FIXED_BYTES + (size_t)i * MAN_REPLICA_BYTES;
+        int r = e->dev_rank[e->rep[i].device];
+        put_u32(t, (uint32_t)(i / e->C));
+        put_u32(t + 4, (uint32_t)(i % e->C));
+        put_u32(t + 8, (uint32_t)e->rep[i].device);
+        put_u32(t + 12, (uint32_t)r);
+        put_u64(t + 16, (uint64_t)e->rep[i].base);
+        put_u64(t + 24, (uint64_t)e->rep[i].n);
+        put_u64(t + 32, off[r]);
+        off[r] += 12 * (uint64_t)e->rep[i].n;
+    }
+    for (int r = 0; r < np; r++) {
+        unsigned char *t = b + MAN_FIXED_BYTES + (size_t)nrep * MAN_REPLICA_BYTES + (size_t)r * MAN_PART_BYTES;
+        part_name((char *)t, MAN_NAME_BYTES, iteration, nonce, r);
+        put_u64(t + MAN_NAME_BYTES, (uint64_t)g[3 * r + 1]);
+        put_u32(t + MAN_NAME_BYTES + 8, (uint32_t)g[3 * r + 2]);
+        put_u32(t + MAN_NAME_BYTES + 12, (uint32_t)r);
+    }
+    free(off);
+    crc32_ctx_t *crc = malloc(sizeof *crc);
+    if (!crc) {
+        free(b);
+        return bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
+    }
+    crc32_init(crc);
+    crc32_update(crc, b, hb);
+    put_u32(b + hb, crc32_final(crc));
+    free(crc);
+    int rc = commit_file(dir, b, hb + CKPT_CRC_BYTES, renamed);
+    if (*renamed)
+        remove_parts(dir, b, (uint32_t)np); /* the previous checkpoint's, and any of saves that crashed */
+    free(b);
+    return rc;
+}
+
+static uint64_t new_nonce(void)
+{
+    static unsigned long long count;
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    uint64_t x = (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+    x ^= (uint64_t)getpid() << 40 ^ __atomic_fetch_add(&count, 1, __ATOMIC_SEQ_CST) * 0x9E3779B97F4A7C15ull;
+    return (x & 0x7fffffffffffffffull) | 1; /* positive: agreed with a maximum */
+}
+
+/* Two phases across ranks: every rank writes and syncs its part under a
+ * name of this save (iteration and a nonce), a collective (the barrier)
+ * tells rank 0 that every part is durable, with its size and CRC; only
+ * then rank 0 commits the manifest; then the parts of the previous
+ * checkpoint go. A crash anywhere leaves the previous manifest, whose
+ * parts nothing has touched. */
+static int save_ranks(bsipipe_engine_t *e, const char *dir, long iteration, int rc)
+{
+    int n = e->nranks, rank = e->rank;
+    char why[512];
+    int64_t *g = calloc((size_t)3 * n, sizeof *g);
+    if (rc == 0 && !g)
+        rc = bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
+    snprintf(why, sizeof why, "%s", bsipipe_error_detail());
+    int64_t v[3] = {rc < 0 ? -(int64_t)rc : 0, rc < 0 ? n - rank : 0, rank == 0 ? (int64_t)new_nonce() : 0};
+    int arc = engine_mpi_max_i64(e, v, 3, "the start of a checkpoint save");
+    if (arc < 0 || v[0]) {
+        free(g);
+        if (arc < 0)
+            return arc;
+        if (rc < 0)
+            return bsipipe_error_set(rc, "%s", why);
+        return bsipipe_error_set((int)-v[0], "checkpoint: rank %d cannot save (%s); see its message; the previous "
+                                 "checkpoint is intact", n - (int)v[1], bsipipe_strerror((int)-v[0]));
+    }
+    uint64_t nonce = (uint64_t)v[2], bytes = 0;
+    uint32_t crc = 0;
+    char name[MAN_NAME_BYTES];
+    part_name(name, sizeof name, iteration, nonce, rank);
+    rc = write_part(e, dir, name, iteration, nonce, &bytes, &crc);
+    snprintf(why, sizeof why, "%s", bsipipe_error_detail());
+    engine_mpi_fault_point(e, "checkpoint-part");
+    g[3 * rank] = rc < 0 ? -(int64_t)rc : 0;
+    g[3 * rank + 1] = (int64_t)bytes;
+    g[3 * rank + 2] = crc;
+    /* The barrier: after it every part is on disk (each rank synced its
+     * part and DIR before entering). */
+    arc = engine_mpi_sum_i64(e, g, 3 * n, "the checkpoint barrier (every rank's part written and synced)");
+    int failed = -1;
+    for (int r = 0; r < n && arc == 0 && failed < 0; r++)
+        if (g[3 * r])
+            failed = r;
+    char *mine = join(dir, name);
+    if (arc < 0 || failed >= 0) {
+        if (mine && rc == 0)
+            unlink(mine); /* no manifest will name it */
+        free(mine);
+        int code = arc < 0 ? arc : (int)-g[3 * failed];
+        free(g);
+        if (arc < 0)
+            return arc;
+        if (rc < 0)
+            return bsipipe_error_set(rc, "%s", why);
+        return bsipipe_error_set(code, "checkpoint: rank %d could not write its part (%s); see its message; the "
+                                 "previous checkpoint is intact", failed, bsipipe_strerror(code));
+    }
+    int renamed = 0;
+    rc = 0;
+    if (rank == 0) {
+        rc = commit_manifest(e, dir, iteration, nonce, g, &renamed);
+        snprintf(why, sizeof why, "%s", bsipipe_error_detail());
+    }
+    free(g);
+    engine_mpi_fault_point(e, "checkpoint-commit");
+    int64_t c[2] = {rc < 0 ? -(int64_t)rc : 0, renamed};
+    arc = engine_mpi_max_i64(e, c, 2, "the checkpoint's commit by rank 0");
+    if (arc == 0 && c[0] && !c[1] && mine)
+        unlink(mine); /* the manifest was not replaced: this part is nobody's */
+    free(mine);
+    if (arc < 0)
+        return arc;
+    if (c[0] == 0)
+        return 0;
+    if (rank == 0)
+        return bsipipe_error_set(rc, "%s", why);
+    return bsipipe_error_set((int)-c[0], "checkpoint: rank 0 could not commit the manifest (%s); see its message%s",
+                             bsipipe_strerror((int)-c[0]), c[1] ? "" : "; the previous checkpoint is intact");
+}
+
+/* Removes DIR's parts that the manifest (NULL: none) does not name. */
+static void remove_parts(const char *dir, const unsigned char *manifest, uint32_t n_parts)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    const unsigned char *table = NULL;
+    if (manifest)
+        table = manifest + get_u32(manifest + OFF_HEADER_BYTES) - (size_t)n_parts * MAN_PART_BYTES;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!is_part_name(de->d_name))
+            continue;
+        int named = 0;
+        for (uint32_t p = 0; table && p < n_parts && !named; p++)
+            named = strncmp((const char *)table + (size_t)p * MAN_PART_BYTES, de->d_name, MAN_NAME_BYTES) == 0;
+        if (named)
+            continue;
+        char *path = join(dir, de->d_name);
+        if (path)
+            unlink(path);
+        free(path);
+    }
+    closedir(d);
+}
+
 /* ---- load ---- */
 
 static int read_file(const char *path, unsigned char **out, uint64_t *size)
@@ -488,6 +871,9 @@ static const char *enum_name(int field, int32_t v, char *buf, size_t n)
                                            : (snprintf(buf, n, "%d", v), buf);
 }
 
+static int check_manifest(const bsipipe_engine_t *e, const char *path, const unsigned char *b, uint64_t size);
+static int part_path_ok(const char *name);
+
 /* Checks a checkpoint image against engine e; 0 or BSIPIPE_EFORMAT with a detail. */
 static int check_image(const bsipipe_engine_t *e, const char *path, const unsigned char *b, uint64_t size)
 {
@@ -499,9 +885,10 @@ static int check_image(const bsipipe_engine_t *e, const char *path, const unsign
                                  "checkpoint: %s is truncated: %llu bytes, a checkpoint has at least %llu", path,
                                  (unsigned long long)size, (unsigned long long)min);
     uint32_t version = get_u32(b + OFF_VERSION);
-    if (version != CKPT_VERSION)
-        return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s has format version %u, this build reads version %d",
-                                 path, version, CKPT_VERSION);
+    if (version != CKPT_VERSION && version != CKPT_VERSION_MANIFEST)
+        return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s has format version %u, this build reads versions %d "
+                                 "(one file) and %d (a manifest of parts, written across MPI ranks)",
+                                 path, version, CKPT_VERSION, CKPT_VERSION_MANIFEST);
     uint64_t expect = get_u64(b + OFF_FILE_BYTES);
     if (size < expect)
         return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s is truncated: expected %llu bytes, found %llu", path,
@@ -575,6 +962,8 @@ static int check_image(const bsipipe_engine_t *e, const char *path, const unsign
         return bsipipe_error_set(BSIPIPE_EFORMAT,
                                  "checkpoint: %s has %u pipes x %u chunks of replicas, this run has %d x %d", path,
                                  pipes, chunks, bsipipe_schedule_n_pipes(e->sched), e->C);
+    if (version == CKPT_VERSION_MANIFEST)
+        return check_manifest(e, path, b, size);
     if (get_u32(b + OFF_HEADER_BYTES) != header_bytes(e) || expect != file_bytes(e))
         return bsipipe_error_set(BSIPIPE_EFORMAT,
                                  "checkpoint: %s has a layout of %llu bytes (header %u), this run needs %llu (header "
@@ -593,6 +982,44 @@ static int check_image(const bsipipe_engine_t *e, const char *path, const unsign
     return 0;
 }
 
+/* A version-2 image (its CRC and configuration already checked): the
+ * replica table matches this engine and points inside the listed parts. */
+static int check_manifest(const bsipipe_engine_t *e, const char *path, const unsigned char *b, uint64_t size)
+{
+    int nrep = n_replicas(e);
+    if (size < MAN_FIXED_BYTES + CKPT_CRC_BYTES)
+        return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s is a manifest of %llu bytes, too short", path,
+                                 (unsigned long long)size);
+    uint32_t np = get_u32(b + CKPT_FIXED_BYTES);
+    uint64_t hb = MAN_FIXED_BYTES + (uint64_t)nrep * MAN_REPLICA_BYTES + (uint64_t)np * MAN_PART_BYTES;
+    if (np == 0 || np > 1u << 20 || get_u32(b + OFF_HEADER_BYTES) != hb || size != hb + CKPT_CRC_BYTES)
+        return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s lists %u parts in %llu bytes; with this run's %d "
+                                 "replicas it needs %llu", path, np, (unsigned long long)size, nrep,
+                                 (unsigned long long)(hb + CKPT_CRC_BYTES));
+    const unsigned char *parts = b + MAN_FIXED_BYTES + (size_t)nrep * MAN_REPLICA_BYTES;
+    for (uint32_t p = 0; p < np; p++)
+        if (!part_path_ok((const char *)parts + (size_t)p * MAN_PART_BYTES))
+            return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s: part %u has no valid file name (a manifest "
+                                     "names files of its own directory only)", path, p);
+    for (int i = 0; i < nrep; i++) {
+        const unsigned char *t = b + MAN_FIXED_BYTES + (size_t)i * MAN_REPLICA_BYTES;
+        int64_t base = get_i64(t + 16), n = get_i64(t + 24);
+        uint32_t p = get_u32(t + 12);
+        if (get_u32(t) != (uint32_t)(i / e->C) || get_u32(t + 4) != (uint32_t)(i % e->C) || base != e->rep[i].base ||
+            n != e->rep[i].n)
+            return bsipipe_error_set(BSIPIPE_EFORMAT,
+                                     "checkpoint: %s: replica %d (pipe %d, chunk %d) holds elements [%lld, +%lld), this "
+                                     "run's holds [%ld, +%ld)", path, i, i / e->C, i % e->C, (long long)base,
+                                     (long long)n, e->rep[i].base, e->rep[i].n);
+        uint64_t off = get_u64(t + 32), pbytes = p < np ? get_u64(parts + (size_t)p * MAN_PART_BYTES + MAN_NAME_BYTES) : 0;
+        if (p >= np || off < PART_FIXED_BYTES || pbytes < CKPT_CRC_BYTES || off > pbytes - CKPT_CRC_BYTES ||
+            (uint64_t)n * 12 > pbytes - CKPT_CRC_BYTES - off)
+            return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s: replica %d lies outside its part (part %u, "
+                                     "offset %llu)", path, i, p, (unsigned long long)off);
+    }
+    return 0;
+}
+
 static void set_handle(starpu_data_handle_t h, const unsigned char *src, long n)
 {
     starpu_data_acquire(h, STARPU_W);
@@ -600,37 +1027,126 @@ static void set_handle(starpu_data_handle_t h, const unsigned char *src, long n)
     starpu_data_release(h);
 }
 
+/* Where each replica's data comes from: the image itself (one file), or
+ * the parts of a manifest, read and checked whole before anything is set. */
+typedef struct load_src {
+    unsigned char **part;   /* per part: its bytes (only parts with a replica of this rank) */
+    uint32_t n_parts;
+} load_src_t;
+
+static int part_path_ok(const char *name)
+{
+    /* A manifest names files in DIR only: no path, no hidden name. */
+    return name[0] && name[0] != '.' && !strchr(name, '/') && memchr(name, '\0', MAN_NAME_BYTES);
+}
+
+/* Reads and checks (size, magic, CRC against the manifest's, iteration and
+ * nonce) every part that holds a replica this rank runs. */
+static int load_parts(const bsipipe_engine_t *e, const char *dir, const unsigned char *b, load_src_t *src)
+{
+    uint32_t n_parts = get_u32(b + CKPT_FIXED_BYTES);
+    int nrep = n_replicas(e);
+    const unsigned char *parts = b + MAN_FIXED_BYTES + (size_t)nrep * MAN_REPLICA_BYTES;
+    src->n_parts = n_parts;
+    if (!(src->part = calloc(n_parts, sizeof *src->part)))
+        return bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
+    for (int i = 0; i < nrep; i++) {
+        if (!engine_local(e, e->rep[i].device))
+            continue;
+        uint32_t p = get_u32(b + MAN_FIXED_BYTES + (size_t)i * MAN_REPLICA_BYTES + 12);
+        if (src->part[p])
+            continue;
+        const unsigned char *pe = parts + (size_t)p * MAN_PART_BYTES;
+        char name[MAN_NAME_BYTES];
+        memcpy(name, pe, MAN_NAME_BYTES);
+        char *path = join(dir, name);
+        if (!path)
+            return bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
+        uint64_t size = 0, want = get_u64(pe + MAN_NAME_BYTES);
+        int rc = read_file(path, &src->part[p], &size);
+        if (rc == -ENOENT)
+            rc = bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s/checkpoint.bin names the part %s, which is "
+                                   "missing: the checkpoint is incomplete (a part was deleted)", dir, path);
+        if (rc == 0 && size != want)
+            rc = bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: part %s is %s: expected %llu bytes, found %llu",
+                                   path, size < want ? "truncated" : "corrupted", (unsigned long long)want,
+                                   (unsigned long long)size);
+        if (rc == 0) {
+            const unsigned char *q = src->part[p];
+            crc32_ctx_t *crc = malloc(sizeof *crc);
+            if (!crc) {
+                free(path);
+                return bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
+            }
+            crc32_init(crc);
+            crc32_update(crc, q, (size_t)(size - CKPT_CRC_BYTES));
+            uint32_t got = crc32_final(crc), stored = get_u32(q + size - CKPT_CRC_BYTES),
+                     listed = get_u32(pe + MAN_NAME_BYTES + 8);
+            free(crc);
+            if (got != stored || got != listed)
+                rc = bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: part %s is corrupted: CRC-32 %08x, the part "
+                                       "stores %08x and the manifest lists %08x", path, got, stored, listed);
+            else if (memcmp(q, PART_MAGIC, 8) != 0 || get_u64(q + 24) != get_u64(b + OFF_ITER) ||
+                     get_u64(q + 32) != get_u64(b + 168))
+                rc = bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: part %s does not belong to %s/checkpoint.bin "
+                                       "(another save's iteration or nonce)", path, dir);
+        }
+        free(path);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static void load_src_free(load_src_t *src)
+{
+    for (uint32_t p = 0; src->part && p < src->n_parts; p++)
+        free(src->part[p]);
+    free(src->part);
+}
+
 int bsipipe_engine_load(bsipipe_engine_t *e, const char *dir, long *iteration)
 {
     if (!e || !dir || !*dir)
         return bsipipe_error_set(-EINVAL, "checkpoint: no engine or no directory");
-    if (e->mpi)
-        return bsipipe_error_set(-ENOTSUP, "checkpoint: not supported across MPI ranks yet (each rank holds only its "
-                                           "own replicas and records); run in one process");
     char *path = join(dir, CKPT_FILE);
     if (!path)
         return bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
     unsigned char *b = NULL;
     uint64_t size = 0;
+    load_src_t src = {0};
+    /* Every rank reads DIR/checkpoint.bin and the parts holding its own
+     * replicas, and checks them all; the ranks agree before any touches its
+     * engine, so a refusal leaves every rank's engine as it was. */
     int rc = read_file(path, &b, &size);
     if (rc == 0)
         rc = check_image(e, path, b, size);
+    int manifest = rc == 0 && get_u32(b + OFF_VERSION) == CKPT_VERSION_MANIFEST;
+    if (rc == 0 && manifest)
+        rc = load_parts(e, dir, b, &src);
+    rc = engine_mpi_agree_named(e, rc, "could not read the checkpoint");
     if (rc == 0) { /* everything checked: only now touch the engine */
         starpu_task_wait_for_all();
         const unsigned char *p = b + header_bytes(e);
         for (int i = 0; i < n_replicas(e); i++) {
             replica_t *r = &e->rep[i];
-            set_handle(r->h_params, p, r->n);
-            p += 4 * (size_t)r->n;
-            set_handle(r->h_m, p, r->n);
-            p += 4 * (size_t)r->n;
-            set_handle(r->h_v, p, r->n);
-            p += 4 * (size_t)r->n;
+            if (manifest) {
+                const unsigned char *t = b + MAN_FIXED_BYTES + (size_t)i * MAN_REPLICA_BYTES;
+                p = engine_local(e, r->device) ? src.part[get_u32(t + 12)] + get_u64(t + 32) : NULL;
+            }
+            if (engine_local(e, r->device)) { /* another rank's replica: that rank sets it */
+                set_handle(r->h_params, p, r->n);
+                set_handle(r->h_m, p + 4 * (size_t)r->n, r->n);
+                set_handle(r->h_v, p + 8 * (size_t)r->n, r->n);
+            }
+            if (!manifest)
+                p += 12 * (size_t)r->n;
         }
         e->steps = (long)get_i64(b + OFF_STEPS);
         if (iteration)
             *iteration = (long)get_i64(b + OFF_ITER);
     }
+    load_src_free(&src);
     free(b);
     free(path);
     return rc;

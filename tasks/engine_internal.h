@@ -271,6 +271,17 @@ int engine_mpi_setup(struct bsipipe_engine *e);
  * that failed keeps its detail, the others name it): so no rank waits in a
  * collective for one that has given up. rc unchanged without MPI. */
 int engine_mpi_agree_setup(struct bsipipe_engine *e, int rc);
+/* The same for any step: a rank whose rc < 0 keeps its detail, the others
+ * get "engine: rank R <failed> (...); see its message". Every MPI wait runs
+ * under the watchdog: a rank silent for its time is named, the job aborted. */
+int engine_mpi_agree_named(struct bsipipe_engine *e, int rc, const char *failed);
+/* In-place maximum / sum of n int64 over the ranks (a collective: also a
+ * barrier); `what` names the step in a watchdog report. No-ops without MPI. */
+int engine_mpi_max_i64(struct bsipipe_engine *e, int64_t *v, int n, const char *what);
+int engine_mpi_sum_i64(struct bsipipe_engine *e, int64_t *v, int n, const char *what);
+/* Fault injection for the tests: BSIPIPE_FAULT_STOP=RANK:POINT stops (SIGSTOP)
+ * that rank at that point (start-up, checkpoint-part, checkpoint-commit, end). */
+void engine_mpi_fault_point(struct bsipipe_engine *e, const char *point);
 /* Starts StarPU (starpu_mpi_init_conf with MPI, else starpu_init). */
 int engine_mpi_start(struct bsipipe_engine *e, struct starpu_conf *conf);
 /* Stops StarPU(-MPI) and frees the MPI state. */

@@ -33,7 +33,11 @@
 #include "graph/bsipipe_error.h"
 #include "graph/bsipipe_topology.h"
 
+#include <errno.h>
 #include <math.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,19 +90,178 @@ struct engine_mpi {
     int live, watching, stop;
     double *heard;                       /* per rank: when its last heartbeat came */
     int *quiet;                          /* per rank: its last heartbeat (0) came */
+    /* A blocking step the main thread is in (a collective, StarPU-MPI's
+     * start or barrier), under lock: the liveness thread aborts the job when
+     * it has lasted the watchdog time and some rank has gone silent as long. */
+    char waiting[128];
+    double wait_since;
 };
 
 static int mpi_initialized_here;
+/* Waits with no heartbeat to tell slow from stopped (MPI's start-up and
+ * finalize, the hello) get at least this long: a loaded machine may take
+ * seconds to start MPI, and a short --watchdog must not kill a healthy job. */
+#define PLAIN_DEADLINE_MIN_S 10.0
+static double mpi_deadline_s = 30; /* the last engine's plain deadline, for MPI_Finalize at exit */
+
+static double plain_deadline(const struct bsipipe_engine *e)
+{
+    return e->o.watchdog_s > PLAIN_DEADLINE_MIN_S ? e->o.watchdog_s : PLAIN_DEADLINE_MIN_S;
+}
 
 static void *liveness_main(void *arg);
 static void liveness_stop(struct bsipipe_engine *e);
+static double now_s(void);
+
+/* ---- deadlines where no heartbeat can exist yet (MPI_Init_thread,
+ * MPI_Finalize): a thread that ends this process when the call has not
+ * returned in time, so that mpirun ends the job instead of it hanging. MPI
+ * cannot say then which rank is missing. ---- */
+
+struct guard {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* CLOCK_MONOTONIC */
+    int done, started;
+    double limit;
+    const char *what;
+};
+
+static const char *env_rank(void)
+{
+    const char *r = getenv("OMPI_COMM_WORLD_RANK");
+    return r ? r : getenv("PMI_RANK") ? getenv("PMI_RANK") : "?";
+}
+
+static void *guard_main(void *arg)
+{
+    struct guard *g = arg;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double until = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec + g->limit;
+    ts.tv_sec = (time_t)until;
+    ts.tv_nsec = (long)((until - (double)ts.tv_sec) * 1e9);
+    pthread_mutex_lock(&g->lock);
+    while (!g->done && pthread_cond_timedwait(&g->cond, &g->lock, &ts) == 0)
+        ;
+    int done = g->done;
+    pthread_mutex_unlock(&g->lock);
+    if (!done) {
+        const char *size = getenv("OMPI_COMM_WORLD_SIZE");
+        fprintf(stderr, "bsipipe engine: rank %s (pid %ld): %s has not returned after %.1f s: another of the job's %s "
+                        "ranks is stopped, hangs or never started (MPI cannot tell which at this point). Ending this "
+                        "rank so that mpirun ends the job.\n",
+                env_rank(), (long)getpid(), g->what, g->limit, size ? size : "");
+        fflush(stderr);
+        _exit(3);
+    }
+    return NULL;
+}
+
+static void guard_start(struct guard *g, const char *what, double limit)
+{
+    memset(g, 0, sizeof *g);
+    g->what = what;
+    g->limit = limit;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&g->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&g->lock, NULL);
+    g->started = pthread_create(&g->thread, NULL, guard_main, g) == 0; /* without it: no deadline */
+}
+
+static void guard_end(struct guard *g)
+{
+    if (g->started) {
+        pthread_mutex_lock(&g->lock);
+        g->done = 1;
+        pthread_cond_signal(&g->cond);
+        pthread_mutex_unlock(&g->lock);
+        pthread_join(g->thread, NULL);
+    }
+    pthread_mutex_destroy(&g->lock);
+    pthread_cond_destroy(&g->cond);
+}
 
 static void mpi_finalize_at_exit(void)
 {
     int fin = 0;
     MPI_Finalized(&fin);
-    if (!fin)
+    if (!fin) {
+        /* Open MPI's finalize waits for every rank: a rank stopped after its
+         * engine ended would hold this one for ever. */
+        struct guard g;
+        guard_start(&g, "MPI_Finalize", mpi_deadline_s);
         MPI_Finalize();
+        guard_end(&g);
+    }
+}
+
+/* ---- blocking steps under the liveness thread's eye ---- */
+
+static void wait_mark(struct engine_mpi *m, const char *what)
+{
+    pthread_mutex_lock(&m->lock);
+    snprintf(m->waiting, sizeof m->waiting, "%s", what ? what : "");
+    m->wait_since = now_s();
+    pthread_mutex_unlock(&m->lock);
+}
+
+/* The first other rank that has not sent a heartbeat for `limit` seconds
+ * (and has not said goodbye), or -1. Under m->lock or from the thread that
+ * updates heard[]. */
+static int silent_rank(const struct bsipipe_engine *e, double t, double limit)
+{
+    const struct engine_mpi *m = e->mpi;
+    for (int r = 0; r < e->nranks; r++)
+        if (r != e->rank && !m->quiet[r] && t - m->heard[r] >= limit)
+            return r;
+    return -1;
+}
+
+/* Waits for a non-blocking collective. The liveness thread watches: when
+ * the wait has lasted the watchdog time and a rank has gone silent as long,
+ * it names that rank and aborts the job; a rank that is only slow (it still
+ * sends heartbeats) is waited for. Without that thread, a plain deadline. */
+static int coll_wait(struct bsipipe_engine *e, MPI_Request *req, const char *what)
+{
+    struct engine_mpi *m = e->mpi;
+    double t0 = now_s();
+    wait_mark(m, what);
+    for (long spins = 0;; spins++) {
+        int flag = 0;
+        if (MPI_Test(req, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+            wait_mark(m, NULL);
+            return bsipipe_error_set(-EIO, "engine: MPI failed in %s", what);
+        }
+        if (flag)
+            break;
+        if (!m->live && now_s() - t0 >= plain_deadline(e)) {
+            fprintf(stderr, "bsipipe engine: rank %d waited %.1f s for %s: another rank is stopped or hangs. "
+                            "Aborting the job.\n", e->rank, now_s() - t0, what);
+            fflush(stderr);
+            MPI_Abort(MPI_COMM_WORLD, 3);
+        }
+        if (spins < 20) {
+            sched_yield();
+        } else { /* the cores are the workers': do not spin */
+            struct timespec ts = {0, 50000}; /* 0.05 ms */
+            nanosleep(&ts, NULL);
+        }
+    }
+    wait_mark(m, NULL);
+    return 0;
+}
+
+/* MPI_Allreduce in place, under coll_wait. */
+static int allreduce(struct bsipipe_engine *e, void *v, int n, MPI_Datatype type, MPI_Op op, const char *what)
+{
+    MPI_Request req;
+    if (MPI_Iallreduce(MPI_IN_PLACE, v, n, type, op, e->mpi->comm != MPI_COMM_NULL ? e->mpi->comm : MPI_COMM_WORLD, &req) != MPI_SUCCESS)
+        return bsipipe_error_set(-EIO, "engine: MPI_Iallreduce failed in %s", what);
+    return coll_wait(e, &req, what);
 }
 
 static starpu_mpi_tag_t make_tag(const struct engine_mpi *m, int kind, long index)
@@ -117,19 +280,101 @@ int engine_mpi_setup(struct bsipipe_engine *e)
 
 int engine_mpi_agree_setup(struct bsipipe_engine *e, int rc)
 {
+    return engine_mpi_agree_named(e, rc, "could not start");
+}
+
+int engine_mpi_agree_named(struct bsipipe_engine *e, int rc, const char *failed)
+{
     if (!e->mpi)
         return rc;
     char why[512];
     snprintf(why, sizeof why, "%s", bsipipe_error_detail());
-    int worst = rc, who[2] = {rc < 0, e->rank}, first[2];
-    MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(who, first, 1, MPI_2INT, MPI_MAXLOC, MPI_COMM_WORLD);
+    /* One reduction: the most negative code, and the lowest rank with it. */
+    int64_t v[2] = {rc < 0 ? -(int64_t)rc : 0, rc < 0 ? e->nranks - e->rank : 0};
+    char what[160];
+    snprintf(what, sizeof what, "the agreement of the ranks (whether one %s)", failed);
+    int arc = allreduce(e, v, 2, MPI_INT64_T, MPI_MAX, what);
+    if (arc < 0)
+        return arc;
     if (rc < 0)
         return bsipipe_error_set(rc, "%s", why);
-    if (worst < 0)
-        return bsipipe_error_set(worst, "engine: rank %d could not start (%s); see its message", first[1],
+    if (v[0] > 0) {
+        int worst = (int)-v[0];
+        return bsipipe_error_set(worst, "engine: rank %d %s (%s); see its message", e->nranks - (int)v[1], failed,
                                  bsipipe_strerror(worst));
+    }
     return 0;
+}
+
+int engine_mpi_max_i64(struct bsipipe_engine *e, int64_t *v, int n, const char *what)
+{
+    return e->mpi ? allreduce(e, v, n, MPI_INT64_T, MPI_MAX, what) : 0;
+}
+
+int engine_mpi_sum_i64(struct bsipipe_engine *e, int64_t *v, int n, const char *what)
+{
+    return e->mpi ? allreduce(e, v, n, MPI_INT64_T, MPI_SUM, what) : 0;
+}
+
+void engine_mpi_fault_point(struct bsipipe_engine *e, const char *point)
+{
+    const char *f = getenv("BSIPIPE_FAULT_STOP");
+    char *end;
+    long r = f ? strtol(f, &end, 10) : -1;
+    if (f && end != f && *end == ':' && r == e->rank && strcmp(end + 1, point) == 0) {
+        fprintf(stderr, "bsipipe engine: rank %d stops itself at %s (BSIPIPE_FAULT_STOP)\n", e->rank, point);
+        fflush(stderr);
+        raise(SIGSTOP);
+    }
+}
+
+/* Right after MPI_Init, before StarPU-MPI uses MPI_COMM_WORLD: every rank
+ * says hello to every other, under a deadline, so a rank stopped during
+ * start-up is named (no heartbeat exists yet). */
+enum { TAG_HELLO = 0x5b51 };
+static void hello_all(struct bsipipe_engine *e)
+{
+    int n = e->nranks, token = 1, *in = calloc((size_t)n, sizeof *in), *got = calloc((size_t)n, sizeof *got);
+    MPI_Request *req = calloc((size_t)2 * n, sizeof *req);
+    if (!in || !got || !req) {
+        free(in); free(got); free(req);
+        return; /* no memory: no deadline; the setup fails on its next allocation */
+    }
+    for (int r = 0; r < n; r++) {
+        req[r] = req[n + r] = MPI_REQUEST_NULL;
+        got[r] = r == e->rank;
+        if (r != e->rank) {
+            MPI_Irecv(&in[r], 1, MPI_INT, r, TAG_HELLO, MPI_COMM_WORLD, &req[r]);
+            MPI_Isend(&token, 1, MPI_INT, r, TAG_HELLO, MPI_COMM_WORLD, &req[n + r]);
+        }
+    }
+    double t0 = now_s();
+    for (int left = n - 1; left > 0;) {
+        int idx = MPI_UNDEFINED, flag = 0;
+        MPI_Testany(n, req, &idx, &flag, MPI_STATUS_IGNORE);
+        if (flag && idx != MPI_UNDEFINED) {
+            got[idx] = 1;
+            left--;
+            continue;
+        }
+        if (now_s() - t0 >= plain_deadline(e)) {
+            char who[256] = "";
+            for (int r = 0; r < n && strlen(who) < 200; r++)
+                if (!got[r])
+                    snprintf(who + strlen(who), sizeof who - strlen(who), "%s%d", *who ? ", " : "", r);
+            fprintf(stderr, "bsipipe engine: rank %d waited %.1f s at start-up for rank%s %s: %s stopped, hangs or "
+                            "failed before starting. Aborting the job.\n", e->rank, now_s() - t0,
+                    strchr(who, ',') ? "s" : "", who, strchr(who, ',') ? "they are" : "it is");
+            fflush(stderr);
+            MPI_Abort(MPI_COMM_WORLD, 3);
+        }
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+    MPI_Waitall(2 * n, req, MPI_STATUSES_IGNORE);
+    free(in);
+    free(got);
+    free(req);
 }
 
 static int setup_ranks(struct bsipipe_engine *e)
@@ -141,8 +386,14 @@ static int setup_ranks(struct bsipipe_engine *e)
         return 0;
     int inited = 0, level = 0;
     MPI_Initialized(&inited);
+    mpi_deadline_s = plain_deadline(e);
     if (!inited) {
-        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &level) != MPI_SUCCESS)
+        /* Open MPI's start-up waits for every rank: under a deadline. */
+        struct guard g;
+        guard_start(&g, "MPI_Init_thread", plain_deadline(e));
+        int irc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &level);
+        guard_end(&g);
+        if (irc != MPI_SUCCESS)
             return bsipipe_error_set(-EIO, "engine: MPI_Init_thread failed");
         if (!mpi_initialized_here)
             atexit(mpi_finalize_at_exit);
@@ -159,13 +410,25 @@ static int setup_ranks(struct bsipipe_engine *e)
         return bsipipe_error_set(-ENOMEM, "out of memory");
     e->mpi->e = e;
     e->mpi->comm = MPI_COMM_NULL;
-    if (!(e->mpi->arrived = calloc((size_t)e->nranks, sizeof *e->mpi->arrived)) ||
-        !(e->mpi->heard = calloc((size_t)e->nranks, sizeof *e->mpi->heard)) ||
-        !(e->mpi->quiet = calloc((size_t)e->nranks, sizeof *e->mpi->quiet)) ||
-        MPI_Comm_dup(MPI_COMM_WORLD, &e->mpi->comm) != MPI_SUCCESS)
-        return bsipipe_error_set(-ENOMEM, "engine: cannot set up the end-of-iteration barrier");
     pthread_mutex_init(&e->mpi->lock, NULL);
     pthread_cond_init(&e->mpi->cond, NULL);
+    if (!(e->mpi->arrived = calloc((size_t)e->nranks, sizeof *e->mpi->arrived)) ||
+        !(e->mpi->heard = calloc((size_t)e->nranks, sizeof *e->mpi->heard)) ||
+        !(e->mpi->quiet = calloc((size_t)e->nranks, sizeof *e->mpi->quiet)))
+        return bsipipe_error_set(-ENOMEM, "engine: cannot set up the end-of-iteration barrier");
+    hello_all(e);
+    /* Our own communicator (heartbeats, barriers, collectives), then the
+     * heartbeats at once: every later wait has a rank to name. */
+    MPI_Request req;
+    if (MPI_Comm_idup(MPI_COMM_WORLD, &e->mpi->comm, &req) != MPI_SUCCESS)
+        return bsipipe_error_set(-EIO, "engine: MPI_Comm_idup failed");
+    int crc = coll_wait(e, &req, "MPI_Comm_idup at start-up");
+    if (crc < 0)
+        return crc;
+    e->mpi->live = pthread_create(&e->mpi->liveness, NULL, liveness_main, e) == 0;
+    if (!e->mpi->live)
+        return bsipipe_error_set(-EAGAIN, "engine: cannot start the heartbeat thread");
+    engine_mpi_fault_point(e, "start-up");
     if (e->nranks > e->W)
         return bsipipe_error_set(BSIPIPE_ECONFIG, "engine: %d MPI ranks for %d devices: every rank needs a device "
                                  "(run with -np %d or fewer, or a larger --w)", e->nranks, e->W, e->W);
@@ -211,16 +474,16 @@ int engine_mpi_start(struct bsipipe_engine *e, struct starpu_conf *conf)
     if (!e->mpi)
         return engine_starpu_init_quiet(init_plain, conf) == 0 ? 0
                                                                 : bsipipe_error_set(-EIO, "engine: starpu_init failed");
-    if (engine_starpu_init_quiet(init_mpi, conf) != 0)
-        return bsipipe_error_set(-EIO, "engine: starpu_mpi_init_conf failed on rank %d", e->rank);
     struct engine_mpi *m = e->mpi;
+    wait_mark(m, "StarPU-MPI's start (starpu_mpi_init_conf)"); /* it may hold a barrier */
+    int src = engine_starpu_init_quiet(init_mpi, conf);
+    wait_mark(m, NULL);
+    if (src != 0)
+        return bsipipe_error_set(-EIO, "engine: starpu_mpi_init_conf failed on rank %d", e->rank);
     if (!(m->sumsq = calloc((size_t)e->C, sizeof *m->sumsq)) || !(m->h_sumsq = calloc((size_t)e->C, sizeof *m->h_sumsq)))
         return bsipipe_error_set(-ENOMEM, "out of memory");
     for (int c = 0; c < e->C; c++)
         starpu_vector_data_register(&m->h_sumsq[c], STARPU_MAIN_RAM, (uintptr_t)&m->sumsq[c], 1, sizeof(double));
-    m->live = pthread_create(&m->liveness, NULL, liveness_main, e) == 0;
-    if (!m->live)
-        return bsipipe_error_set(-EAGAIN, "engine: cannot start the heartbeat thread");
     return 0;
 }
 
@@ -231,6 +494,7 @@ void engine_mpi_shutdown(struct bsipipe_engine *e)
         starpu_shutdown();
         return;
     }
+    engine_mpi_fault_point(e, "end");
     liveness_stop(e);
     for (int c = 0; m->h_sumsq && c < e->C; c++)
         if (m->h_sumsq[c])
@@ -243,10 +507,12 @@ static void free_mpi(struct bsipipe_engine *e)
     struct engine_mpi *m = e->mpi;
     if (!m)
         return;
-    pthread_mutex_destroy(&m->lock);
-    pthread_cond_destroy(&m->cond);
     int fin = 0;
     MPI_Finalized(&fin);
+    if (!fin)
+        liveness_stop(e); /* a setup that failed before StarPU started */
+    pthread_mutex_destroy(&m->lock);
+    pthread_cond_destroy(&m->cond);
     if (m->comm != MPI_COMM_NULL && !fin)
         MPI_Comm_free(&m->comm);
     free(m->arrived);
@@ -546,6 +812,21 @@ static void *liveness_main(void *arg)
                 MPI_Request_free(&q);
             }
         heartbeats_take(e, t);
+        /* A blocking step of the main thread (a collective, StarPU-MPI's
+         * start or barrier) that waits for a silent rank. */
+        pthread_mutex_lock(&m->lock);
+        char waiting[sizeof m->waiting];
+        memcpy(waiting, m->waiting, sizeof waiting);
+        double waited = t - m->wait_since;
+        pthread_mutex_unlock(&m->lock);
+        int silent = silent_rank(e, t, limit);
+        if (*waiting && waited >= limit && silent >= 0) {
+            fprintf(stderr, "bsipipe engine: rank %d has waited %.1f s in %s; rank %d has sent no heartbeat for %.1f s: "
+                            "it has died or hangs. Aborting the job.\n", e->rank, waited, waiting, silent,
+                    t - m->heard[silent]);
+            fflush(stderr);
+            MPI_Abort(MPI_COMM_WORLD, 3);
+        }
         long ended = __atomic_load_n(&e->tasks_ended, __ATOMIC_SEQ_CST);
         long now = ended + __atomic_load_n(&m->progress, __ATOMIC_SEQ_CST);
         int running = __atomic_load_n(&e->tasks_popped, __ATOMIC_SEQ_CST) > ended; /* a long op is not a stall */
@@ -559,6 +840,10 @@ static void *liveness_main(void *arg)
             continue;
         char what[256];
         int peer = awaited_rank(e, what, sizeof what);
+        if (peer < 0 && silent >= 0) { /* waiting for nobody in particular: a silent rank is the culprit */
+            snprintf(what, sizeof what, "no task ended and no message arrived in iteration %ld", m->iter);
+            peer = silent;
+        }
         /* The rank it waits for is alive: slow (a long op), not gone. If it
          * were stuck itself, its own watchdog would name who it waits for. */
         if (peer >= 0 && t - m->heard[peer] < limit)
@@ -598,12 +883,27 @@ static void liveness_stop(struct bsipipe_engine *e)
         if (r != e->rank && q)
             MPI_Isend(&last, 1, MPI_INT, r, TAG_HEARTBEAT, m->comm, &q[r]);
     }
-    for (int r = 0; r < e->nranks; r++)
-        while (r != e->rank && !m->quiet[r]) {
-            int v;
-            MPI_Recv(&v, 1, MPI_INT, r, TAG_HEARTBEAT, m->comm, MPI_STATUS_IGNORE);
-            m->quiet[r] = v == 0;
+    /* Every rank's heartbeats up to its last; a rank silent for the
+     * watchdog time before its last one is named (it would hold us here). */
+    for (;;) {
+        double t = now_s();
+        heartbeats_take(e, t);
+        int r = 0;
+        while (r < e->nranks && (r == e->rank || m->quiet[r]))
+            r++;
+        if (r == e->nranks)
+            break;
+        int silent = silent_rank(e, t, e->o.watchdog_s);
+        if (silent >= 0) {
+            fprintf(stderr, "bsipipe engine: rank %d waits at its engine's end for rank %d, which has sent no heartbeat "
+                            "for %.1f s: it has died or hangs. Aborting the job.\n", e->rank, silent,
+                    t - m->heard[silent]);
+            fflush(stderr);
+            MPI_Abort(MPI_COMM_WORLD, 3);
         }
+        struct timespec ts = {0, 1000000}; /* 1 ms */
+        nanosleep(&ts, NULL);
+    }
     if (q)
         MPI_Waitall(e->nranks, q, MPI_STATUSES_IGNORE);
     free(q);
@@ -663,45 +963,52 @@ int engine_mpi_iteration_end(struct bsipipe_engine *e, int rc)
     }
     free(in);
     free(req);
+    char what[96];
+    snprintf(what, sizeof what, "StarPU-MPI's barrier at the end of iteration %ld", m->iter);
+    wait_mark(m, what);
     starpu_mpi_wait_for_all(MPI_COMM_WORLD);
+    wait_mark(m, NULL);
     pthread_mutex_lock(&m->lock);
     m->watching = 0;
     pthread_mutex_unlock(&m->lock);
     /* Every rank returns the same outcome: the most negative code. */
-    int v[2] = {rc, e->failed}, out[2];
-    MPI_Allreduce(v, out, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    e->failed = out[1];
-    return out[0];
+    int v[2] = {rc, e->failed};
+    snprintf(what, sizeof what, "the outcome of iteration %ld", m->iter);
+    int arc = allreduce(e, v, 2, MPI_INT, MPI_MIN, what);
+    if (arc < 0)
+        return arc;
+    e->failed = v[1];
+    return v[0];
 }
 
 int engine_mpi_agree(struct bsipipe_engine *e, int rc)
 {
     int out = rc;
-    if (e->mpi)
-        MPI_Allreduce(&rc, &out, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (e->mpi) {
+        int arc = allreduce(e, &out, 1, MPI_INT, MPI_MIN, "the ranks' agreement on the iteration's plan");
+        if (arc < 0)
+            return arc;
+    }
     return out;
 }
 
 int engine_mpi_sum(struct bsipipe_engine *e, double *v, int n)
 {
-    if (e->mpi && MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
-        return bsipipe_error_set(-EIO, "engine: MPI_Allreduce failed");
-    return 0;
+    return e->mpi ? allreduce(e, v, n, MPI_DOUBLE, MPI_SUM, "a sum over the ranks (losses, times, memory, traffic)") : 0;
 }
 
 int engine_mpi_max(struct bsipipe_engine *e, double *v, int n)
 {
-    if (e->mpi && MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS)
-        return bsipipe_error_set(-EIO, "engine: MPI_Allreduce failed");
-    return 0;
+    return e->mpi ? allreduce(e, v, n, MPI_DOUBLE, MPI_MAX, "a maximum over the ranks (the iteration's span)") : 0;
 }
 
 int engine_mpi_sum_floats(struct bsipipe_engine *e, float *v, long n)
 {
     for (long done = 0; e->mpi && done < n;) {
         int part = n - done > (1L << 30) ? 1 << 30 : (int)(n - done);
-        if (MPI_Allreduce(MPI_IN_PLACE, v + done, part, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
-            return bsipipe_error_set(-EIO, "engine: MPI_Allreduce failed");
+        int rc = allreduce(e, v + done, part, MPI_FLOAT, MPI_SUM, "the gather of the whole model over the ranks");
+        if (rc < 0)
+            return rc;
         done += part;
     }
     return 0;
@@ -748,11 +1055,15 @@ void engine_mpi_iteration_begin(struct bsipipe_engine *e) { (void)e; }
 int engine_mpi_iteration_end(struct bsipipe_engine *e, int rc) { (void)e; starpu_task_wait_for_all(); return rc; }
 int engine_mpi_agree(struct bsipipe_engine *e, int rc) { (void)e; return rc; }
 int engine_mpi_agree_setup(struct bsipipe_engine *e, int rc) { (void)e; return rc; }
+int engine_mpi_agree_named(struct bsipipe_engine *e, int rc, const char *failed) { (void)e; (void)failed; return rc; }
+int engine_mpi_max_i64(struct bsipipe_engine *e, int64_t *v, int n, const char *what) { (void)e; (void)v; (void)n; (void)what; return 0; }
+int engine_mpi_sum_i64(struct bsipipe_engine *e, int64_t *v, int n, const char *what) { (void)e; (void)v; (void)n; (void)what; return 0; }
 int engine_mpi_sum(struct bsipipe_engine *e, double *v, int n) { (void)e; (void)v; (void)n; return 0; }
 int engine_mpi_sum_floats(struct bsipipe_engine *e, float *v, long n) { (void)e; (void)v; (void)n; return 0; }
 int engine_mpi_max(struct bsipipe_engine *e, double *v, int n) { (void)e; (void)v; (void)n; return 0; }
 void engine_mpi_local_traffic(struct bsipipe_engine *e, double act[2], double sync[2]) { (void)e; (void)act; (void)sync; }
 starpu_data_handle_t engine_mpi_sumsq(struct bsipipe_engine *e, int c) { (void)e; (void)c; return NULL; }
 void engine_mpi_free(struct bsipipe_engine *e) { (void)e; }
+void engine_mpi_fault_point(struct bsipipe_engine *e, const char *point) { (void)e; (void)point; }
 
 #endif

@@ -4,7 +4,7 @@ libbsipipe_la_SOURCES += tasks/engine_mpi.c tasks/cl_mpi.c
 if HAVE_STARPUMPI
 check_PROGRAMS += tests/test_mpi_equiv
 tests_test_mpi_equiv_LDADD = libbsipipe.la $(STARPUMPI_LIBS) $(STARPU_LIBS) $(MPI_LIBS)
-TESTS += tests/test_mpi.sh
+TESTS += tests/test_mpi.sh tests/test_mpi_checkpoint.sh tests/test_mpi_deadline.sh
 endif
-EXTRA_DIST += tests/test_mpi.sh tests/mpi_util.sh
+EXTRA_DIST += tests/test_mpi.sh tests/mpi_util.sh tests/test_mpi_checkpoint.sh tests/test_mpi_deadline.sh
 EXTRA_DIST += docs/scaleout.md
