@@ -8,6 +8,14 @@ order (Fdi/Fui/Fuo/Fdo: forward of the down pipe's inner chunk, up pipe's
 inner, up outer, down outer; B likewise; [n]: n idle units).
 
     scripts/cpsat-bsipipe.py W K UNITS [CAP]      (CAP default: one unit, 2kw)
+    scripts/cpsat-bsipipe.py --periodic W K [CAP]
+
+--periodic: the best schedule that repeats one basic unit every T = 6kw
+(T = 12kw and a pair of units for odd w): the ops of one unit with their
+times, copies shifted by multiples of T must not overlap on a device and
+hold at most CAP stashes together (spans up to T + 4w are searched). Such a plan's idle per device is
+L - T for every number of units (L: one unit's span), so it meets the
+paper's bound for every N_s iff L - T <= 2(w - 1).
 """
 import sys
 from ortools.sat.python import cp_model
@@ -70,7 +78,60 @@ def solve(w, k, units, cap, seconds=60):
     return solver.Value(makespan), solver.StatusName(status), {op: solver.Value(start[op]) for op in ops}
 
 
+def solve_periodic(w, k, cap, seconds=120):
+    chunks, dev = 2 * w, placement(w)
+    units = 1 if w % 2 == 0 else 2
+    m, period = units * w, units * 6 * k * w
+    pipes = [0 if mb % w < ((w + 1) // 2 if (mb // w) % 2 == 0 else w // 2) else 1 for mb in range(m)]
+    # Spans up to T + 4w decide the bound (T + 2(w - 1)); the copies that can
+    # overlap one unit are then those of the next unit or two.
+    M, horizon = cp_model.CpModel(), period + 4 * w
+    copies = 2 + (4 * w > period)
+    start, ivs, ops = {}, {d: [] for d in range(w)}, []
+    dur = lambda op: 1 if op[0] == 'F' else 2
+    for mb in range(m):
+        for s in range(k):
+            for c in range(chunks):
+                for kind in 'FB':
+                    op = (kind, pipes[mb], mb, s, c)
+                    ops.append(op)
+                    start[op] = M.NewIntVar(0, horizon, '')
+                    for j in range(copies):
+                        ivs[dev[(op[1], c)]].append(M.NewFixedSizeIntervalVar(start[op] + j * period, dur(op), ''))
+    for op in ops:
+        for dp in deps(op, k, chunks):
+            M.Add(start[op] >= start[dp] + dur(dp))
+    for d in range(w):
+        M.AddNoOverlap(ivs[d])
+        held = []
+        for op in ops:
+            if op[0] == 'F' and dev[(op[1], op[4])] == d:
+                size = M.NewIntVar(0, horizon, '')
+                M.Add(size == start[('B',) + op[1:]] + 2 - start[op])
+                for j in range(copies):
+                    held.append(M.NewIntervalVar(start[op] + j * period, size,
+                                                 start[('B',) + op[1:]] + 2 + j * period, ''))
+        M.AddCumulative(held, [1] * len(held), cap)
+    span = M.NewIntVar(0, horizon, '')
+    for op in ops:
+        M.Add(span >= start[op] + dur(op))
+    M.Minimize(span)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = seconds
+    status = solver.Solve(M)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        sys.exit(f"no periodic schedule found ({solver.StatusName(status)})")
+    L = solver.Value(span)
+    print(f"w={w} k={k} cap={cap} periodic: unit span L={L}, period T={period}, idle per device L-T={L - period} "
+          f"({solver.StatusName(status)}; lower bound {solver.BestObjectiveBound() - period:.0f}); "
+          f"paper's 2(w-1) = {2 * w - 2}")
+
+
 def main():
+    if sys.argv[1:2] == ['--periodic']:
+        w, k = int(sys.argv[2]), int(sys.argv[3])
+        solve_periodic(w, k, int(sys.argv[4]) if len(sys.argv) > 4 else 2 * k * w)
+        return
     w, k, units = (int(a) for a in sys.argv[1:4])
     cap = int(sys.argv[4]) if len(sys.argv) > 4 else 2 * k * w
     makespan, status, times = solve(w, k, units, cap)
