@@ -649,6 +649,12 @@ int main(int argc, char **argv)
             fprintf(stderr, "bsipipe-train: %s/checkpoint.bin holds %ld iterations and --iters is %d (the total): "
                             "nothing to do; give --iters above %ld to continue training\n", ckpt, start_it, iters,
                     start_it);
+            if (!emulate) { /* what the finished run left, to compare with another run */
+                long n_params;
+                unsigned long long h = params_digest(e, &n_params);
+                if (n_params > 0)
+                    printf("parameters: FNV-1a %016llx over %ld floats (of the checkpoint)\n", h, n_params);
+            }
             bsipipe_engine_destroy(e);
             free(corpus);
             return 1;
