@@ -97,6 +97,7 @@ static void record_profile(void *arg)
         a->ph_ok = 1;
     }
     a->rec->seq = __atomic_fetch_add(&a->e->rec_seq, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&a->running_since, 0LL, __ATOMIC_SEQ_CST);
     engine_watchdog_task_ended(a->e, a->op.kind == BSIPIPE_OP_RECV);
 }
 
@@ -106,6 +107,16 @@ static void task_popped(void *arg)
 {
     struct bsipipe_engine *e = arg;
     __atomic_fetch_add(&e->tasks_popped, 1, __ATOMIC_SEQ_CST);
+}
+
+/* The same for an op of the plan, which also notes when it began to run. */
+static void op_popped(void *arg)
+{
+    op_args_t *a = arg;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    __atomic_store_n(&a->running_since, (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec, __ATOMIC_SEQ_CST);
+    task_popped(a->e);
 }
 
 static void task_ended(void *arg)
@@ -854,6 +865,7 @@ int engine_task_submit(bsipipe_engine_t *e, int d, int i, struct starpu_codelet 
     t->cl_arg_free = 0;
     if (a) {
         t->cl_arg = a;
+        a->running_since = 0;
         t->callback_func = record_profile;
         t->callback_arg = a;
         a->task = t;
@@ -866,8 +878,8 @@ int engine_task_submit(bsipipe_engine_t *e, int d, int i, struct starpu_codelet 
     /* A RECV stays running (not ended) until its SEND lands: left out of the
      * count of running tasks that the stall check reads. */
     if (e->mpi || !(a && a->op.kind == BSIPIPE_OP_RECV)) {
-        t->prologue_callback_pop_func = task_popped;
-        t->prologue_callback_pop_arg = e;
+        t->prologue_callback_pop_func = a ? op_popped : task_popped;
+        t->prologue_callback_pop_arg = a ? (void *)a : (void *)e;
     }
     if (e->inorder && a) {
         e->pos[d][i].worker = e->workerid[d];

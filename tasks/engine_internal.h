@@ -22,6 +22,8 @@ typedef struct op_args {
     bsipipe_engine_op_record_t *rec;
     int ph_ok;                /* phases below set by the last iteration's callback */
     double ph[5];             /* µs: push, pop, fetch, body, release (StarPU profiling) */
+    long long running_since;  /* CLOCK_MONOTONIC ns when a worker popped it, 0 when not running
+                                 (the watchdog tells a slow op from a deadlock) */
 } op_args_t;
 
 /* One (pipe, chunk) replica: a slice of the whole-model vector. */

@@ -102,6 +102,24 @@ static int held_send(struct bsipipe_engine *e, const op_args_t *a)
            e->send_tagged[a->op.channel] && !bsipipe_transport_posted(e->transport, a->op.channel);
 }
 
+/* The local op that has been running longest (popped, not ended), or NULL. */
+static const op_args_t *longest_running(struct bsipipe_engine *e, double *since)
+{
+    const op_args_t *found = NULL;
+    for (int d = 0; d < e->W; d++) {
+        int n;
+        bsipipe_schedule_device_ops(e->sched, d, &n);
+        for (int i = 0; i < n && engine_local(e, d); i++) {
+            double t = 1e-9 * (double)__atomic_load_n(&e->args[d][i].running_since, __ATOMIC_SEQ_CST);
+            if (t > 0 && (!found || t < *since)) {
+                found = &e->args[d][i];
+                *since = t;
+            }
+        }
+    }
+    return found;
+}
+
 static void fire(struct bsipipe_engine *e, long ch)
 {
     bsipipe_transport_expire(e->transport, ch);
@@ -117,6 +135,7 @@ static void *watchdog_main(void *arg)
     double period = timeout / 4 < 0.25 ? timeout / 4 : 0.25;
     long ended = __atomic_load_n(&e->tasks_ended, __ATOMIC_SEQ_CST);
     double last_progress = mono_s();
+    const op_args_t *warned = NULL; /* the slow op already reported */
     pthread_mutex_lock(&w->lock);
     int stalled = 0;
     while (!w->stop) {
@@ -189,6 +208,27 @@ static void *watchdog_main(void *arg)
             w->stall_left = target - now_ended;
             engine_fail(e, -ETIMEDOUT);
             pthread_cond_broadcast(&w->done);
+        }
+        /* A SEND held because its peer is still computing is not a deadlock:
+         * while any op runs, the wait is a slow op's (a --watchdog shorter
+         * than one op), said once, and the clock restarts when it ends. */
+        if (fired >= 0) {
+            double since = 0;
+            const op_args_t *run = longest_running(e, &since);
+            if (run) {
+                if (run != warned && now - since >= timeout) {
+                    fprintf(stderr, "engine: watchdog: %s on device %d has been running for %.3g s, longer than "
+                                    "the watchdog's %.3g s; a slow op, not a deadlock: waiting for it (raise "
+                                    "--watchdog above one op's time to silence this)\n",
+                            run->name, run->op.device, now - since, timeout);
+                    warned = run;
+                }
+                for (int d = 0; d < e->W; d++)
+                    if (w->held_slot[d] >= 0)
+                        w->held_since[d] = now;
+                last_progress = now;
+                fired = -1;
+            }
         }
         if (fired >= 0) {
             pthread_mutex_unlock(&w->lock);
