@@ -7,6 +7,7 @@
 #include "graph/bsipipe_error.h"
 #include "graph/bsipipe_sim.h"
 #include "graph/bsipipe_builder.h"
+#include "kernels/cuda/bsipipe_cuda_probe.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -242,7 +243,8 @@ static double available_memory(const char **what)
  * be estimated (the engine then reports any configuration error itself), 1
  * (message printed) when it does not fit. */
 static int admit_memory(const bsipipe_model_dims_t *dims, const bsipipe_parallel_config_t *pc,
-                        const bsipipe_schedule_t *plan, int nranks, double limit)
+                        const bsipipe_schedule_t *plan, int nranks, double limit, bsipipe_engine_devices_t devices,
+                        int gpus_asked, double act_scale)
 {
     bsipipe_schedule_t *s = NULL;
     bsipipe_sim_result_t *r = NULL;
@@ -254,32 +256,76 @@ static int admit_memory(const bsipipe_model_dims_t *dims, const bsipipe_parallel
         return 0;
     }
     int n = r->n_devices, here = nranks > 1 ? (n + nranks - 1) / nranks : n;
-    double *dev = malloc(sizeof(double) * (size_t)n), params = 0, acts = 0, need = 0;
-    if (!dev) {
+    double *dev = malloc(sizeof(double) * (size_t)n), *pick = malloc(sizeof(double) * 3 * (size_t)n);
+    if (!dev || !pick) {
+        free(dev);
+        free(pick);
         bsipipe_sim_result_destroy(r);
         bsipipe_schedule_destroy(s);
         return 0;
     }
     for (int d = 0; d < n; d++)
-        dev[d] = r->device[d].param_bytes + r->device[d].peak_act_bytes;
-    /* Under --mpi the mapping is not known yet: the `here` largest devices. */
+        dev[d] = r->device[d].param_bytes + act_scale * r->device[d].peak_act_bytes;
+    /* This process's devices: all of them, or under --mpi (mapping not known
+     * yet) the `here` largest; pick[j] = (total, params, activations). */
     for (int j = 0; j < here; j++) {
         int best = 0;
         for (int d = 1; d < n; d++)
             if (dev[d] > dev[best]) best = d;
-        need += dev[best];
-        params += r->device[best].param_bytes;
-        acts += r->device[best].peak_act_bytes;
+        pick[3 * j] = dev[best];
+        pick[3 * j + 1] = r->device[best].param_bytes;
+        pick[3 * j + 2] = act_scale * r->device[best].peak_act_bytes;
         dev[best] = -1;
     }
     free(dev);
     bsipipe_sim_result_destroy(r);
     bsipipe_schedule_destroy(s);
+    const double gib = 1024.0 * 1024 * 1024;
+    int refused = 0;
+    if (devices == BSIPIPE_DEVICES_CUDA) {
+        /* The engine puts ceil(here/gpus) consecutive devices on each GPU
+         * (engine_devices.c); each GPU against its free memory. */
+        int found = bsipipe_cuda_device_count();
+        int gpus = gpus_asked > 0 && gpus_asked <= found ? gpus_asked : found;
+        if (gpus > here) gpus = here;
+        int per_gpu = gpus > 0 ? (here + gpus - 1) / gpus : 0;
+        for (int g = 0; g < gpus && !refused; g++) {
+            double need = 0, params = 0, acts = 0;
+            for (int j = g * per_gpu; j < (g + 1) * per_gpu && j < here; j++) {
+                need += pick[3 * j];
+                params += pick[3 * j + 1];
+                acts += pick[3 * j + 2];
+            }
+            size_t free_b = 0, total_b = 0;
+            double avail = limit;
+            if (avail <= 0 && bsipipe_cuda_mem_info(g, &free_b, &total_b) == 0)
+                avail = (double)free_b;
+            if (avail > 0 && need > avail) {
+                fprintf(stderr, "bsipipe-train: not enough GPU memory: GPU %d holds %d device%s of the plan, which "
+                                "need about %.1f GiB (parameters, gradients and AdamW moments %.1f GiB, peak "
+                                "activations %.1f GiB), and %.1f GiB are free (%s). Use more GPUs (--gpus, up to %d "
+                                "here; or --mpi over more nodes), lower the activations with a smaller --m or another "
+                                "--k, bf16 storage of the stash (--precision bf16s), or a smaller model; --memory-limit BYTES sets "
+                                "the budget per GPU\n",
+                        g, per_gpu, per_gpu == 1 ? "" : "s", need / gib, params / gib, acts / gib, avail / gib,
+                        limit > 0 ? "--memory-limit" : "cudaMemGetInfo", found);
+                refused = 1;
+            }
+        }
+        free(pick);
+        return refused;
+    }
+    double need = 0, params = 0, acts = 0;
+    for (int j = 0; j < here; j++) {
+        need += pick[3 * j];
+        params += pick[3 * j + 1];
+        acts += pick[3 * j + 2];
+    }
+    free(pick);
     const char *what = "--memory-limit";
     double avail = limit > 0 ? limit : available_memory(&what);
     if (avail <= 0 || need <= avail)
         return 0;
-    const double gib = 1024.0 * 1024 * 1024;
     fprintf(stderr, "bsipipe-train: not enough memory: the plan needs about %.1f GiB on this %s (%d device%s: "
                     "parameters, gradients and AdamW moments %.1f GiB, peak activations %.1f GiB), and %.1f GiB "
                     "are available (%s). Spread the devices over more nodes (--mpi with more ranks, fewer devices "
@@ -560,9 +606,10 @@ int main(int argc, char **argv)
         if (!corpus) { fprintf(stderr, "bsipipe-train: out of memory\n"); return 1; }
     }
 
-    /* Host memory: CUDA devices hold their tensors on the GPU (not checked
-     * here yet). */
-    if (devices == BSIPIPE_DEVICES_CPU && admit_memory(&dims, &pc, user_plan, mpi && world ? atoi(world) : 1, mem_limit)) {
+    /* Host memory, or each GPU's free memory for CUDA devices (bf16 storage
+     * halves the stashed activations). */
+    if (admit_memory(&dims, &pc, user_plan, mpi && world ? atoi(world) : 1, mem_limit, devices, gpus,
+                     devices == BSIPIPE_DEVICES_CUDA && precision && strcmp(precision, "bf16s") == 0 ? 0.5 : 1.0)) {
         free(corpus);
         return 1;
     }

@@ -6,6 +6,7 @@
 #   devbundle/bin/test_cuda_engine   the real binary (not the libtool wrapper)
 #   devbundle/bin/bsipipe-bench      the schedules side by side (the device check's pipeline
 #                                    step runs them on CUDA workers)
+#   devbundle/bin/bsipipe-train      the admission step (GPU memory checked before allocating)
 #   devbundle/lib/                   libbsipipe and every shared library it needs, except
 #                                    glibc's own and the CUDA toolkit's (cudart, cuBLAS, NCCL
 #                                    come from the GPU machine's toolkit); stripped copies
@@ -28,19 +29,22 @@ if [ ! -x "$bench" ] || ! head -c 4 "$bench" | grep -q ELF; then
     echo "device-bundle: build first: make (apps/bsipipe-bench missing)" >&2
     exit 1
 fi
+train="$ROOT/apps/.libs/bsipipe-train"
+[ -x "$train" ] || train="$ROOT/apps/bsipipe-train"
 rm -rf "$B"
 mkdir -p "$B/bin" "$B/lib"
 cp "$real" "$B/bin/test_cuda_engine"
 cp "$bench" "$B/bin/bsipipe-bench"
+cp "$train" "$B/bin/bsipipe-train"
 export LD_LIBRARY_PATH="$ROOT/.libs:$ROOT/.deps/starpu/lib:${LD_LIBRARY_PATH:-}"
-{ ldd "$real"; ldd "$bench"; } | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u | while read -r lib; do
+{ ldd "$real"; ldd "$bench"; ldd "$train"; } | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u | while read -r lib; do
     case $lib in
         */libc.so.*|*/libm.so.*|*/libdl.so.*|*/libpthread.so.*|*/librt.so.*|*/ld-linux*) continue ;;
         */cuda*/*|*/libcuda.so*|*/libcudart*|*/libcublas*|*/libnccl*|*/libnvJitLink*|*/libcusparse*) continue ;;
     esac
     cp -L "$lib" "$B/lib/$(basename "$lib")"
 done
-strip --strip-unneeded "$B/bin/test_cuda_engine" "$B/bin/bsipipe-bench" "$B"/lib/*.so* 2>/dev/null || true
+strip --strip-unneeded "$B/bin/test_cuda_engine" "$B/bin/bsipipe-bench" "$B/bin/bsipipe-train" "$B"/lib/*.so* 2>/dev/null || true
 size=$(du -sm "$B" | cut -f1)
 ls -la "$B/lib"
 echo "device-bundle: $B, $size MiB"

@@ -302,6 +302,26 @@ elif [ $have_gpu = 1 ]; then
     for k in pipeline_fp32 pipeline_bf16s; do STATUS[$k]="skipped (no runnable bsipipe-bench: carry devbundle/)"; done
 fi
 
+# GPU memory admission: a model far beyond one GPU's memory (GPT, hidden 16384, 64 layers on
+# one GPU) must be refused before anything is allocated, naming the GPU and its free memory.
+STATUS[admission]="skipped (no CUDA GPU found)"
+PT=
+[ -n "$PB" ] && PT="$(dirname "$PB")/bsipipe-train"
+if [ $have_gpu = 1 ] && [ -x "$PT" ]; then
+    say "GPU: memory admission: bsipipe-train --devices cuda, a model of ~3.2 TB"
+    timeout 60 env "LD_LIBRARY_PATH=$TE_LD" STARPU_SILENT=1 "$PT" --devices cuda --gpus 1 --w 2 --m 2 \
+        --layers 64 --hidden 16384 --heads 128 --seq 1024 --iters 1 >"$OUTDIR/admission.txt" 2>&1
+    rc=$?
+    tail -n 2 "$OUTDIR/admission.txt" | tee -a "$LOG"
+    if [ $rc = 1 ] && grep -q "not enough GPU memory: GPU 0" "$OUTDIR/admission.txt"; then
+        STATUS[admission]="ok ($(grep -o 'need about [0-9.]* GiB' "$OUTDIR/admission.txt" | head -1); $(grep -o '[0-9.]* GiB are free' "$OUTDIR/admission.txt" | head -1))"
+    else
+        STATUS[admission]="FAIL (exit $rc; admission.txt)"
+    fi
+elif [ $have_gpu = 1 ]; then
+    STATUS[admission]="skipped (no runnable bsipipe-train: carry devbundle/)"
+fi
+
 # compute-sanitizer, where the image has it and its runtime lets it attach: memcheck over
 # every kernel case (bf16s: the tensor-core attention too), racecheck and synccheck over the
 # attention cases. A time-out or a tool that cannot attach is reported, not failed.
@@ -349,6 +369,7 @@ fi
     echo "engine nccl: ${STATUS[engine_nccl]}"
     echo "pipeline fp32:  ${STATUS[pipeline_fp32]}"
     echo "pipeline bf16s: ${STATUS[pipeline_bf16s]}"
+    echo "admission:      ${STATUS[admission]}"
     echo "memcheck:   ${STATUS[memcheck]}"
     echo "racecheck:  ${STATUS[racecheck]}"
     echo "synccheck:  ${STATUS[synccheck]}"
@@ -398,7 +419,7 @@ fi
 
 fail=0
 for k in build cpu probe kernels bench engine_cpu engine engine_bf16 engine_nccl pipeline_fp32 pipeline_bf16s \
-    memcheck racecheck synccheck; do
+    admission memcheck racecheck synccheck; do
     case ${STATUS[$k]:-FAIL} in ok*|skipped*) ;; *) fail=1 ;; esac
 done
 [ $fail = 1 ] && exit 1

@@ -19,6 +19,25 @@ extern "C" int bsipipe_cuda_device_count(void)
     return n < 0 ? 0 : n;
 }
 
+extern "C" int bsipipe_cuda_mem_info(int dev, size_t *free_bytes, size_t *total_bytes)
+{
+    *free_bytes = *total_bytes = 0;
+    if (dev < 0 || dev >= bsipipe_cuda_device_count())
+        return -ENODEV;
+    int prev = 0;
+    if (cudaGetDevice(&prev) != cudaSuccess || cudaSetDevice(dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -EIO;
+    }
+    cudaError_t err = cudaMemGetInfo(free_bytes, total_bytes);
+    (void)cudaSetDevice(prev);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -EIO;
+    }
+    return 0;
+}
+
 __global__ static void bsipipe_probe_saxpy_kernel(int n, float a, const float *x, float *y)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;

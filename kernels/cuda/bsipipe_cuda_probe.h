@@ -7,6 +7,8 @@
 #ifndef BSIPIPE_KERNELS_CUDA_PROBE_H
 #define BSIPIPE_KERNELS_CUDA_PROBE_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -23,6 +25,11 @@ int bsipipe_cuda_device_count(void);
  *   -EIO     a CUDA call or the kernel launch failed
  *   -EDOM    the GPU computed a wrong result */
 int bsipipe_cuda_probe_saxpy(int n);
+
+/* Free and total memory of CUDA device `dev` (cudaMemGetInfo; creates the
+ * device's primary context). 0, or -ENODEV (no such device, no CUDA) or
+ * -EIO (a CUDA call failed). */
+int bsipipe_cuda_mem_info(int dev, size_t *free_bytes, size_t *total_bytes);
 
 /* 1 when libbsipipe was built with CUDA (nvcc), else 0. */
 int bsipipe_cuda_compiled(void);

@@ -12,3 +12,10 @@ int bsipipe_cuda_probe_saxpy(int n)
 {
     return n <= 0 ? -EINVAL : -ENODEV;
 }
+
+int bsipipe_cuda_mem_info(int dev, size_t *free_bytes, size_t *total_bytes)
+{
+    (void)dev;
+    *free_bytes = *total_bytes = 0;
+    return -ENODEV;
+}
