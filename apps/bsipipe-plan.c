@@ -305,6 +305,65 @@ static void print_paper_memory(const options_t *o)
            "  seq1f1b as for the other sequence-level schedules; docs/schedules.md (Memory against the paper)\n");
 }
 
+/* --preset paper: the paper's Table 3, BSIPipe with tensor parallelism on
+ * the same 16 GPUs (2 nodes of 8): (w, D_t) = (16, 1), (8, 2), (4, 4). The
+ * paper measures (8,2) fastest, (4,4) slowest, and GPT's peak memory 60.1
+ * GiB at (16,1) down to 18.4 GiB at (4,4). */
+static int print_paper_tp(const options_t *o, const bsipipe_cost_model_t *flops)
+{
+    static const int conf[3][2] = {{16, 1}, {8, 2}, {4, 4}};
+    static const double paper_gib_gpt[3] = {60.1, -1, 18.4};
+    const double gib = 1024.0 * 1024 * 1024;
+    int gpus = o->w * o->tp, status = 0;
+    printf("\nTable 3 (BSIPipe x tensor parallelism, Megatron-SP collectives charged per layer on the TP ranks'\n"
+           "timeline, %d GPUs, %d per node):\n\n", gpus, o->dpn ? o->dpn : gpus);
+    printf("| (w, D_t) | bubble | iter (s) | tokens/s | vs (16,1) | TP comm | TP GB/iter | TP links   | peak GiB | paper GiB |\n");
+    printf("|----------|--------|----------|----------|-----------|---------|------------|------------|----------|-----------|\n");
+    double base = 0;
+    for (int i = 0; i < 3; i++) {
+        options_t oi = *o;
+        oi.w = conf[i][0] * o->w * o->tp / 16;
+        oi.tp = conf[i][1];
+        if (oi.w < 2) continue;
+        bsipipe_parallel_config_t pc = config_for(&oi, BSIPIPE_SCHED_BSIPIPE);
+        bsipipe_schedule_t *s;
+        bsipipe_sim_result_t *r;
+        if (bsipipe_schedule_create(&pc, &o->dims, &s) < 0) {
+            printf("| (%d,%d) | %s |\n", oi.w, oi.tp, bsipipe_error_detail());
+            status = 1;
+            continue;
+        }
+        if (bsipipe_simulate(s, flops, &r) < 0) {
+            printf("| (%d,%d) | %s |\n", oi.w, oi.tp, bsipipe_error_detail());
+            bsipipe_schedule_destroy(s);
+            status = 1;
+            continue;
+        }
+        double tps = (double)pc.m * o->dims.seq_len / r->iteration_time, busy = 0, tpc = 0, peak = 0;
+        for (int d = 0; d < r->n_devices; d++) {
+            busy += r->device[d].busy;
+            tpc += r->device[d].tp_comm;
+            double p = r->device[d].param_bytes + r->device[d].peak_act_bytes;
+            if (p > peak) peak = p;
+        }
+        if (i == 0) base = tps;
+        char paper[16] = "-";
+        if (o->dims.family == BSIPIPE_MODEL_GPT && paper_gib_gpt[i] > 0 && o->w * o->tp == 16)
+            snprintf(paper, sizeof paper, "%.1f", paper_gib_gpt[i]);
+        printf("| (%2d,%d)   | %5.2f%% | %8.4f | %8.0f | %8.3fx | %6.1f%% | %10.2f | %-10s | %8.2f | %9s |\n",
+               oi.w, oi.tp, 100 * r->bubble_ratio, r->iteration_time, tps, base > 0 ? tps / base : 0,
+               busy > 0 ? 100 * tpc / busy : 0, (r->tp_bytes[0] + r->tp_bytes[1]) * oi.tp / 1e9,
+               oi.tp == 1 ? "-" : bsipipe_sim_tp_crosses_nodes(s, flops) ? "inter-node" : "intra-node",
+               peak / gib, paper);
+        bsipipe_sim_result_destroy(r);
+        bsipipe_schedule_destroy(s);
+    }
+    printf("\npaper (Table 3): (8,2) fastest, slightly above (16,1); (4,4) slowest (its TP traffic partly crosses\n"
+           "nodes); GPT peak 60.1 GiB at (16,1) falling to 18.4 GiB at (4,4). TP comm: share of the devices' busy\n"
+           "time spent in collectives; TP GB/iter: bytes all TP ranks send per iteration.\n");
+    return status;
+}
+
 static int run(const options_t *o)
 {
     bsipipe_cost_model_t unit = bsipipe_cost_model_unit();
@@ -368,8 +427,11 @@ static int run(const options_t *o)
                "per device %d -> %d subsequence-chunks); the paper's (w-1)/(3N_s+w-1) = %.2f%%\n",
                100 * bsipipe_note.constructed, 100 * bsipipe_note.optimised, bsipipe_note.peak_constructed,
                bsipipe_note.peak_optimised, 100 * bsipipe_note.bound);
-    if (!o->json && o->paper)
+    if (!o->json && o->paper) {
         print_paper_memory(o);
+        if (o->all && o->tp == 1)
+            status |= print_paper_tp(o, &flops);
+    }
     if (!o->json)
         printf("\nbubble(unit): simulated under unit costs (F=1, B=2); closed: the papers' formula (for bsipipe the\n"
                "paper's target, not yet met on every w, k; *: holds for F=B; see docs/schedules.md); bubble, iter,\n"

@@ -53,22 +53,66 @@ double bsipipe_sim_op_cost(const bsipipe_schedule_t *s, const bsipipe_cost_model
         f += bsipipe_model_head_flops(&s->dims, len);
     f /= s->pc.tp;
     double mult = op->kind == BSIPIPE_OP_F ? 1.0 : (split ? 1.0 : 2.0);
-    return mult * f / c->device_flops;
+    return mult * f / c->device_flops + bsipipe_sim_tp_comm(s, c, op, NULL);
 }
 
-static int node_of(const bsipipe_cost_model_t *c, int d)
+/* Node of pipeline device d. devices_per_node counts GPUs: with D_t > 1 a
+ * pipeline device is a TP group of D_t consecutive GPUs. */
+static int node_of(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *c, int d)
 {
     if (c->device_node)
         return c->device_node[d];
-    return c->devices_per_node > 0 ? d / c->devices_per_node : 0;
+    return c->devices_per_node > 0 ? (int)((long)d * s->pc.tp / c->devices_per_node) : 0;
 }
 
-static double link_time(const bsipipe_cost_model_t *c, int a, int b, double bytes)
+static double link_time(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *c, int a, int b, double bytes)
 {
-    int inter = node_of(c, a) != node_of(c, b);
+    int inter = node_of(s, c, a) != node_of(s, c, b);
     double bw = inter ? c->inter_bandwidth : c->intra_bandwidth;
     double lat = inter ? c->inter_latency : c->intra_latency;
     return lat + (bw > 0 ? bytes / bw : 0);
+}
+
+int bsipipe_sim_tp_crosses_nodes(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *c)
+{
+    return s->pc.tp > 1 && c->devices_per_node > 0 && s->pc.tp > c->devices_per_node;
+}
+
+double bsipipe_sim_tp_comm(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *c, const bsipipe_op_t *op,
+                           double *bytes)
+{
+    /* Megatron-LM TP with sequence parallelism, per layer: the forward
+     * all-gathers the sequence before QKV and before the first MLP matrix and
+     * reduce-scatters after the output projection and the second MLP matrix
+     * (4); the backward reduce-scatters the two gathered inputs' gradients,
+     * all-gathers the two row-parallel outputs' gradients, and re-gathers the
+     * two inputs for the weight gradients (6: 4 in B and 2 in W when the
+     * backward is split). The embedding adds a reduce-scatter (forward) and
+     * an all-gather (backward), the vocabulary-parallel head an all-gather
+     * of its input and a reduce-scatter of that input's gradient (the
+     * cross-entropy's per-token max and sums are negligible). Each moves
+     * piece x hidden x bytes x (D_t - 1)/D_t per rank, ring algorithm:
+     * (D_t - 1) latencies; on the TP ranks' timeline, not overlapped. */
+    int tp = s->pc.tp;
+    if (bytes)
+        *bytes = 0;
+    if (c->unit || tp <= 1 || op->kind > BSIPIPE_OP_W)
+        return 0;
+    int first, last, split = split_backward(s);
+    bsipipe_schedule_chunk_layers(s, op->chunk, &first, &last);
+    int per_layer = op->kind == BSIPIPE_OP_F ? 4 : op->kind == BSIPIPE_OP_W ? 2 : split ? 4 : 6;
+    int n = per_layer * (last - first);
+    if (op->kind != BSIPIPE_OP_W) {
+        n += op->chunk == 0;
+        n += op->chunk == s->n_chunks - 1;
+    }
+    double b = (double)piece_len(s, op->sub) * s->dims.hidden * c->bytes_per_element * (tp - 1) / tp;
+    int inter = bsipipe_sim_tp_crosses_nodes(s, c);
+    double bw = inter ? c->inter_bandwidth : c->intra_bandwidth;
+    double lat = inter ? c->inter_latency : c->intra_latency;
+    if (bytes)
+        *bytes = n * b;
+    return n * ((tp - 1) * lat + (bw > 0 ? b / bw : 0));
 }
 
 /* Bytes of one chunk's parameters (fp32), first chunk with the embedding,
@@ -160,6 +204,9 @@ static int advance(sim_t *m, int d)
             end = start + bsipipe_sim_op_cost(s, m->c, op);
             m->end[compute_index(s, op->kind, op->mb, op->sub, op->chunk)] = end;
             r->device[d].busy += end - start;
+            double tp_bytes;
+            r->device[d].tp_comm += bsipipe_sim_tp_comm(s, m->c, op, &tp_bytes);
+            r->tp_bytes[bsipipe_sim_tp_crosses_nodes(s, m->c)] += tp_bytes;
             r->device[d].compute_end = end;
             break;
         }
@@ -182,9 +229,9 @@ static int advance(sim_t *m, int d)
             double bytes = tensor_bytes(m, op);
             if (post > start)
                 start = post;
-            end = start + link_time(m->c, d, op->peer, bytes);
+            end = start + link_time(s, m->c, d, op->peer, bytes);
             m->arrived[op->channel] = end;
-            r->act_bytes[node_of(m->c, d) != node_of(m->c, op->peer)] += bytes;
+            r->act_bytes[node_of(s, m->c, d) != node_of(s, m->c, op->peer)] += bytes;
             r->device[d].comm += end - m->now[d];
             break;
         }
@@ -200,8 +247,8 @@ static int advance(sim_t *m, int d)
                 double bytes = chunk_param_elems(s, op->chunk) * 4;
                 /* Two-replica all-reduce: each side sends and receives the
                  * whole gradient once. */
-                end = start + link_time(m->c, d, op->peer, bytes);
-                r->sync_bytes[node_of(m->c, d) != node_of(m->c, op->peer)] += bytes;
+                end = start + link_time(s, m->c, d, op->peer, bytes);
+                r->sync_bytes[node_of(s, m->c, d) != node_of(s, m->c, op->peer)] += bytes;
             } else {
                 end = start;
             }

@@ -52,6 +52,7 @@ typedef struct bsipipe_sim_device {
     double peak_act_bytes;   /* same, in bytes: stash + KV cache and its gradient */
     double param_units;      /* parameter memory in units of M_Θ (one stage) */
     double param_bytes;      /* weights, gradients, two AdamW moments (fp32) */
+    double tp_comm;          /* part of busy spent in tensor-parallel collectives (D_t > 1, FLOPs costs) */
 } bsipipe_sim_device_t;
 
 typedef struct bsipipe_sim_result {
@@ -62,6 +63,8 @@ typedef struct bsipipe_sim_result {
     bsipipe_sim_device_t *device;         /* [n_devices] */
     double act_bytes[2];     /* activations/gradients moved: [0] intra-node, [1] inter-node */
     double sync_bytes[2];    /* gradient sync traffic, same classes */
+    double tp_bytes[2];      /* tensor-parallel collectives, bytes each TP rank sends, summed
+                                over the pipeline devices: [1] when a TP group spans nodes */
     double **op_start, **op_end; /* [device][op index], aligned with the op lists */
     long n_order;            /* every op once, in an order that respects all dependencies */
     int *order_device, *order_index; /* (the simulator's resolution order: a valid
@@ -79,6 +82,16 @@ void bsipipe_sim_result_destroy(bsipipe_sim_result_t *r);
 /* Cost (seconds or units) of one compute op under a cost model. */
 double bsipipe_sim_op_cost(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost,
                            const bsipipe_op_t *op);
+
+/* Time (and *bytes, each TP rank's share, when bytes is not NULL) of the
+ * tensor-parallel collectives of compute op `op` under FLOPs costs: Megatron
+ * TP with sequence parallelism, 4 all-gather/reduce-scatter per layer in F,
+ * 6 in B (docs/schedules.md). 0 under unit costs or D_t = 1. Included in
+ * bsipipe_sim_op_cost. */
+double bsipipe_sim_tp_comm(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost, const bsipipe_op_t *op,
+                           double *bytes);
+/* 1 when a TP group of s spans nodes (D_t above the GPUs per node). */
+int bsipipe_sim_tp_crosses_nodes(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost);
 
 /* Each op's remaining critical path: the longest chain of compute costs
  * under `cost` (NULL: unit costs) from the op's start to the end of the

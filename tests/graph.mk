@@ -20,3 +20,7 @@ EXTRA_DIST += tests/test_plan_json_cli.sh tests/data/plan-seq1f1b-w2.json
 check_PROGRAMS += tests/test_critical_path
 TESTS += tests/test_critical_path
 tests_test_critical_path_LDADD = libbsipipe.la
+# test_tp_cost: the planner's tensor-parallel collectives, counted and timed.
+check_PROGRAMS += tests/test_tp_cost
+TESTS += tests/test_tp_cost
+tests_test_tp_cost_LDADD = libbsipipe.la
