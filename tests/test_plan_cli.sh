@@ -15,6 +15,7 @@ expect 0 "dev3  |" --schedule bsipipe --draw --width 60
 # --preset paper: the memory block beside the paper's Figure 4; --model and
 # --seq are honoured (and the block says the setting differs).
 expect 0 "paper:   bsipipe 60.1 GiB = 1.24x seq1f1b-i" --preset paper
+expect 0 "paper: 1.12-1.13x on average" --preset paper
 expect 0 "paper:   bsipipe 67.9 GiB = 1.27x seq1f1b-i; below seq1f1b and terapipe (LLaMA3)" --preset paper --model llama
 expect 0 "LLaMA model, L=64, hidden=1280, heads=32, S=10240 tokens" --preset paper --model llama --seq 10240
 expect 0 "this run differs" --preset paper --seq 10240
