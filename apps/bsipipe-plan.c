@@ -29,6 +29,11 @@ static void usage(FILE *out)
 "                     others use 1), micro-batches, tensor-parallel degree\n"
 "  --partition balanced|even   --comm bsipipe|ordered|naive|no-reversal   --no-concat\n"
 "                     no-reversal: the paper's ablation without the F-B overlap\n"
+"  --send blocking|async  a SEND holds its device while its bytes move (default:\n"
+"                     the CPU engine's copy) or only until its RECV is posted, the\n"
+"                     bytes then moving on the link meanwhile (NCCL, MPI)\n"
+"  --nic per-device|shared  inter-node links: one per device (default) or one per\n"
+"                     node shared by its devices (transfers and syncs queue)\n"
 "  --recv posted|blocking  receive semantics of the simulation and the deadlock\n"
 "                     check (posted: the engine's; blocking: a RECV holds its\n"
 "                     device until the data arrives, rendezvous both ways)\n"
@@ -69,6 +74,7 @@ static int die(const char *what)
 
 typedef struct options {
     int all, draw, width, json, paper, w, p, k, m, tp, dpn, concat, optimise, unit_cost, blocking_recv;
+    int async_send, shared_nic;
     int set_p, set_k, set_m, set_w;
     unsigned set; /* CLI_SET_* bits of every flag given (--plan checks them against the file) */
     const char *plan; /* --plan FILE */
@@ -383,6 +389,8 @@ static int run(const options_t *o)
     bsipipe_cost_model_t flops = bsipipe_cost_model_flops(o->tflops * 1e12);
     unit.devices_per_node = flops.devices_per_node = o->dpn;
     unit.blocking_recv = flops.blocking_recv = o->blocking_recv;
+    unit.async_send = flops.async_send = o->async_send > 0;
+    unit.shared_nic = flops.shared_nic = o->shared_nic;
     const bsipipe_cost_model_t *cost = o->unit_cost ? &unit : &flops;
     int first = 1, status = 0;
     optimised_note_t bsipipe_note = {0};
@@ -461,12 +469,12 @@ int main(int argc, char **argv)
                    .tflops = 150, .partition = BSIPIPE_PARTITION_BALANCED, .comm = BSIPIPE_COMM_BSIPIPE,
                    .dims = {BSIPIPE_MODEL_GPT, 16, 256, 8, 1024, 256, 1024}};
     int ffn_set = 0;
-    enum { O_SCHED = 256, O_W, O_P, O_K, O_M, O_TP, O_PART, O_COMM, O_NOCONCAT, O_NOOPT, O_RECV, O_MODEL, O_LAYERS, O_HIDDEN,
+    enum { O_SCHED = 256, O_W, O_P, O_K, O_M, O_TP, O_PART, O_COMM, O_NOCONCAT, O_NOOPT, O_RECV, O_SEND, O_NIC, O_MODEL, O_LAYERS, O_HIDDEN,
            O_HEADS, O_FFN, O_VOCAB, O_SEQ, O_COST, O_TFLOPS, O_DPN, O_PRESET, O_DRAW, O_WIDTH, O_SVG, O_FORMAT,
            O_TOPOLOGY, O_NAIVE_MAPPING, O_PLAN };
     static const struct option longopts[] = {
         {"schedule", 1, 0, O_SCHED}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P}, {"k", 1, 0, O_K}, {"m", 1, 0, O_M},
-        {"tp", 1, 0, O_TP}, {"partition", 1, 0, O_PART}, {"comm", 1, 0, O_COMM}, {"no-concat", 0, 0, O_NOCONCAT}, {"no-optimise", 0, 0, O_NOOPT}, {"recv", 1, 0, O_RECV},
+        {"tp", 1, 0, O_TP}, {"partition", 1, 0, O_PART}, {"comm", 1, 0, O_COMM}, {"no-concat", 0, 0, O_NOCONCAT}, {"no-optimise", 0, 0, O_NOOPT}, {"recv", 1, 0, O_RECV}, {"send", 1, 0, O_SEND}, {"nic", 1, 0, O_NIC},
         {"model", 1, 0, O_MODEL}, {"layers", 1, 0, O_LAYERS}, {"hidden", 1, 0, O_HIDDEN}, {"heads", 1, 0, O_HEADS},
         {"ffn", 1, 0, O_FFN}, {"vocab", 1, 0, O_VOCAB}, {"seq", 1, 0, O_SEQ}, {"cost", 1, 0, O_COST},
         {"device-tflops", 1, 0, O_TFLOPS}, {"devices-per-node", 1, 0, O_DPN}, {"preset", 1, 0, O_PRESET},
@@ -508,6 +516,19 @@ int main(int argc, char **argv)
             else return die("--recv expects posted (a RECV posts its buffer and the device goes on, "
                             "the engine's transports) or blocking (a RECV holds its device until the data "
                             "has arrived)");
+            break;
+        case O_SEND:
+            if (strcmp(optarg, "blocking") == 0) o.async_send = 0;
+            else if (strcmp(optarg, "async") == 0) o.async_send = 1;
+            else return die("--send expects blocking (a SEND holds its device while its bytes move: the CPU "
+                            "engine's copy) or async (only until the RECV is posted; the bytes then move on the "
+                            "link while the device computes: NCCL, MPI)");
+            break;
+        case O_NIC:
+            if (strcmp(optarg, "per-device") == 0) o.shared_nic = 0;
+            else if (strcmp(optarg, "shared") == 0) o.shared_nic = 1;
+            else return die("--nic expects per-device (each device has its own inter-node link) or shared (the "
+                            "devices of a node share one: its inter-node transfers and syncs go one at a time)");
             break;
         case O_MODEL:
             if (strcmp(optarg, "gpt") == 0) o.dims.family = BSIPIPE_MODEL_GPT;

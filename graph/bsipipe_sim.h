@@ -29,6 +29,13 @@ typedef struct bsipipe_cost_model {
     int devices_per_node;   /* link class of a device pair: same node or not; 0 = one node */
     const int *device_node; /* optional: node of each device (overrides devices_per_node);
                                borrowed, must outlive the simulation call */
+    int async_send;         /* 0: a SEND holds its device while its bytes move (the CPU
+                               engine's copy); 1: only until the RECV is posted, the bytes
+                               then move on the device's outgoing link (one transfer at a
+                               time per link class) while it computes (NCCL/MPI-like) */
+    int shared_nic;         /* 1: every device of a node shares one inter-node link (a
+                               server's NIC): its inter-node transfers, gradient syncs
+                               included, go one at a time */
     int blocking_recv;      /* 0: a RECV posts its buffer and the device goes on (the
                                engine's model); 1: a RECV blocks its device until the
                                data has arrived (rendezvous both ways, a transport that

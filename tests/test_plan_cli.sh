@@ -58,6 +58,15 @@ done
 expect 2 "description is too long" --topology "synthetic:$(printf 'core:1 %.0s' $(seq 1 60))pu:1"
 expect 0 "| aware |" --w 8 --m 8 --layers 16 --topology 1024x8
 expect 2 "--naive-mapping needs --topology" --naive-mapping
+expect 2 "--send expects blocking" --send maybe
+expect 2 "--nic expects per-device" --nic x
+# Link models: async sends never make an iteration longer; a shared NIC never
+# makes it shorter (same plan, FLOPs costs, 2 nodes).
+iter_of() { "$prog" --schedule bsipipe --w 8 --m 16 --layers 16 --cost flops --devices-per-node 4 "$@" |
+    awk -F'|' '/^\| bsipipe / { gsub(/ /, "", $9); print $9 }'; }
+blocking=$(iter_of); async=$(iter_of --send async); shared=$(iter_of --nic shared)
+awk -v b="$blocking" -v a="$async" -v s="$shared" 'BEGIN { exit !(a + 0 > 0 && a <= b && s >= b) }' && ok ||
+    fail "link models: blocking $blocking, async $async, shared NIC $shared"
 expect 1 "the cluster has 4" --w 8 --m 8 --layers 16 --topology 2x2
 
 # SVG: written, well-formed XML with one box per compute op.
