@@ -37,56 +37,13 @@ def deps(op, k, chunks):
             + ([('B', pipe, mb, s + 1, c)] if s < k - 1 else []))
 
 
-def solve(w, k, units, cap, seconds=60):
+def model(w, k, units, cap, horizon, period=0, copies=1):
+    """CP-SAT model of `units` basic units: one start per op; with a period,
+    `copies` shifted copies of every op share the devices and the memory."""
     chunks, dev, m = 2 * w, placement(w), units * w
     # units of w micro-batches; odd w: the extra one alternates between pipes
     pipes = [0 if mb % w < ((w + 1) // 2 if (mb // w) % 2 == 0 else w // 2) else 1 for mb in range(m)]
-    M, horizon = cp_model.CpModel(), units * 6 * k * w + 8 * w * k
-    start, ivs, ops = {}, {d: [] for d in range(w)}, []
-    dur = lambda op: 1 if op[0] == 'F' else 2
-    for mb in range(m):
-        for s in range(k):
-            for c in range(chunks):
-                for kind in 'FB':
-                    op = (kind, pipes[mb], mb, s, c)
-                    ops.append(op)
-                    start[op] = M.NewIntVar(0, horizon, '')
-                    ivs[dev[(op[1], c)]].append(M.NewFixedSizeIntervalVar(start[op], dur(op), ''))
-    for op in ops:
-        for dp in deps(op, k, chunks):
-            M.Add(start[op] >= start[dp] + dur(dp))
-    for d in range(w):
-        M.AddNoOverlap(ivs[d])
-        held = []
-        for op in ops:
-            if op[0] == 'F' and dev[(op[1], op[4])] == d:
-                end = M.NewIntVar(0, horizon, '')
-                M.Add(end == start[('B',) + op[1:]] + 2)
-                size = M.NewIntVar(0, horizon, '')
-                M.Add(size == end - start[op])
-                held.append(M.NewIntervalVar(start[op], size, end, ''))
-        M.AddCumulative(held, [1] * len(held), cap)
-    makespan = M.NewIntVar(0, horizon, '')
-    for op in ops:
-        M.Add(makespan >= start[op] + dur(op))
-    M.Minimize(makespan)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = seconds
-    status = solver.Solve(M)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None, solver.StatusName(status), None
-    return solver.Value(makespan), solver.StatusName(status), {op: solver.Value(start[op]) for op in ops}
-
-
-def solve_periodic(w, k, cap, seconds=120):
-    chunks, dev = 2 * w, placement(w)
-    units = 1 if w % 2 == 0 else 2
-    m, period = units * w, units * 6 * k * w
-    pipes = [0 if mb % w < ((w + 1) // 2 if (mb // w) % 2 == 0 else w // 2) else 1 for mb in range(m)]
-    # Spans up to T + 4w decide the bound (T + 2(w - 1)); the copies that can
-    # overlap one unit are then those of the next unit or two.
-    M, horizon = cp_model.CpModel(), period + 4 * w
-    copies = 2 + (4 * w > period)
+    M = cp_model.CpModel()
     start, ivs, ops = {}, {d: [] for d in range(w)}, []
     dur = lambda op: 1 if op[0] == 'F' else 2
     for mb in range(m):
@@ -116,9 +73,30 @@ def solve_periodic(w, k, cap, seconds=120):
     for op in ops:
         M.Add(span >= start[op] + dur(op))
     M.Minimize(span)
+    return M, start, span
+
+
+def run(M, seconds):
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = seconds
-    status = solver.Solve(M)
+    return solver, solver.Solve(M)
+
+
+def solve(w, k, units, cap, seconds=60):
+    M, start, makespan = model(w, k, units, cap, units * 6 * k * w + 8 * w * k)
+    solver, status = run(M, seconds)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None, solver.StatusName(status), None
+    return solver.Value(makespan), solver.StatusName(status), {op: solver.Value(t) for op, t in start.items()}
+
+
+def solve_periodic(w, k, cap, seconds=120):
+    units = 1 if w % 2 == 0 else 2
+    period = units * 6 * k * w
+    # Spans up to T + 4w decide the bound (T + 2(w - 1)); the copies that can
+    # overlap one unit are then those of the next unit or two.
+    M, _, span = model(w, k, units, cap, period + 4 * w, period, 2 + (4 * w > period))
+    solver, status = run(M, seconds)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         sys.exit(f"no periodic schedule found ({solver.StatusName(status)})")
     L = solver.Value(span)

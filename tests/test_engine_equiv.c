@@ -13,6 +13,7 @@
 #include "kernels/reference_trainer.h"
 #include "graph/bsipipe_error.h"
 #include "tests/check.h"
+#include "tests/grad_check.h"
 
 #include <float.h>
 #include <stdlib.h>
@@ -35,31 +36,6 @@ static void make_data(int m, int S, int V, unsigned seed, int *tokens, int *targ
             prev = t;
         }
     }
-}
-
-/* Largest |a-b| over the model relative to max|b|, per tensor: worst ratio. */
-static double grad_error(const bsipipe_model_dims_t *d, const float *a, const float *b, char *worst, size_t wl)
-{
-    int nt = bsipipe_model_tensors(d, NULL, 0);
-    bsipipe_tensor_info_t *ti = malloc(sizeof *ti * (size_t)nt);
-    bsipipe_model_tensors(d, ti, nt);
-    double err = 0;
-    for (int i = 0; i < nt; i++) {
-        long n = (long)ti[i].rows * ti[i].cols;
-        double diff = 0, big = 0;
-        for (long j = 0; j < n; j++) {
-            double x = a[ti[i].offset + j], y = b[ti[i].offset + j];
-            if (fabs(x - y) > diff) diff = fabs(x - y);
-            if (fabs(y) > big) big = fabs(y);
-        }
-        double r = big > 0 ? diff / big : diff;
-        if (r > err || r != r) {
-            err = r;
-            snprintf(worst, wl, "%s", ti[i].name);
-        }
-    }
-    free(ti);
-    return err;
 }
 
 static void check_one(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t kind, const char *policy)

@@ -14,33 +14,11 @@
 #include "graph/bsipipe_builder.h"
 #include "graph/bsipipe_error.h"
 #include "tests/check.h"
+#include "tests/grad_check.h"
 #include "tests/test_data.h"
 
 #include <float.h>
 #include <stdlib.h>
-
-/* Largest |a-b| relative to max|b| over each tensor: the worst. */
-static double grad_error(const bsipipe_model_dims_t *d, const float *a, const float *b)
-{
-    int nt = bsipipe_model_tensors(d, NULL, 0);
-    bsipipe_tensor_info_t *ti = malloc(sizeof *ti * (size_t)nt);
-    bsipipe_model_tensors(d, ti, nt);
-    double err = 0;
-    for (int i = 0; i < nt; i++) {
-        long n = (long)ti[i].rows * ti[i].cols;
-        double diff = 0, big = 0;
-        for (long j = 0; j < n; j++) {
-            double x = a[ti[i].offset + j], y = b[ti[i].offset + j];
-            if (fabs(x - y) > diff || x != x) diff = x != x ? INFINITY : fabs(x - y);
-            if (fabs(y) > big) big = fabs(y);
-        }
-        double r = big > 0 ? diff / big : diff;
-        if (r > err)
-            err = r;
-    }
-    free(ti);
-    return err;
-}
 
 /* Runs plan s on the engine under `policy` and compares with the reference. */
 static void check_plan(const char *what, const bsipipe_schedule_t *s, const char *policy)
@@ -76,7 +54,7 @@ static void check_plan(const char *what, const bsipipe_schedule_t *s, const char
           "reference run");
     if (rc == 0) {
         bsipipe_engine_grads(e, g);
-        double err = grad_error(dims, g, bsipipe_ref_trainer_grads(ref));
+        double err = grad_error(dims, g, bsipipe_ref_trainer_grads(ref), NULL, 0);
         double tol = 8.0 * pc->m * pc->k * FLT_EPSILON;
         printf("%-34s %-8s loss %.7f ref %.7f  grad max rel diff %.2e\n", what, policy, loss, ref_loss, err);
         CHECK(fabs(loss - ref_loss) <= 4 * tol * fabs(ref_loss), "%s/%s: loss %.9f vs %.9f", what, policy, loss,

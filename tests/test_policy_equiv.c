@@ -23,6 +23,7 @@
 #include "kernels/reference_trainer.h"
 #include "graph/bsipipe_error.h"
 #include "tests/check.h"
+#include "tests/grad_check.h"
 #include "tests/test_data.h"
 
 #include <float.h>
@@ -32,31 +33,6 @@
 #include <unistd.h>
 
 static const bsipipe_model_dims_t gpt = {BSIPIPE_MODEL_GPT, 8, 32, 2, 64, 64, 32};
-
-/* Largest |a-b| relative to max|b|, per tensor: the worst ratio. */
-static double grad_error(const bsipipe_model_dims_t *d, const float *a, const float *b)
-{
-    int nt = bsipipe_model_tensors(d, NULL, 0);
-    bsipipe_tensor_info_t *ti = malloc(sizeof *ti * (size_t)nt);
-    bsipipe_model_tensors(d, ti, nt);
-    double err = 0;
-    for (int i = 0; i < nt; i++) {
-        long n = (long)ti[i].rows * ti[i].cols;
-        double diff = 0, big = 0;
-        for (long j = 0; j < n; j++) {
-            double x = a[ti[i].offset + j], y = b[ti[i].offset + j];
-            if (!(fabs(x - y) <= diff))
-                diff = fabs(x - y); /* NaN sticks */
-            if (fabs(y) > big)
-                big = fabs(y);
-        }
-        double r = big > 0 ? diff / big : diff;
-        if (!(r <= err))
-            err = r;
-    }
-    free(ti);
-    return err;
-}
 
 /* One equivalence run of `kind` under `policy`; any_policy bypasses the
  * allow-list (probe). */
@@ -91,7 +67,7 @@ static void check_one(bsipipe_schedule_kind_t kind, const char *policy, int any_
                                                &ref_loss) == 0, "reference run");
     if (rc == 0) {
         bsipipe_engine_grads(e, g);
-        double err = grad_error(&gpt, g, bsipipe_ref_trainer_grads(ref));
+        double err = grad_error(&gpt, g, bsipipe_ref_trainer_grads(ref), NULL, 0);
         double tol = 8.0 * pc.m * pc.k * FLT_EPSILON;
         printf("  %-8s %-16s loss %.7f ref %.7f  grad max rel diff %.2e\n", kn, policy, loss, ref_loss, err);
         CHECK(fabs(loss - ref_loss) <= 4 * tol * fabs(ref_loss), "%s/%s loss %.9f vs %.9f", kn, policy, loss,
