@@ -36,6 +36,7 @@
 /* kernels (plain C): model shapes, CPU kernels, the sequential reference trainer */
 #include "kernels/bsipipe_model.h"
 #include "kernels/bsipipe_kernels.h"
+#include "kernels/bsipipe_tp.h"
 #include "kernels/reference_trainer.h"
 #include "kernels/cuda/bsipipe_cuda_probe.h"
 

@@ -109,7 +109,8 @@ standalone_build() {
         set -e
         cd "$b"
         for f in kernels/cpu/model_dims.c kernels/cpu/config.c kernels/cpu/kernels_f32.c \
-                 kernels/cpu/kernels_f64.c kernels/cuda/devcheck/cblas_naive.c; do
+                 kernels/cpu/kernels_f64.c kernels/cpu/tp_common.c graph/bsipipe_error.c \
+                 kernels/cuda/devcheck/cblas_naive.c; do
             $cc $cflags $omp -c "$ROOT/$f" -o "$(basename "$f" .c).o" &
         done
         $cc $cflags -c "$ROOT/tests/test_cuda_kernels.c" -o test_cuda_kernels.o &
@@ -135,8 +136,8 @@ standalone_build() {
             fi
         done
         case $libs in *libcublas.so.*) cublas= ;; *) cublas=-lcublas ;; esac
-        objs="model_dims.o config.o kernels_f32.o kernels_f64.o cblas_naive.o probe.o cuda_kernels.o
-              cuda_attention_tc.o"
+        objs="model_dims.o config.o kernels_f32.o kernels_f64.o tp_common.o bsipipe_error.o
+              cblas_naive.o probe.o cuda_kernels.o cuda_attention_tc.o"
         for t in test_cuda_kernels test_cuda_bench test_cuda_probe; do
             # shellcheck disable=SC2086
             "$NVCC" -o $t $t.o $objs $libs $cublas ${omp:+-Xcompiler $omp} -lm -lpthread -ldl

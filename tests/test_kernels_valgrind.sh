@@ -10,4 +10,4 @@ export OPENBLAS_NUM_THREADS=1
 # valgrind emulates no AVX-512: let OpenBLAS pick its kernels from the
 # (virtual) CPU valgrind reports rather than a forced core type
 unset OPENBLAS_CORETYPE
-valgrind_tests test_kernel_errors test_kernel_grad test_kernel_split test_kernel_torch
+valgrind_tests test_kernel_errors test_kernel_grad test_kernel_split test_kernel_torch test_kernel_tp

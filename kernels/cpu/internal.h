@@ -45,4 +45,25 @@ void bsipipe__attention_tiles(int head_dim, int *bq, int *bk);
  * nonzero value returned by fn (in index order), else 0. */
 int bsipipe__parallel_for(int n, int (*fn)(void *ctx, int i), void *ctx);
 
+/* Tensor parallelism (tp_common.c): the same layouts for one rank's shard of
+ * degree `size` (see bsipipe_tp.h; the stash's x n1 x2 n2 s1 s2 are the
+ * rank's token slice, the rest its heads / FFN columns). */
+struct bsipipe_tp_work_off { long gath, gdy, part, red, dx2, dy, seg, total; };
+struct bsipipe_tp_head_work_off { long ce, gath, logits, part, xn, red, st, total; };
+struct bsipipe_tp_tensor_info;
+void bsipipe__tp_layer_off(const bsipipe_model_dims_t *d, int size, struct bsipipe_layer_off *o);
+void bsipipe__tp_embed_off(const bsipipe_model_dims_t *d, int size, struct bsipipe_embed_off *o);
+void bsipipe__tp_head_off(const bsipipe_model_dims_t *d, int size, struct bsipipe_head_off *o);
+void bsipipe__tp_stash_off(const bsipipe_model_dims_t *d, int size, int len,
+                           struct bsipipe_stash_off *o);
+long bsipipe__tp_seg_work(const bsipipe_model_dims_t *d, int size, int len);
+void bsipipe__tp_work_off(const bsipipe_model_dims_t *d, int size, int len,
+                          struct bsipipe_tp_work_off *o);
+void bsipipe__tp_head_work_off(const bsipipe_model_dims_t *d, int size, int len,
+                               struct bsipipe_tp_head_work_off *o);
+/* Tensors of one part (-1 embed, a layer, L head), offsets relative to the
+ * part (shard and full); t has room for 8. Returns the count. */
+int bsipipe__tp_part_tensors(const bsipipe_model_dims_t *d, int size, int part,
+                             struct bsipipe_tp_tensor_info *t);
+
 #endif
