@@ -55,7 +55,7 @@ static void fill(float *p, size_t n, unsigned s, float scale)
 
 /* the block's matrix products (forward, dX, dW of every linear), timed as
  * plain sgemm calls: the ceiling for the linear part of the block */
-static double sgemm_rate(const bsipipe_model_dims_t *d, int k, const int *st, int reps)
+static double sgemm_rate(const bsipipe_model_dims_t *d, int k, const int *st, int reps, double *secs)
 {
     int h = d->hidden, f = d->ffn_hidden;
     int a1 = d->family == BSIPIPE_MODEL_GPT ? f : 2 * f;
@@ -89,11 +89,12 @@ static double sgemm_rate(const bsipipe_model_dims_t *d, int k, const int *st, in
     free(A);
     free(B);
     free(C);
+    *secs = best;
     return fl / best * 1e-9;
 }
 
 /* attention alone (forward + backward of every piece) */
-static double attn_rate(const bsipipe_model_dims_t *d, int k, const int *st, int reps)
+static double attn_rate(const bsipipe_model_dims_t *d, int k, const int *st, int reps, double *secs)
 {
     int h = d->hidden, H = d->n_heads, S = d->seq_len;
     size_t sz = (size_t)S * h;
@@ -125,6 +126,7 @@ static double attn_rate(const bsipipe_model_dims_t *d, int k, const int *st, int
             best = t;
     }
     free(q); free(kk); free(v); free(o); free(dq); free(dk); free(dv); free(lse);
+    *secs = best;
     return fl / best * 1e-9;
 }
 
@@ -159,32 +161,43 @@ static const char *find_python(const char *script)
     return NULL;
 }
 
-/* -1: not available; -2: skipped (memory) */
-static double torch_time(const char *py, const char *script, const bsipipe_model_dims_t *d,
-                         int threads, int reps)
+/* PyTorch's side of one size: the block, attention alone and the matrix
+ * products alone (best seconds; -1: not available, -2: skipped for memory),
+ * and what it ran. */
+typedef struct torch_result {
+    double block, attn, gemm;
+    char version[32], path[32];
+} torch_result_t;
+
+static torch_result_t torch_time(const char *py, const char *script, const bsipipe_model_dims_t *d,
+                                 int threads, int reps)
 {
+    torch_result_t t = {-1, -1, -1, "", ""};
     char cmd[2048], line[256];
-    double best = -1, med;
-    /* [H, S, S] fp32 scores: logits, masked, softmax, and grads ~ 5 copies */
-    double need_kb = 5.0 * d->n_heads * (double)d->seq_len * d->seq_len * 4 / 1024;
-    long avail = mem_available();
+    double med;
     if (!py)
-        return -1;
-    if (avail > 0 && need_kb > 0.7 * avail)
-        return -2;
+        return t;
     snprintf(cmd, sizeof cmd,
              "%s '%s' --seq %d --hidden %d --heads %d --ffn %d --family %s --threads %d "
-             "--reps %d 2>&1",
+             "--reps %d --mem-kb %ld 2>&1",
              py, script, d->seq_len, d->hidden, d->n_heads, d->ffn_hidden,
-             d->family == BSIPIPE_MODEL_GPT ? "gpt" : "llama", threads, reps);
+             d->family == BSIPIPE_MODEL_GPT ? "gpt" : "llama", threads, reps, mem_available());
     FILE *p = popen(cmd, "r");
     if (!p)
-        return -1;
-    while (fgets(line, sizeof line, p))
-        if (sscanf(line, "torch_seconds %lf %lf", &best, &med) < 1)
+        return t;
+    while (fgets(line, sizeof line, p)) {
+        if (sscanf(line, "torch_seconds %lf %lf", &t.block, &med) == 2 ||
+            sscanf(line, "torch_attn_seconds %lf %lf", &t.attn, &med) == 2 ||
+            sscanf(line, "torch_gemm_seconds %lf %lf", &t.gemm, &med) == 2 ||
+            sscanf(line, "torch_version %31s", t.version) == 1 || sscanf(line, "torch_attention %31s", t.path) == 1)
+            continue;
+        if (strncmp(line, "torch_skipped", 13) == 0)
+            t.block = -2;
+        else
             fprintf(stderr, "  [torch] %s", line);
+    }
     pclose(p);
-    return best;
+    return t;
 }
 
 /* OpenBLAS's kernel family, when the BLAS is OpenBLAS (looked up at run time
@@ -295,9 +308,10 @@ int main(int argc, char **argv)
            strcasecmp(blas_core(), "prescott") ? ""
                : " (CPU unknown to OpenBLAS: SSE3 kernels; try OPENBLAS_CORETYPE=Haswell "
                  "or SkylakeX, which applies to PyTorch's OpenBLAS as well)");
-    printf("%6s %-18s %8s %8s %9s | %11s %10s | %8s %9s %7s\n", "seq", "pieces", "GFLOP",
-           "time_s", "GFLOP/s", "sgemm GF/s", "attn GF/s", "torch_s", "torch GF/s",
-           "ratio");
+    printf("%6s %-18s %8s %8s %9s | %11s %10s %7s %7s | %8s %9s %7s %7s %7s\n", "seq", "pieces", "GFLOP",
+           "time_s", "GFLOP/s", "sgemm GF/s", "attn GF/s", "attn_s", "rest_s", "torch_s", "torch GF/s", "attn_s",
+           "rest_s", "ratio");
+    int torch_said = 0;
     for (char *tok = strtok(seqs, ","); tok; tok = strtok(NULL, ",")) {
         bsipipe_model_dims_t d = {fam, 1, hidden, heads, ffn, 256, (int)strtol(tok, NULL, 10)};
         int *st = xalloc(sizeof(int) * (size_t)(k + 1)), rc;
@@ -356,21 +370,32 @@ int main(int argc, char **argv)
         }
         free(P); free(G); free(stash); free(kvb); free(dkv); free(work); free(x); free(y);
         free(dy); free(sto);
-        double sg = sgemm_rate(&d, k, st, reps), at = attn_rate(&d, k, st, reps);
-        double tt = torch_time(py, script, &d, threads, reps);
+        double gemm_s, attn_s;
+        double sg = sgemm_rate(&d, k, st, reps, &gemm_s), at = attn_rate(&d, k, st, reps, &attn_s);
+        torch_result_t tr = torch_time(py, script, &d, threads, reps);
+        double tt = tr.block;
+        if (tr.version[0] && !torch_said) {
+            printf("# PyTorch %s, attention: %s%s\n", tr.version, tr.path,
+                   strcmp(tr.path, "sdpa") == 0 ? " (F.scaled_dot_product_attention, is_causal=True)"
+                                                : " (masked softmax: materialised [H,S,S] scores; torch 1.x)");
+            torch_said = 1;
+        }
         snprintf(pieces, sizeof pieces, "%d", st[0]);
         for (int j = 1; j <= k; j++)
             snprintf(pieces + strlen(pieces), sizeof pieces - strlen(pieces), ",%d", st[j]);
-        printf("%6d %-18s %8.1f %8.3f %9.1f | %11.1f %10.1f | ", S, pieces, fl * 1e-9, best,
-               fl / best * 1e-9, sg, at);
+        /* rest: the block's time outside its matrix products and attention
+         * (norms, activations, residuals, copies) */
+        printf("%6d %-18s %8.1f %8.3f %9.1f | %11.1f %10.1f %7.3f %7.3f | ", S, pieces, fl * 1e-9, best,
+               fl / best * 1e-9, sg, at, attn_s, best - gemm_s - attn_s);
         if (tt > 0)
-            printf("%8.3f %9.1f %7.2f\n", tt, fl / tt * 1e-9, tt / best);
+            printf("%8.3f %9.1f %7.3f %7.3f %7.2f\n", tt, fl / tt * 1e-9, tr.attn,
+                   tr.gemm > 0 && tr.attn > 0 ? tt - tr.gemm - tr.attn : -1.0, tt / best);
         else
-            printf("%8s %9s %7s\n", tt == -2 ? "skip:mem" : "n/a", "-", "-");
+            printf("%8s %9s %7s %7s %7s\n", tt == -2 ? "skip:mem" : "n/a", "-", "-", "-", "-");
         fflush(stdout);
         free(st);
     }
-    printf("# ratio = PyTorch time / bsipipe time (> 1: bsipipe faster); torch runs the whole "
-           "sequence with materialised [H,S,S] scores\n");
+    printf("# ratio = PyTorch time / bsipipe time (> 1: bsipipe faster); torch runs the whole sequence; "
+           "attn_s: attention alone, rest_s: block - matrix products alone - attention alone\n");
     return 0;
 }
