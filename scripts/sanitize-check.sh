@@ -34,7 +34,9 @@ tests="tests/test_partition tests/test_config tests/test_schedules tests/test_co
        tests/test_kernel_split tests/test_checkpoint tests/test_plan_cli.sh tests/test_train_cli.sh
        tests/test_train_robust.sh tests/test_version_cli.sh tests/test_engine_run tests/test_transport_data
        tests/test_transport_rendezvous tests/test_transport_deadlock tests/test_transport_reset
-       tests/test_policy_order tests/test_engine_starpu_running tests/test_blas_threads"
+       tests/test_policy_order tests/test_engine_starpu_running tests/test_blas_threads
+       tests/test_plan_import tests/test_plan_json_cli.sh tests/test_tp_cost tests/test_kernel_tp
+       tests/test_critical_path"
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 echo "== sanitize-check: running $(echo $tests | wc -w) tests under ASan+UBSan"
