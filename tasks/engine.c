@@ -473,7 +473,7 @@ static int plan_priorities(bsipipe_engine_t *e)
              * forwards before sending one activation (1F1B: bubble 56 -> 65%). */
             e->prio[d][i] = ops[i].kind == BSIPIPE_OP_SEND || ops[i].kind == BSIPIPE_OP_RECV
                                 ? hi
-                                : lo + (top > 0 ? (int)lround((double)(hi - lo) * rp[j] / top) : 0);
+                                : (int)lround((double)lo + (top > 0 ? ((double)hi - (double)lo) * rp[j] / top : 0));
     }
     free(rp);
     return 0;
