@@ -64,6 +64,7 @@ PACKAGES=(
     build-essential autoconf automake libtool pkg-config
     libhwloc-dev hwloc
     libjansson-dev  # JSON plans (bsipipe_schedule_import_json)
+    zlib1g-dev  # crc32 of checkpoints (tasks/engine_checkpoint.c)
     libopenmpi-dev openmpi-bin
     libopenblas-dev
     libfxt-dev
