@@ -253,7 +253,7 @@ static int show(const options_t *o, bsipipe_schedule_t *s, const bsipipe_cost_mo
         FILE *f = fopen(o->svg, "w");
         char title[160];
         snprintf(title, sizeof title, "%s  w=%d p=%d k=%d m=%d", name, pc.w, pc.p, pc.k, pc.m);
-        if (!f || bsipipe_draw_svg(f, s, r, title) < 0 || fclose(f) != 0) {
+        if (!f || bsipipe_draw_svg_time(f, s, r, title, !cost->unit) < 0 || fclose(f) != 0) {
             fprintf(stderr, "bsipipe-plan: cannot write SVG '%s'\n", o->svg);
             status = 1;
         } else if (!o->json) {

@@ -71,6 +71,7 @@ PACKAGES=(
     dpkg-dev
     python3 valgrind
     pajeng  # pj_dump: tests/test_trace.sh reads every traced run's paje.trace with it
+    graphviz  # dot: tests/test_trace.sh renders a traced run's dag.dot
     # StarPU build dependencies (the subset our configuration uses)
     libnuma-dev
     ca-certificates

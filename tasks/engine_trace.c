@@ -398,6 +398,234 @@ static int rewrite_paje(const char *dir)
     return 0;
 }
 
+/* ---- dag.dot: the engine's ops only --------------------------------------------------- */
+
+/* StarPU's dag.dot holds every task: two thirds of them are the runtime's
+ * own (data acquire/release callbacks, sync tasks) plus a node per tag,
+ * which makes the graph slow to lay out and hard to read. filter_dag keeps
+ * the engine's ops (a label that starts with an op kind, see name_color)
+ * and turns every path through a dropped node into a direct edge, so the
+ * dependencies between ops stay; BSIPIPE_TRACE_DAG=full keeps StarPU's
+ * graph as it wrote it. */
+typedef struct dag_node {
+    char *id, *label; /* label NULL: not an op (dropped) */
+    int *succ, n_succ, cap_succ;
+    int stamp;
+} dag_node_t;
+
+typedef struct dag {
+    dag_node_t *v;
+    int n, cap;
+    int *slot; /* open-addressing hash of ids into v: -1 empty */
+    size_t n_slot;
+} dag_t;
+
+static size_t dag_hash(const char *s)
+{
+    size_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static int dag_grow_hash(dag_t *g)
+{
+    size_t ns = g->n_slot ? 2 * g->n_slot : 4096;
+    int *sl = malloc(ns * sizeof *sl);
+    if (!sl)
+        return -ENOMEM;
+    for (size_t i = 0; i < ns; i++)
+        sl[i] = -1;
+    for (int i = 0; i < g->n; i++) {
+        size_t h = dag_hash(g->v[i].id) & (ns - 1);
+        while (sl[h] >= 0)
+            h = (h + 1) & (ns - 1);
+        sl[h] = i;
+    }
+    free(g->slot);
+    g->slot = sl;
+    g->n_slot = ns;
+    return 0;
+}
+
+/* The node of `id` (added if new), or -ENOMEM. */
+static int dag_node(dag_t *g, const char *id, size_t len)
+{
+    if ((size_t)g->n * 2 >= g->n_slot && dag_grow_hash(g) < 0)
+        return -ENOMEM;
+    char key[256];
+    snprintf(key, sizeof key, "%.*s", (int)(len < sizeof key ? len : sizeof key - 1), id);
+    size_t h = dag_hash(key) & (g->n_slot - 1);
+    for (; g->slot[h] >= 0; h = (h + 1) & (g->n_slot - 1))
+        if (strcmp(g->v[g->slot[h]].id, key) == 0)
+            return g->slot[h];
+    if (g->n == g->cap) {
+        int nc = g->cap ? 2 * g->cap : 1024;
+        dag_node_t *nv = realloc(g->v, (size_t)nc * sizeof *nv);
+        if (!nv)
+            return -ENOMEM;
+        g->v = nv;
+        g->cap = nc;
+    }
+    dag_node_t *x = &g->v[g->n];
+    memset(x, 0, sizeof *x);
+    if (!(x->id = strdup(key)))
+        return -ENOMEM;
+    g->slot[h] = g->n;
+    return g->n++;
+}
+
+static int dag_edge(dag_t *g, int a, int b)
+{
+    dag_node_t *x = &g->v[a];
+    if (x->n_succ == x->cap_succ) {
+        int nc = x->cap_succ ? 2 * x->cap_succ : 4;
+        int *ns = realloc(x->succ, (size_t)nc * sizeof *ns);
+        if (!ns)
+            return -ENOMEM;
+        x->succ = ns;
+        x->cap_succ = nc;
+    }
+    x->succ[x->n_succ++] = b;
+    return 0;
+}
+
+static void dag_free(dag_t *g)
+{
+    for (int i = 0; i < g->n; i++) {
+        free(g->v[i].id);
+        free(g->v[i].label);
+        free(g->v[i].succ);
+    }
+    free(g->v);
+    free(g->slot);
+}
+
+/* One line of StarPU's dag.dot: `"a"->"b"->"c" [attrs]` (edges between
+ * consecutive ids) or `"a" [ ... label="...", ...]` (a node); anything
+ * else (the graph's header, braces) is skipped. */
+static int dag_parse_line(dag_t *g, const char *line)
+{
+    const char *p = line + strspn(line, " \t");
+    int prev = -1, n_ids = 0;
+    while (*p == '"') {
+        const char *q = strchr(p + 1, '"');
+        if (!q)
+            return 0;
+        int id = dag_node(g, p + 1, (size_t)(q - p - 1));
+        if (id < 0)
+            return id;
+        if (prev >= 0 && dag_edge(g, prev, id) < 0)
+            return -ENOMEM;
+        prev = id;
+        n_ids++;
+        p = q + 1;
+        if (strncmp(p, "->", 2) != 0)
+            break;
+        p += 2;
+    }
+    const char *lab = n_ids == 1 ? strstr(p, "label=\"") : NULL;
+    if (lab) {
+        lab += 7;
+        const char *end = strchr(lab, '"');
+        dag_node_t *x = &g->v[prev];
+        if (end && !x->label) {
+            char name[256];
+            snprintf(name, sizeof name, "%.*s", (int)(end - lab < 255 ? end - lab : 255), lab);
+            if (name_color(name) && !(x->label = strdup(name)))
+                return -ENOMEM;
+        }
+    }
+    return 0;
+}
+
+/* Every op reachable from op u through dropped nodes only (u's stamp marks
+ * the nodes seen), written as an edge. */
+static int dag_write_edges(dag_t *g, int u, FILE *out, int *stack)
+{
+    int top = 0;
+    g->v[u].stamp = u + 1;
+    for (int i = 0; i < g->v[u].n_succ; i++)
+        stack[top++] = g->v[u].succ[i];
+    while (top > 0) {
+        int w = stack[--top];
+        dag_node_t *x = &g->v[w];
+        if (x->stamp == u + 1)
+            continue;
+        x->stamp = u + 1;
+        if (x->label) {
+            fprintf(out, "\t\"%s\" -> \"%s\"\n", g->v[u].id, x->id);
+            continue;
+        }
+        for (int i = 0; i < x->n_succ; i++)
+            if (g->v[x->succ[i]].stamp != u + 1)
+                stack[top++] = x->succ[i]; /* each node pushed at most once per edge into it */
+    }
+    return 0;
+}
+
+static int filter_dag(const char *dir)
+{
+    const char *mode = getenv("BSIPIPE_TRACE_DAG");
+    if (mode && strcmp(mode, "full") == 0)
+        return 0;
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/dag.dot", dir);
+    snprintf(tmp, sizeof tmp, "%s/.dag.dot.%ld.tmp", dir, (long)getpid());
+    FILE *in = fopen(path, "r");
+    if (!in)
+        return 0; /* the tool did not write one: nothing to filter */
+    dag_t g = {0};
+    char *line = NULL;
+    size_t cap = 0;
+    int rc = 0;
+    while (rc == 0 && getline(&line, &cap, in) > 0)
+        rc = dag_parse_line(&g, line);
+    free(line);
+    int rerr = ferror(in);
+    fclose(in);
+    long n_edges = 0;
+    for (int i = 0; i < g.n; i++)
+        n_edges += g.v[i].n_succ;
+    int *stack = rc == 0 ? malloc((size_t)(n_edges + 1) * sizeof *stack) : NULL;
+    if (rc == 0 && !stack)
+        rc = -ENOMEM;
+    FILE *out = rc == 0 && !rerr ? fopen(tmp, "w") : NULL;
+    if (rc == 0 && !rerr && !out)
+        rc = -errno;
+    if (out) {
+        fputs("digraph G {\n\t/* the engine's ops only (BSIPIPE_TRACE_DAG=full keeps StarPU's whole graph); "
+              "an edge through StarPU's own tasks or tags is drawn directly */\n"
+              "\trankdir=LR;\n\tnode [shape=box, style=filled, fontname=\"sans-serif\"];\n", out);
+        for (int i = 0; i < g.n; i++)
+            if (g.v[i].label) {
+                unsigned c = name_color(g.v[i].label);
+                int dark = ((c >> 16) * 299 + ((c >> 8) & 0xff) * 587 + (c & 0xff) * 114) / 1000 < 128;
+                fprintf(out, "\t\"%s\" [label=\"%s\", fillcolor=\"#%06x\"%s]\n", g.v[i].id, g.v[i].label, c,
+                        dark ? ", fontcolor=white" : "");
+            }
+        for (int i = 0; i < g.n; i++)
+            if (g.v[i].label)
+                dag_write_edges(&g, i, out, stack);
+        fputs("}\n", out);
+    }
+    free(stack);
+    dag_free(&g);
+    if (rc < 0 || rerr) {
+        if (out)
+            fclose(out);
+        unlink(tmp);
+        int err = rc < 0 ? -rc : EIO;
+        return bsipipe_error_set(-err, "trace: cannot filter '%s': %s", path, strerror(err));
+    }
+    if (fclose(out) != 0 || rename(tmp, path) != 0) {
+        int err = errno ? errno : EIO;
+        unlink(tmp);
+        return bsipipe_error_set(-err, "trace: cannot rewrite '%s': %s", path, strerror(err));
+    }
+    return 0;
+}
+
 int bsipipe_trace_end(const char *dir)
 {
     restore_env();
@@ -446,7 +674,8 @@ int bsipipe_trace_end(const char *dir)
         return bsipipe_error_set(-EIO, "trace: %s -i %s -d %s failed (%s %d); see %s", tool, raw, dir,
                                  WIFEXITED(status) ? "exit status" : "signal",
                                  WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), log);
-    return rewrite_paje(dir);
+    rc = rewrite_paje(dir);
+    return rc < 0 ? rc : filter_dag(dir);
 #endif
 }
 
@@ -622,6 +851,50 @@ static int write_json(bsipipe_engine_t *e, const char *dir, const measured_t *m,
                     tensors[op->tensor < 3 ? op->tensor : 0], d, i, rec[i].worker, rec[i].seq);
         }
     }
+    /* Flow arrows (Perfetto, chrome://tracing): each SEND to its RECV, a
+     * flow start ("s") inside the SEND's slice and its end ("f", bound to
+     * the enclosing slice) inside the RECV's, with the channel as the id. */
+    int nch = bsipipe_schedule_n_channels(s);
+    double *recv_ts = nch > 0 ? malloc((size_t)nch * sizeof *recv_ts) : NULL;
+    int *recv_tid = nch > 0 ? malloc((size_t)nch * sizeof *recv_tid) : NULL;
+    if (nch > 0 && (!recv_ts || !recv_tid)) {
+        free(recv_ts);
+        free(recv_tid);
+        fclose(f);
+        return bsipipe_error_set(-ENOMEM, "trace: out of memory");
+    }
+    for (int c = 0; c < nch; c++)
+        recv_tid[c] = -1;
+    for (int pass = 0; pass < 2; pass++)
+        for (int d = 0; d < W; d++) {
+            int n;
+            const bsipipe_op_t *ops = bsipipe_schedule_device_ops(s, d, &n);
+            const bsipipe_engine_op_record_t *rec;
+            bsipipe_engine_records(e, d, &rec, &n);
+            for (int i = 0; i < n; i++) {
+                const bsipipe_op_t *op = &ops[i];
+                int c = op->channel;
+                if (c < 0 || c >= nch || op->kind != (pass ? BSIPIPE_OP_SEND : BSIPIPE_OP_RECV))
+                    continue;
+                int tid = d;
+                for (int x = 0; x < W; x++)
+                    if (e->workerid[x] == rec[i].worker)
+                        tid = x;
+                double mid = (m->r.op_start[d][i] + m->r.op_end[d][i]) * 0.5e6;
+                if (!pass) {
+                    recv_ts[c] = mid;
+                    recv_tid[c] = tid;
+                } else if (recv_tid[c] >= 0) {
+                    const char *t = tensors[op->tensor < 3 ? op->tensor : 0];
+                    fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"transfer\", \"ph\": \"s\", \"id\": %d, \"pid\": 0, "
+                               "\"tid\": %d, \"ts\": %.3f},\n{\"name\": \"%s\", \"cat\": \"transfer\", \"ph\": \"f\", "
+                               "\"bp\": \"e\", \"id\": %d, \"pid\": 0, \"tid\": %d, \"ts\": %.3f}",
+                            t, c, tid, mid, t, c, recv_tid[c], recv_ts[c]);
+                }
+            }
+        }
+    free(recv_ts);
+    free(recv_tid);
     fputs("\n],\n\"displayTimeUnit\": \"ms\",\n\"otherData\": {\"format\": \"bsipipe-trace/1\", \"config\": ", f);
     json_string(f, cfg);
     fprintf(f, ", \"schedule\": \"%s\", \"w\": %d, \"p\": %d, \"k\": %d, \"m\": %d, \"iteration\": \"last\", "
@@ -632,33 +905,100 @@ static int write_json(bsipipe_engine_t *e, const char *dir, const measured_t *m,
     return close_out(f, path, 0);
 }
 
+/* Draws an SVG timeline into DIR/name and into *text (for index.html;
+ * the caller frees it). */
 static int write_svg(const bsipipe_schedule_t *s, const bsipipe_sim_result_t *r, const char *dir, const char *name,
-                     const char *title)
+                     const char *title, int seconds, char **text)
 {
+    size_t len = 0;
+    *text = NULL;
+    FILE *m = open_memstream(text, &len);
+    if (!m)
+        return bsipipe_error_set(-ENOMEM, "trace: out of memory");
+    int rc = bsipipe_draw_svg_time(m, s, r, title, seconds);
+    if (fclose(m) != 0 && rc == 0)
+        rc = bsipipe_error_set(-ENOMEM, "trace: out of memory");
+    if (rc < 0)
+        return rc;
     char path[4200];
     int orc = 0;
     FILE *f = open_out(dir, name, path, sizeof path, &orc);
     if (!f)
         return orc;
-    return close_out(f, path, bsipipe_draw_svg(f, s, r, title));
+    fputs(*text, f);
+    return close_out(f, path, 0);
+}
+
+/* index.html: both timelines inline (so their boxes' titles show on hover),
+ * each in a scrolling view with zoom buttons, zoom at the pointer with the
+ * wheel and pan by dragging: plain inline JavaScript, nothing downloaded. */
+static const char index_script[] =
+    "<script>\n"
+    "document.querySelectorAll('.timeline').forEach(function (box) {\n"
+    "  var view = box.querySelector('.view'), svg = view.querySelector('svg'), shown = box.querySelector('.zoom');\n"
+    "  var z = 1, drag = null;\n"
+    "  function zoom(f, cx, cy) {\n"
+    "    var r = view.getBoundingClientRect();\n"
+    "    if (cx === undefined) { cx = r.width / 2; cy = r.height / 2; }\n"
+    "    var x = (view.scrollLeft + cx) / z, y = (view.scrollTop + cy) / z;\n"
+    "    z = f === 0 ? 1 : Math.min(200, Math.max(1, z * f));\n"
+    "    svg.style.width = (100 * z) + '%';\n"
+    "    view.scrollLeft = x * z - cx; view.scrollTop = y * z - cy;\n"
+    "    shown.textContent = Math.round(100 * z) + '%';\n"
+    "  }\n"
+    "  box.querySelectorAll('button').forEach(function (b) {\n"
+    "    b.onclick = function () { zoom(parseFloat(b.dataset.f)); };\n"
+    "  });\n"
+    "  view.addEventListener('wheel', function (e) {\n"
+    "    e.preventDefault();\n"
+    "    var r = view.getBoundingClientRect();\n"
+    "    zoom(e.deltaY < 0 ? 1.25 : 0.8, e.clientX - r.left, e.clientY - r.top);\n"
+    "  }, {passive: false});\n"
+    "  view.addEventListener('mousedown', function (e) {\n"
+    "    drag = {x: e.clientX, y: e.clientY, l: view.scrollLeft, t: view.scrollTop}; e.preventDefault();\n"
+    "  });\n"
+    "  window.addEventListener('mousemove', function (e) {\n"
+    "    if (drag) { view.scrollLeft = drag.l - (e.clientX - drag.x); view.scrollTop = drag.t - (e.clientY - drag.y); }\n"
+    "  });\n"
+    "  window.addEventListener('mouseup', function () { drag = null; });\n"
+    "});\n"
+    "</script>\n";
+
+static void index_view(FILE *f, const char *heading, const char *file, const char *svg)
+{
+    fprintf(f, "<div class=\"timeline\">\n<h2>%s</h2>\n<p class=\"bar\"><button data-f=\"0.5\">&minus;</button> "
+               "<button data-f=\"2\">+</button> <button data-f=\"0\">fit</button> <span class=\"zoom\">100%%</span> "
+               "&mdash; wheel: zoom at the pointer; drag: pan; hover a box: its op and times; "
+               "<a href=\"%s\">%s</a></p>\n<div class=\"view\">\n", heading, file, file);
+    fputs(svg, f);
+    fputs("</div>\n</div>\n", f);
 }
 
 static int write_index(const char *dir, const char *cfg, const measured_t *m, double planned_bubble,
-                       const char *cost_name)
+                       const char *cost_name, const char *planned_svg, const char *measured_svg)
 {
     char path[4200];
     int orc = 0;
     FILE *f = open_out(dir, "index.html", path, sizeof path, &orc);
     if (!f)
         return orc;
-    fprintf(f, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>bsipipe trace: %s</title></head>\n"
-               "<body style=\"font-family: sans-serif\">\n<h1>bsipipe trace: %s</h1>\n"
-               "<h2>Planned (%s): bubble %.1f%%</h2>\n<img src=\"planned.svg\" style=\"max-width: 100%%\">\n"
-               "<h2>Measured (StarPU profiling, last iteration): bubble %.1f%%, makespan %.3f ms</h2>\n"
-               "<img src=\"timeline.svg\" style=\"max-width: 100%%\">\n"
-               "<p>Also here: trace.json (ui.perfetto.dev or chrome://tracing), paje.trace (ViTE), dag.dot, "
-               "tasks.rec, trace.rec; see docs/tracing.md.</p>\n</body></html>\n",
-            cfg, cfg, cost_name, 100 * planned_bubble, 100 * m->r.bubble_ratio, m->r.makespan * 1e3);
+    fprintf(f, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>bsipipe trace: %s</title>\n"
+               "<style>\nbody { font-family: sans-serif; }\n"
+               ".view { overflow: auto; max-height: 85vh; border: 1px solid #ccc; cursor: grab; }\n"
+               ".view svg { display: block; width: 100%%; height: auto; }\n.bar { margin: 0.3em 0; }\n"
+               "</style></head>\n<body>\n<h1>bsipipe trace: %s</h1>\n", cfg, cfg);
+    char heading[300];
+    if (planned_svg) {
+        snprintf(heading, sizeof heading, "Planned (%s): bubble %.1f%%", cost_name, 100 * planned_bubble);
+        index_view(f, heading, "planned.svg", planned_svg);
+    }
+    snprintf(heading, sizeof heading, "Measured (StarPU profiling, last iteration): bubble %.1f%%, makespan %.3f ms",
+             100 * m->r.bubble_ratio, m->r.makespan * 1e3);
+    index_view(f, heading, "timeline.svg", measured_svg);
+    fputs("<p>Also here: trace.json (ui.perfetto.dev or chrome://tracing), paje.trace (ViTE), dag.dot, "
+          "tasks.rec, trace.rec; see docs/tracing.md.</p>\n", f);
+    fputs(index_script, f);
+    fputs("</body></html>\n", f);
     return close_out(f, path, 0);
 }
 
@@ -686,17 +1026,20 @@ int bsipipe_engine_trace_write(bsipipe_engine_t *e, const char *dir, const struc
     config_line(e, cfg, sizeof cfg);
     const char *cost_name = cost->unit ? "unit costs" : "FLOPs costs";
     rc = write_json(e, dir, &m, planned_bubble);
+    char *measured_svg = NULL, *planned_svg = NULL;
     if (rc == 0) {
         snprintf(title, sizeof title, "measured: %s, last iteration, makespan %.3f ms%s", cfg, m.r.makespan * 1e3,
                  e->o.emulate_flops > 0 ? " [EMULATED]" : "");
-        rc = write_svg(e->sched, &m.r, dir, "timeline.svg", title);
+        rc = write_svg(e->sched, &m.r, dir, "timeline.svg", title, 1, &measured_svg);
     }
     if (rc == 0 && src == 0) {
         snprintf(title, sizeof title, "planned: %s, %s", cfg, cost_name);
-        rc = write_svg(e->sched, plan, dir, "planned.svg", title);
+        rc = write_svg(e->sched, plan, dir, "planned.svg", title, !cost->unit, &planned_svg);
     }
     if (rc == 0)
-        rc = write_index(dir, cfg, &m, planned_bubble, cost_name);
+        rc = write_index(dir, cfg, &m, planned_bubble, cost_name, planned_svg, measured_svg);
+    free(measured_svg);
+    free(planned_svg);
     bsipipe_sim_result_destroy(plan);
     measured_free(&m);
     if (rc == 0 && src < 0)

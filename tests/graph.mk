@@ -20,3 +20,7 @@ EXTRA_DIST += tests/test_plan_json_cli.sh tests/data/plan-seq1f1b-w2.json
 check_PROGRAMS += tests/test_critical_path
 TESTS += tests/test_critical_path
 tests_test_critical_path_LDADD = libbsipipe.la
+# test_draw_svg: the SVG timeline's frame, axis and merging of sub-pixel ops.
+check_PROGRAMS += tests/test_draw_svg
+TESTS += tests/test_draw_svg
+tests_test_draw_svg_LDADD = libbsipipe.la
