@@ -72,6 +72,7 @@ PACKAGES=(
     python3 valgrind
     pajeng  # pj_dump: tests/test_trace.sh reads every traced run's paje.trace with it
     graphviz  # dot: tests/test_trace.sh renders a traced run's dag.dot
+    vite xvfb xauth librsvg2-bin  # scripts/vite-screenshot.sh (ViTE headless), run by tests/test_trace.sh
     # StarPU build dependencies (the subset our configuration uses)
     libnuma-dev
     ca-certificates

@@ -18,6 +18,8 @@
 #  - dag.dot holds the engine's ops only, each once per iteration, and
 #    Graphviz's dot renders it; with BSIPIPE_TRACE_DAG=full it is StarPU's
 #    whole graph (its data-acquire tasks too);
+#  - ViTE opens paje.trace headlessly (scripts/vite-screenshot.sh: xvfb-run)
+#    with 0 errors and 0 warnings and exports a PNG;
 #  - a bad DIR (a file, or a path under a file) is refused before training.
 # Exit 77 (skip) only when starpu_fxt_tool cannot be found (StarPU without
 # FxT tools); python3 is needed to parse the outputs (setup installs it).
@@ -214,6 +216,10 @@ PY
 "$train" $model $noeval --iters 2 --trace "$tmp/t" >"$tmp/out" 2>&1 || fail "traced run: $(tail -3 "$tmp/out")"
 grep -q "^trace: $tmp/t: paje.trace" "$tmp/out" && ok || fail "no trace summary line: $(tail -2 "$tmp/out")"
 check "$tmp/t" 2 bsipipe bsipipe 1 ops
+# ViTE reads it headlessly without an error or warning and exports a picture.
+if sh "${srcdir:-.}/scripts/vite-screenshot.sh" "$tmp/t" "$tmp/vite.png" 600 >"$tmp/vite.out" 2>&1 &&
+   [ "$(head -c 8 "$tmp/vite.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ]; then ok; else
+    fail "ViTE screenshot: $(tail -3 "$tmp/vite.out")"; fi
 # Another schedule (split backward: W tasks) under a StarPU policy, into a nested new directory.
 # StarPU's whole task graph on request (BSIPIPE_TRACE_DAG=full).
 BSIPIPE_TRACE_DAG=full "$train" $model $noeval --iters 1 --schedule zb-h1 --k 1 --p 1 --policy eager \
