@@ -4,12 +4,14 @@
  *  - StarPU's FxT tracing (StarPU built --with-fxt): bsipipe_trace_begin
  *    points it at the trace directory before starpu_init, starpu_shutdown
  *    writes the raw file, bsipipe_trace_end runs starpu_fxt_tool on it
- *    (paje.trace, dag.dot, tasks.rec, trace.rec ...) and recolours the Paje
- *    task states like the planner's SVG;
+ *    (paje.trace, dag.dot, tasks.rec, trace.rec ...), makes paje.trace
+ *    valid for Paje readers and recolours its task states like the
+ *    planner's SVG, and limits dag.dot to the engine's ops;
  *  - StarPU's profiling information, which the engine keeps per op for the
  *    last iteration (bsipipe_engine_records): bsipipe_engine_trace_write
- *    turns it into Chrome/Perfetto trace events and into the planner's SVG
- *    timeline with measured times, next to the planned one.
+ *    turns it into Chrome/Perfetto trace events (with SEND -> RECV flow
+ *    arrows) and into the planner's SVG timeline with measured times, next
+ *    to the planned one, both inline in a zoomable index.html.
  */
 #include "tasks/engine_internal.h"
 #include "graph/bsipipe_draw.h"
