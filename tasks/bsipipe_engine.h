@@ -362,7 +362,8 @@ int bsipipe_engine_trace_write(bsipipe_engine_t *e, const char *dir, const struc
  * backward dark; transfers grey, SYNC green, STEP dark green) — which also
  * works around StarPU 1.3 writing 0..255 colour components where Paje
  * expects 0..1; then limits DIR/dag.dot to the engine's ops (paths through
- * StarPU's own tasks and tags become direct edges; BSIPIPE_TRACE_DAG=full in
+ * StarPU's own tasks and tags become direct edges, edges implied by others
+ * are left out; BSIPIPE_TRACE_DAG=full in
  * the environment keeps StarPU's graph). The tool is $STARPU_FXT_TOOL, else
  * $STARPU_BINDIR/starpu_fxt_tool, else the one of the StarPU bsipipe was
  * built with, else starpu_fxt_tool on PATH.

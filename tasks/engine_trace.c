@@ -20,6 +20,7 @@
 
 #include <dirent.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -541,9 +542,14 @@ static int dag_parse_line(dag_t *g, const char *line)
     return 0;
 }
 
-/* Every op reachable from op u through dropped nodes only (u's stamp marks
- * the nodes seen), written as an edge. */
-static int dag_write_edges(dag_t *g, int u, FILE *out, int *stack)
+/* The ops reachable from op u through dropped nodes only (u's stamp marks
+ * the nodes seen), as op numbers (op_of) appended to *e. */
+typedef struct dag_edges {
+    int *from, *to;
+    long n, cap;
+} dag_edges_t;
+
+static int dag_collect_edges(dag_t *g, int u, const int *op_of, int *stack, dag_edges_t *e)
 {
     int top = 0;
     g->v[u].stamp = u + 1;
@@ -556,13 +562,87 @@ static int dag_write_edges(dag_t *g, int u, FILE *out, int *stack)
             continue;
         x->stamp = u + 1;
         if (x->label) {
-            fprintf(out, "\t\"%s\" -> \"%s\"\n", g->v[u].id, x->id);
+            if (e->n == e->cap) {
+                long nc = e->cap ? 2 * e->cap : 4096;
+                int *nf = realloc(e->from, (size_t)nc * sizeof *nf);
+                if (nf)
+                    e->from = nf;
+                int *nt = nf ? realloc(e->to, (size_t)nc * sizeof *nt) : NULL;
+                if (!nt)
+                    return -ENOMEM;
+                e->to = nt;
+                e->cap = nc;
+            }
+            e->from[e->n] = op_of[u];
+            e->to[e->n++] = op_of[w];
             continue;
         }
         for (int i = 0; i < x->n_succ; i++)
             if (g->v[x->succ[i]].stamp != u + 1)
-                stack[top++] = x->succ[i]; /* each node pushed at most once per edge into it */
+                stack[top++] = x->succ[i]; /* at most once per edge into a node expanded once */
     }
+    return 0;
+}
+
+/* Transitive reduction: keep[i] = 0 for an edge a -> b when b is also
+ * reachable from another successor of a. The contracted graph repeats what
+ * StarPU's sync and acquire tasks imply (every F and B of an iteration ->
+ * its STEP -> every op of the next): half of the edges of a 3-iteration run,
+ * and those long edges are what makes Graphviz slow (125 s against 1.2 s
+ * without them). Reachability is one bitset per op, so graphs of more than
+ * DAG_REDUCE_MAX ops keep every edge. Edges are sorted by source. */
+enum { DAG_REDUCE_MAX = 16384 };
+
+static int dag_reduce(int n_ops, const dag_edges_t *e, const long *first, unsigned char *keep)
+{
+    for (long i = 0; i < e->n; i++)
+        keep[i] = 1;
+    if (n_ops > DAG_REDUCE_MAX || n_ops == 0)
+        return 0;
+    size_t words = ((size_t)n_ops + 63) / 64;
+    uint64_t *reach = calloc((size_t)n_ops * words, sizeof *reach);
+    int *indeg = calloc((size_t)n_ops, sizeof *indeg), *order = malloc((size_t)n_ops * sizeof *order);
+    if (!reach || !indeg || !order) {
+        free(reach), free(indeg), free(order);
+        return -ENOMEM;
+    }
+    for (long i = 0; i < e->n; i++)
+        indeg[e->to[i]]++;
+    int head = 0, tail = 0;
+    for (int v = 0; v < n_ops; v++)
+        if (!indeg[v])
+            order[tail++] = v;
+    while (head < tail) {
+        int v = order[head++];
+        for (long i = first[v]; i < first[v + 1]; i++)
+            if (--indeg[e->to[i]] == 0)
+                order[tail++] = e->to[i];
+    }
+    if (tail == n_ops) { /* acyclic, as a task graph is: else keep every edge */
+        for (int k = n_ops - 1; k >= 0; k--) {
+            int v = order[k];
+            uint64_t *rv = reach + (size_t)v * words;
+            for (long i = first[v]; i < first[v + 1]; i++) {
+                int w = e->to[i];
+                const uint64_t *rw = reach + (size_t)w * words;
+                for (size_t j = 0; j < words; j++)
+                    rv[j] |= rw[j];
+                rv[w / 64] |= (uint64_t)1 << (w % 64);
+            }
+        }
+        for (int v = 0; v < n_ops; v++)
+            for (long i = first[v]; i < first[v + 1]; i++) {
+                int b = e->to[i];
+                for (long j = first[v]; j < first[v + 1] && keep[i]; j++) {
+                    int c = e->to[j];
+                    if (c != b && (reach[(size_t)c * words + (size_t)b / 64] >> (b % 64) & 1))
+                        keep[i] = 0;
+                }
+            }
+    }
+    free(reach);
+    free(indeg);
+    free(order);
     return 0;
 }
 
@@ -587,31 +667,64 @@ static int filter_dag(const char *dir)
     int rerr = ferror(in);
     fclose(in);
     long n_edges = 0;
-    for (int i = 0; i < g.n; i++)
+    int n_ops = 0;
+    for (int i = 0; i < g.n; i++) {
         n_edges += g.v[i].n_succ;
+        n_ops += g.v[i].label != NULL;
+    }
     int *stack = rc == 0 ? malloc((size_t)(n_edges + 1) * sizeof *stack) : NULL;
-    if (rc == 0 && !stack)
+    int *op_of = rc == 0 ? malloc((size_t)(g.n + 1) * sizeof *op_of) : NULL;
+    int *node_of = rc == 0 ? malloc((size_t)(n_ops + 1) * sizeof *node_of) : NULL;
+    long *first = rc == 0 ? calloc((size_t)n_ops + 2, sizeof *first) : NULL;
+    dag_edges_t e = {0};
+    unsigned char *keep = NULL;
+    if (rc == 0 && (!stack || !op_of || !node_of || !first))
         rc = -ENOMEM;
+    if (rc == 0) {
+        int k = 0;
+        for (int i = 0; i < g.n; i++) {
+            op_of[i] = g.v[i].label ? k : -1;
+            if (g.v[i].label)
+                node_of[k++] = i;
+        }
+        for (int k2 = 0; k2 < n_ops && rc == 0; k2++) { /* sources in op order: edges sorted by source */
+            first[k2] = e.n;
+            rc = dag_collect_edges(&g, node_of[k2], op_of, stack, &e);
+        }
+        first[n_ops] = e.n;
+        keep = rc == 0 ? malloc((size_t)e.n + 1) : NULL;
+        if (rc == 0 && !keep)
+            rc = -ENOMEM;
+        if (rc == 0)
+            rc = dag_reduce(n_ops, &e, first, keep);
+    }
     FILE *out = rc == 0 && !rerr ? fopen(tmp, "w") : NULL;
     if (rc == 0 && !rerr && !out)
         rc = -errno;
     if (out) {
         fputs("digraph G {\n\t/* the engine's ops only (BSIPIPE_TRACE_DAG=full keeps StarPU's whole graph); "
-              "an edge through StarPU's own tasks or tags is drawn directly */\n"
+              "a dependency through StarPU's own tasks or tags is drawn directly, and one implied by "
+              "others is left out */\n"
               "\trankdir=LR;\n\tnode [shape=box, style=filled, fontname=\"sans-serif\"];\n", out);
-        for (int i = 0; i < g.n; i++)
-            if (g.v[i].label) {
-                unsigned c = name_color(g.v[i].label);
-                int dark = ((c >> 16) * 299 + ((c >> 8) & 0xff) * 587 + (c & 0xff) * 114) / 1000 < 128;
-                fprintf(out, "\t\"%s\" [label=\"%s\", fillcolor=\"#%06x\"%s]\n", g.v[i].id, g.v[i].label, c,
-                        dark ? ", fontcolor=white" : "");
-            }
-        for (int i = 0; i < g.n; i++)
-            if (g.v[i].label)
-                dag_write_edges(&g, i, out, stack);
+        for (int k = 0; k < n_ops; k++) {
+            const dag_node_t *x = &g.v[node_of[k]];
+            unsigned c = name_color(x->label);
+            int dark = ((c >> 16) * 299 + ((c >> 8) & 0xff) * 587 + (c & 0xff) * 114) / 1000 < 128;
+            fprintf(out, "\t\"%s\" [label=\"%s\", fillcolor=\"#%06x\"%s]\n", x->id, x->label, c,
+                    dark ? ", fontcolor=white" : "");
+        }
+        for (long i = 0; i < e.n; i++)
+            if (keep[i])
+                fprintf(out, "\t\"%s\" -> \"%s\"\n", g.v[node_of[e.from[i]]].id, g.v[node_of[e.to[i]]].id);
         fputs("}\n", out);
     }
     free(stack);
+    free(op_of);
+    free(node_of);
+    free(first);
+    free(e.from);
+    free(e.to);
+    free(keep);
     dag_free(&g);
     if (rc < 0 || rerr) {
         if (out)

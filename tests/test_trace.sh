@@ -15,8 +15,9 @@
 #    zoom script and refers to nothing outside the directory;
 #  - trace.json has a flow arrow per transfer: "s" inside the SEND's slice,
 #    "f" (same id, bound to the enclosing slice) inside its RECV's;
-#  - dag.dot holds the engine's ops only, each once per iteration, and
-#    Graphviz's dot renders it; with BSIPIPE_TRACE_DAG=full it is StarPU's
+#  - dag.dot holds the engine's ops only, each once per iteration, edges
+#    only between them, acyclic and transitively reduced, and Graphviz's dot
+#    renders it; with BSIPIPE_TRACE_DAG=full it is StarPU's
 #    whole graph (its data-acquire tasks too);
 #  - ViTE opens paje.trace headlessly (scripts/vite-screenshot.sh: xvfb-run)
 #    with 0 errors and 0 warnings and exports a PNG;
@@ -200,8 +201,37 @@ if dag_mode == "ops":
         bad.append("dag.dot holds %d nodes that are not the engine's ops (%s ...)" % (len(others), others[0]))
     if n_ops != iters * len(plan["ops"]):
         bad.append("dag.dot: %d op nodes, expected %d iterations x %d ops" % (n_ops, iters, len(plan["ops"])))
-    if "->" not in open(d + "/dag.dot").read():
+    ids = {n for n, _ in nodes}
+    succ = collections.defaultdict(set)
+    for a, b in re.findall(r'^\s*"([^"]+)" -> "([^"]+)"', open(d + "/dag.dot").read(), re.M):
+        if a not in ids or b not in ids:
+            bad.append("dag.dot: an edge %s -> %s to a node that is not an op" % (a, b))
+        succ[a].add(b)
+    if not succ:
         bad.append("dag.dot has no edge")
+    # Acyclic, and reduced: no edge a -> b where b is reachable from another successor of a.
+    index = {n: i for i, n in enumerate(sorted(ids))}
+    indeg = collections.Counter(b for a in succ for b in succ[a])
+    order, todo = [], [n for n in ids if indeg[n] == 0]
+    while todo:
+        n = todo.pop()
+        order.append(n)
+        for m in succ[n]:
+            indeg[m] -= 1
+            if indeg[m] == 0:
+                todo.append(m)
+    if len(order) != len(ids):
+        bad.append("dag.dot has a cycle")
+    else:
+        reach = {}
+        for n in reversed(order):
+            r = 0
+            for m in succ[n]:
+                r |= 1 << index[m] | reach[m]
+            reach[n] = r
+        implied = sum(1 for a in succ for b in succ[a] if any(c != b and reach[c] >> index[b] & 1 for c in succ[a]))
+        if implied:
+            bad.append("dag.dot: %d edges implied by others (not transitively reduced)" % implied)
 elif not any(l.startswith("_starpu") for l in others) or n_ops == 0:
     bad.append("BSIPIPE_TRACE_DAG=full: dag.dot lacks StarPU's own tasks or the ops")
 for b in bad[:10]:
