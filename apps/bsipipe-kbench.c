@@ -27,6 +27,19 @@
 #ifndef BSIPIPE_KBENCH_TORCH_SCRIPT
 #define BSIPIPE_KBENCH_TORCH_SCRIPT "apps/bsipipe-kbench-torch.py"
 #endif
+#ifndef BSIPIPE_BUILDDIR
+#define BSIPIPE_BUILDDIR ""
+#endif
+#ifndef BSIPIPE_PREFIX
+#define BSIPIPE_PREFIX ""
+#endif
+#ifndef BSIPIPE_BINDIR
+#define BSIPIPE_BINDIR ""
+#endif
+#ifndef BSIPIPE_PKGDATADIR
+#define BSIPIPE_PKGDATADIR ""
+#endif
+#define TORCH_SCRIPT_NAME "bsipipe-kbench-torch.py"
 
 static double now(void)
 {
@@ -142,6 +155,55 @@ static long mem_available(void)
             break;
     fclose(f);
     return kb;
+}
+
+static int readable(const char *path) { return path && *path && access(path, R_OK) == 0; }
+
+/* The PyTorch companion script: $BSIPIPE_KBENCH_TORCH; run from the build
+ * tree, the source tree's; installed, pkgdatadir found from this program's
+ * own directory (bindir's place relative to the prefix), so that a moved
+ * install uses its own copy, then the configured pkgdatadir. NULL when none
+ * is readable; `tried` lists the places looked at. */
+static const char *find_torch_script(char *tried, size_t len)
+{
+    static char path[4096];
+    const char *env = getenv("BSIPIPE_KBENCH_TORCH");
+    tried[0] = '\0';
+    if (env && *env) {
+        snprintf(tried, len, "%s (BSIPIPE_KBENCH_TORCH)", env);
+        return readable(env) ? env : NULL;
+    }
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[n > 0 ? n : 0] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash)
+        *slash = '\0'; /* exe: this program's directory */
+    /* The build tree's program is apps/bsipipe-kbench, or libtool's apps/.libs/ one. */
+    size_t np = strlen(BSIPIPE_PREFIX);
+    int in_build = *BSIPIPE_BUILDDIR && (!strcmp(exe, BSIPIPE_BUILDDIR "/apps") ||
+                                         !strcmp(exe, BSIPIPE_BUILDDIR "/apps/.libs"));
+    const char *cands[3] = {NULL, NULL, NULL};
+    int nc = 0;
+    if (in_build)
+        cands[nc++] = BSIPIPE_KBENCH_TORCH_SCRIPT;
+    else if (np && !strncmp(BSIPIPE_BINDIR, BSIPIPE_PREFIX, np) && !strncmp(BSIPIPE_PKGDATADIR, BSIPIPE_PREFIX, np)) {
+        const char *bin_rel = BSIPIPE_BINDIR + np; /* "/bin" */
+        size_t ne = strlen(exe), nr = strlen(bin_rel);
+        if (ne >= nr && !strcmp(exe + ne - nr, bin_rel)) {
+            snprintf(path, sizeof path, "%.*s%s/" TORCH_SCRIPT_NAME, (int)(ne - nr), exe, BSIPIPE_PKGDATADIR + np);
+            cands[nc++] = path;
+        }
+    }
+    if (!in_build && *BSIPIPE_PKGDATADIR)
+        cands[nc++] = BSIPIPE_PKGDATADIR "/" TORCH_SCRIPT_NAME;
+    for (int i = 0; i < nc; i++) {
+        size_t used = strlen(tried);
+        snprintf(tried + used, len - used, "%s%s", used ? ", " : "", cands[i]);
+        if (readable(cands[i]))
+            return cands[i];
+    }
+    return NULL;
 }
 
 static const char *find_python(const char *script)
@@ -294,16 +356,19 @@ int main(int argc, char **argv)
     }
     if (!ffn)
         ffn = fam == BSIPIPE_MODEL_GPT ? 4 * hidden : (8 * hidden / 3 + 63) / 64 * 64;
-    const char *script = getenv("BSIPIPE_KBENCH_TORCH");
-    if (!script)
-        script = BSIPIPE_KBENCH_TORCH_SCRIPT;
-    const char *py = no_torch ? NULL : find_python(script);
+    char tried[8192];
+    const char *script = find_torch_script(tried, sizeof tried);
+    const char *py = no_torch || !script ? NULL : find_python(script);
     printf("# bsipipe-kbench: one %s block (hidden %d, %d heads, ffn %d) forward+backward, "
            "fp32, k=%d balanced pieces\n# %d attention thread(s); OPENBLAS_NUM_THREADS=%s; "
            "PyTorch: %s\n",
            fam == BSIPIPE_MODEL_GPT ? "GPT" : "LLaMA", hidden, heads, ffn, k, threads,
            getenv("OPENBLAS_NUM_THREADS") ? getenv("OPENBLAS_NUM_THREADS") : "(default)",
-           no_torch ? "disabled" : py ? py : "not found");
+           no_torch ? "disabled" : py ? py : script ? "not found (python3 with torch)" : "no script");
+    if (script)
+        printf("# PyTorch script: %s\n", script);
+    else
+        printf("# PyTorch script: not found (looked at %s)\n", tried[0] ? tried : "nothing: unknown install dirs");
     printf("# OpenBLAS core: %s%s\n", blas_core(),
            strcasecmp(blas_core(), "prescott") ? ""
                : " (CPU unknown to OpenBLAS: SSE3 kernels; try OPENBLAS_CORETYPE=Haswell "

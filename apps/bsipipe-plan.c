@@ -23,6 +23,9 @@ static void usage(FILE *out)
 "Schedule:\n"
 "  --schedule NAME    gpipe 1f1b 1f1b-i zb-h1 chimera terapipe seq1f1b seq1f1b-i\n"
 "                     bsipipe bitpipe, or 'all' (default: all)\n"
+"  --plan FILE        a plan from JSON (--format json's output, or written by\n"
+"                     hand: docs/plan-json.md) instead of --schedule: validated,\n"
+"                     simulated and printed like a preset\n"
 "  --w N  --p N  --k N  --m N  --tp N\n"
 "                     pipeline depth, chunks per device (interleaved schedules;\n"
 "                     others use 1), subsequences (sequence-level schedules;\n"
@@ -263,7 +266,7 @@ static int show(const options_t *o, bsipipe_schedule_t *s, const bsipipe_cost_mo
         FILE *f = fopen(o->svg, "w");
         char title[160];
         snprintf(title, sizeof title, "%s  w=%d p=%d k=%d m=%d", name, pc.w, pc.p, pc.k, pc.m);
-        if (!f || bsipipe_draw_svg(f, s, r, title) < 0 || fclose(f) != 0) {
+        if (!f || bsipipe_draw_svg_time(f, s, r, title, !cost->unit) < 0 || fclose(f) != 0) {
             fprintf(stderr, "bsipipe-plan: cannot write SVG '%s'\n", o->svg);
             status = 1;
         } else if (!o->json) {

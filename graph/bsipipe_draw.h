@@ -19,8 +19,17 @@ int bsipipe_draw_terminal(FILE *out, const bsipipe_schedule_t *s, const bsipipe_
                           int color);
 
 /* SVG: one row per device, boxes labelled "mb.sub" (or "mb"), forward light
- * and backward dark, the down pipe blue and the up pipe orange. */
+ * and backward dark, the down pipe blue and the up pipe orange, under a time
+ * axis with ticks (1, 2 or 5 x 10^n). 1000..1600 px wide with a viewBox, so
+ * viewers can scale it; ops narrower than a pixel are merged with their
+ * neighbours into one-pixel boxes (the box's title counts them) rather than
+ * dropped. Times are in units of the cost model (unit costs). */
 int bsipipe_draw_svg(FILE *out, const bsipipe_schedule_t *s, const bsipipe_sim_result_t *r, const char *title);
+
+/* The same, with the times of `r` in seconds when `seconds` is set (a FLOPs
+ * cost model, or measured times): the axis is labelled in s, ms or us. */
+int bsipipe_draw_svg_time(FILE *out, const bsipipe_schedule_t *s, const bsipipe_sim_result_t *r, const char *title,
+                          int seconds);
 
 /* JSON: config, summary, per-device statistics and every op with its times. */
 int bsipipe_export_json(FILE *out, const bsipipe_schedule_t *s, const bsipipe_sim_result_t *r,

@@ -64,12 +64,15 @@ PACKAGES=(
     build-essential autoconf automake libtool pkg-config
     libhwloc-dev hwloc
     libjansson-dev  # JSON plans (bsipipe_schedule_import_json)
+    zlib1g-dev  # crc32 of checkpoints (tasks/engine_checkpoint.c)
     libopenmpi-dev openmpi-bin
     libopenblas-dev
     libfxt-dev
     dpkg-dev
     python3 valgrind
     pajeng  # pj_dump: tests/test_trace.sh reads every traced run's paje.trace with it
+    graphviz  # dot: tests/test_trace.sh renders a traced run's dag.dot
+    vite xvfb xauth librsvg2-bin  # scripts/vite-screenshot.sh (ViTE headless), run by tests/test_trace.sh
     # StarPU build dependencies (the subset our configuration uses)
     libnuma-dev
     ca-certificates

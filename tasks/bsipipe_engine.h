@@ -309,14 +309,16 @@ void bsipipe_checkpoint_unlock(bsipipe_checkpoint_lock_t *l); /* NULL is fine */
  *   paje.trace, dag.dot, tasks.rec, trace.rec, data.rec, trace.html,
  *   activity.data, distrib.data
  *                    what starpu_fxt_tool makes of it (the Paje states
- *                    recoloured like the paper's Figure 1, see below);
+ *                    recoloured like the paper's Figure 1, see below; dag.dot
+ *                    limited to the engine's ops unless BSIPIPE_TRACE_DAG=full);
  *                    starpu_fxt_tool.log holds the tool's output
  *   trace.json       Chrome/Perfetto trace events of the last iteration,
- *                    from StarPU's profiling information (no FxT needed)
+ *                    from StarPU's profiling information (no FxT needed),
+ *                    with a flow arrow from each SEND to its RECV
  *   timeline.svg     the planner's Figure-1 drawing fed with the measured
- *                    start/end times of the last iteration
+ *                    start/end times of the last iteration (time axis)
  *   planned.svg      the same drawing of the planner's simulation
- *   index.html       the two SVGs one above the other
+ *   index.html       the two SVGs one above the other, inline, zoomable
  *
  * Use: bsipipe_trace_begin(DIR) before bsipipe_engine_create (it sets the
  * StarPU FxT environment that starpu_init reads), run the iterations,
@@ -346,7 +348,8 @@ int bsipipe_trace_begin(const char *dir);
  * task start, args {pipe, mb, sub, chunk, peer, channel, tensor, device
  * (planned), index (position in the device's plan), worker, seq}; metadata
  * events name the devices; otherData holds the config and the measured and
- * planned bubble ratios.
+ * planned bubble ratios; each transfer adds a flow start ("s", in its SEND's
+ * slice) and end ("f", "bp": "e", in its RECV's) with the channel as id.
  * Errors: -EINVAL (NULL engine or dir, or no iteration has run), the
  * simulator's (planned.svg of an unchecked, deadlocking plan), the negated
  * errno of a file that cannot be written (the detail names it), -ENOMEM. */
@@ -358,9 +361,12 @@ int bsipipe_engine_trace_write(bsipipe_engine_t *e, const char *dir, const struc
  * the planner's SVG (down pipe blue, up pipe orange, forward light,
  * backward dark; transfers grey, SYNC green, STEP dark green) — which also
  * works around StarPU 1.3 writing 0..255 colour components where Paje
- * expects 0..1. The tool is $STARPU_FXT_TOOL, else $STARPU_BINDIR/
- * starpu_fxt_tool, else the one of the StarPU bsipipe was built with, else
- * starpu_fxt_tool on PATH.
+ * expects 0..1; then limits DIR/dag.dot to the engine's ops (paths through
+ * StarPU's own tasks and tags become direct edges, edges implied by others
+ * are left out; BSIPIPE_TRACE_DAG=full in
+ * the environment keeps StarPU's graph). The tool is $STARPU_FXT_TOOL, else
+ * $STARPU_BINDIR/starpu_fxt_tool, else the one of the StarPU bsipipe was
+ * built with, else starpu_fxt_tool on PATH.
  * Errors: -ENOTSUP (StarPU without FxT: no raw trace is written), -ENOENT
  * (no raw trace in DIR, or no starpu_fxt_tool found: the detail gives the
  * command to run by hand), -EIO (the tool failed: its exit status; see the

@@ -21,6 +21,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #define CKPT_MAGIC "BSIPCKPT"
 #define CKPT_FILE "checkpoint.bin"
@@ -42,45 +43,29 @@ enum {
     CKPT_MAX_COUNT = 0x7fffffff, /* iteration counter and step count: 0..INT_MAX */
 };
 
-/* ---- CRC-32 (IEEE 802.3, reflected 0xEDB88320: zlib's crc32), slicing by 8 ---- */
+/* ---- CRC-32/ISO-HDLC (zlib's crc32: reflected 0xEDB88320, init and xorout ~0) ---- */
 
-typedef struct crc32_ctx {
-    uint32_t t[8][256];
-    uint32_t crc; /* running value, pre-inverted */
-} crc32_ctx_t;
+typedef struct ckpt_crc {
+    uLong crc;
+} ckpt_crc_t;
 
-static void crc32_init(crc32_ctx_t *c)
+static void ckpt_crc_init(ckpt_crc_t *c) { c->crc = crc32_z(0L, Z_NULL, 0); }
+
+static void ckpt_crc_update(ckpt_crc_t *c, const void *data, size_t n)
 {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t x = i;
-        for (int b = 0; b < 8; b++)
-            x = (x >> 1) ^ (0xEDB88320u & (0u - (x & 1u)));
-        c->t[0][i] = x;
-    }
-    for (int s = 1; s < 8; s++)
-        for (int i = 0; i < 256; i++)
-            c->t[s][i] = (c->t[s - 1][i] >> 8) ^ c->t[0][c->t[s - 1][i] & 0xffu];
-    c->crc = 0xffffffffu;
+    c->crc = crc32_z(c->crc, data, n); /* crc32_z: a size_t length (crc32's is 32-bit) */
 }
 
-static void crc32_update(crc32_ctx_t *c, const void *data, size_t n)
-{
-    const unsigned char *p = data;
-    uint32_t crc = c->crc;
-    while (n >= 8) {
-        uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
-        uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
-        crc = c->t[7][lo & 0xff] ^ c->t[6][(lo >> 8) & 0xff] ^ c->t[5][(lo >> 16) & 0xff] ^ c->t[4][lo >> 24] ^
-              c->t[3][hi & 0xff] ^ c->t[2][(hi >> 8) & 0xff] ^ c->t[1][(hi >> 16) & 0xff] ^ c->t[0][hi >> 24];
-        p += 8;
-        n -= 8;
-    }
-    while (n--)
-        crc = (crc >> 8) ^ c->t[0][(crc ^ *p++) & 0xff];
-    c->crc = crc;
-}
+static uint32_t ckpt_crc_final(const ckpt_crc_t *c) { return (uint32_t)c->crc; }
 
-static uint32_t crc32_final(const crc32_ctx_t *c) { return c->crc ^ 0xffffffffu; }
+/* The CRC of one buffer. */
+static uint32_t ckpt_crc_of(const void *data, size_t n)
+{
+    ckpt_crc_t c;
+    ckpt_crc_init(&c);
+    ckpt_crc_update(&c, data, n);
+    return ckpt_crc_final(&c);
+}
 
 /* ---- little-endian fields ---- */
 
@@ -254,7 +239,7 @@ typedef struct writer {
     const char *path;
     unsigned char *buf;
     size_t len;
-    crc32_ctx_t crc;
+    ckpt_crc_t crc;
 } writer_t;
 
 static int write_all(int fd, const unsigned char *p, size_t n)
@@ -283,7 +268,7 @@ static int writer_flush(writer_t *w)
 static int writer_put(writer_t *w, const unsigned char *p, size_t n, int raw)
 {
     if (!raw)
-        crc32_update(&w->crc, p, n);
+        ckpt_crc_update(&w->crc, p, n);
     while (n > 0) {
         size_t k = CKPT_BUF - w->len < n ? CKPT_BUF - w->len : n;
         memcpy(w->buf + w->len, p, k);
@@ -387,7 +372,7 @@ static int save_single(bsipipe_engine_t *e, const char *dir, long iteration)
         what = "cannot create";
         goto fail;
     }
-    crc32_init(&w.crc);
+    ckpt_crc_init(&w.crc);
     build_header(e, iteration, hdr);
     what = "cannot write";
     if ((rc = writer_put(&w, hdr, header_bytes(e), 0)) < 0)
@@ -400,7 +385,7 @@ static int save_single(bsipipe_engine_t *e, const char *dir, long iteration)
             goto fail;
     }
     unsigned char crc[4];
-    put_u32(crc, crc32_final(&w.crc));
+    put_u32(crc, ckpt_crc_final(&w.crc));
     if ((rc = writer_put(&w, crc, sizeof crc, 1)) < 0 || (rc = writer_flush(&w)) < 0)
         goto fail;
     what = "cannot sync";
@@ -510,7 +495,7 @@ static int write_part(bsipipe_engine_t *e, const char *dir, const char *name, lo
         put_u64(t + 16, (uint64_t)e->rep[i].base);
         put_u64(t + 24, (uint64_t)e->rep[i].n);
     }
-    crc32_init(&w.crc);
+    ckpt_crc_init(&w.crc);
     what = "cannot write";
     if ((rc = writer_put(&w, h, hlen, 0)) < 0)
         goto fail;
@@ -521,7 +506,7 @@ static int write_part(bsipipe_engine_t *e, const char *dir, const char *name, lo
              (rc = writer_put_handle(&w, r->h_v, r->n)) < 0))
             goto fail;
     }
-    uint32_t crc = crc32_final(&w.crc);
+    uint32_t crc = ckpt_crc_final(&w.crc);
     unsigned char c4[4];
     put_u32(c4, crc);
     if ((rc = writer_put(&w, c4, 4, 1)) < 0 || (rc = writer_flush(&w)) < 0)
@@ -669,15 +654,7 @@ static int commit_manifest(bsipipe_engine_t *e, const char *dir, long iteration,
         put_u32(t + MAN_NAME_BYTES + 12, (uint32_t)r);
     }
     free(off);
-    crc32_ctx_t *crc = malloc(sizeof *crc);
-    if (!crc) {
-        free(b);
-        return bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
-    }
-    crc32_init(crc);
-    crc32_update(crc, b, hb);
-    put_u32(b + hb, crc32_final(crc));
-    free(crc);
+    put_u32(b + hb, ckpt_crc_of(b, hb));
     int rc = commit_file(dir, b, hb + CKPT_CRC_BYTES, renamed);
     if (*renamed)
         remove_parts(dir, b, (uint32_t)np); /* the previous checkpoint's, and any of saves that crashed */
@@ -900,13 +877,7 @@ static int check_image(const bsipipe_engine_t *e, const char *path, const unsign
     if (size < min)
         return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s is corrupted: %llu bytes, a checkpoint has at least %llu",
                                  path, (unsigned long long)size, (unsigned long long)min);
-    crc32_ctx_t *crc = malloc(sizeof *crc);
-    if (!crc)
-        return bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
-    crc32_init(crc);
-    crc32_update(crc, b, (size_t)(size - CKPT_CRC_BYTES));
-    uint32_t got = crc32_final(crc), want = get_u32(b + size - CKPT_CRC_BYTES);
-    free(crc);
+    uint32_t got = ckpt_crc_of(b, (size_t)(size - CKPT_CRC_BYTES)), want = get_u32(b + size - CKPT_CRC_BYTES);
     if (got != want)
         return bsipipe_error_set(BSIPIPE_EFORMAT,
                                  "checkpoint: %s is corrupted: CRC-32 mismatch (stored %08x, computed %08x)", path,
@@ -1073,16 +1044,8 @@ static int load_parts(const bsipipe_engine_t *e, const char *dir, const unsigned
                                    (unsigned long long)size);
         if (rc == 0) {
             const unsigned char *q = src->part[p];
-            crc32_ctx_t *crc = malloc(sizeof *crc);
-            if (!crc) {
-                free(path);
-                return bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
-            }
-            crc32_init(crc);
-            crc32_update(crc, q, (size_t)(size - CKPT_CRC_BYTES));
-            uint32_t got = crc32_final(crc), stored = get_u32(q + size - CKPT_CRC_BYTES),
-                     listed = get_u32(pe + MAN_NAME_BYTES + 8);
-            free(crc);
+            uint32_t got = ckpt_crc_of(q, (size_t)(size - CKPT_CRC_BYTES)),
+                     stored = get_u32(q + size - CKPT_CRC_BYTES), listed = get_u32(pe + MAN_NAME_BYTES + 8);
             if (got != stored || got != listed)
                 rc = bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: part %s is corrupted: CRC-32 %08x, the part "
                                        "stores %08x and the manifest lists %08x", path, got, stored, listed);

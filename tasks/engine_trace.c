@@ -4,12 +4,14 @@
  *  - StarPU's FxT tracing (StarPU built --with-fxt): bsipipe_trace_begin
  *    points it at the trace directory before starpu_init, starpu_shutdown
  *    writes the raw file, bsipipe_trace_end runs starpu_fxt_tool on it
- *    (paje.trace, dag.dot, tasks.rec, trace.rec ...) and recolours the Paje
- *    task states like the planner's SVG;
+ *    (paje.trace, dag.dot, tasks.rec, trace.rec ...), makes paje.trace
+ *    valid for Paje readers and recolours its task states like the
+ *    planner's SVG, and limits dag.dot to the engine's ops;
  *  - StarPU's profiling information, which the engine keeps per op for the
  *    last iteration (bsipipe_engine_records): bsipipe_engine_trace_write
- *    turns it into Chrome/Perfetto trace events and into the planner's SVG
- *    timeline with measured times, next to the planned one.
+ *    turns it into Chrome/Perfetto trace events (with SEND -> RECV flow
+ *    arrows) and into the planner's SVG timeline with measured times, next
+ *    to the planned one, both inline in a zoomable index.html.
  */
 #include "tasks/engine_internal.h"
 #include "graph/bsipipe_draw.h"
@@ -18,6 +20,7 @@
 
 #include <dirent.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -398,6 +401,346 @@ static int rewrite_paje(const char *dir)
     return 0;
 }
 
+/* ---- dag.dot: the engine's ops only --------------------------------------------------- */
+
+/* StarPU's dag.dot holds every task: two thirds of them are the runtime's
+ * own (data acquire/release callbacks, sync tasks) plus a node per tag,
+ * which makes the graph slow to lay out and hard to read. filter_dag keeps
+ * the engine's ops (a label that starts with an op kind, see name_color)
+ * and turns every path through a dropped node into a direct edge, so the
+ * dependencies between ops stay; BSIPIPE_TRACE_DAG=full keeps StarPU's
+ * graph as it wrote it. */
+typedef struct dag_node {
+    char *id, *label; /* label NULL: not an op (dropped) */
+    int *succ, n_succ, cap_succ;
+    int stamp;
+} dag_node_t;
+
+typedef struct dag {
+    dag_node_t *v;
+    int n, cap;
+    int *slot; /* open-addressing hash of ids into v: -1 empty */
+    size_t n_slot;
+} dag_t;
+
+static size_t dag_hash(const char *s)
+{
+    size_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static int dag_grow_hash(dag_t *g)
+{
+    size_t ns = g->n_slot ? 2 * g->n_slot : 4096;
+    int *sl = malloc(ns * sizeof *sl);
+    if (!sl)
+        return -ENOMEM;
+    for (size_t i = 0; i < ns; i++)
+        sl[i] = -1;
+    for (int i = 0; i < g->n; i++) {
+        size_t h = dag_hash(g->v[i].id) & (ns - 1);
+        while (sl[h] >= 0)
+            h = (h + 1) & (ns - 1);
+        sl[h] = i;
+    }
+    free(g->slot);
+    g->slot = sl;
+    g->n_slot = ns;
+    return 0;
+}
+
+/* The node of `id` (added if new), or -ENOMEM. */
+static int dag_node(dag_t *g, const char *id, size_t len)
+{
+    if ((size_t)g->n * 2 >= g->n_slot && dag_grow_hash(g) < 0)
+        return -ENOMEM;
+    char key[256];
+    snprintf(key, sizeof key, "%.*s", (int)(len < sizeof key ? len : sizeof key - 1), id);
+    size_t h = dag_hash(key) & (g->n_slot - 1);
+    for (; g->slot[h] >= 0; h = (h + 1) & (g->n_slot - 1))
+        if (strcmp(g->v[g->slot[h]].id, key) == 0)
+            return g->slot[h];
+    if (g->n == g->cap) {
+        int nc = g->cap ? 2 * g->cap : 1024;
+        dag_node_t *nv = realloc(g->v, (size_t)nc * sizeof *nv);
+        if (!nv)
+            return -ENOMEM;
+        g->v = nv;
+        g->cap = nc;
+    }
+    dag_node_t *x = &g->v[g->n];
+    memset(x, 0, sizeof *x);
+    if (!(x->id = strdup(key)))
+        return -ENOMEM;
+    g->slot[h] = g->n;
+    return g->n++;
+}
+
+static int dag_edge(dag_t *g, int a, int b)
+{
+    dag_node_t *x = &g->v[a];
+    if (x->n_succ == x->cap_succ) {
+        int nc = x->cap_succ ? 2 * x->cap_succ : 4;
+        int *ns = realloc(x->succ, (size_t)nc * sizeof *ns);
+        if (!ns)
+            return -ENOMEM;
+        x->succ = ns;
+        x->cap_succ = nc;
+    }
+    x->succ[x->n_succ++] = b;
+    return 0;
+}
+
+static void dag_free(dag_t *g)
+{
+    for (int i = 0; i < g->n; i++) {
+        free(g->v[i].id);
+        free(g->v[i].label);
+        free(g->v[i].succ);
+    }
+    free(g->v);
+    free(g->slot);
+}
+
+/* One line of StarPU's dag.dot: `"a"->"b"->"c" [attrs]` (edges between
+ * consecutive ids) or `"a" [ ... label="...", ...]` (a node); anything
+ * else (the graph's header, braces) is skipped. */
+static int dag_parse_line(dag_t *g, const char *line)
+{
+    const char *p = line + strspn(line, " \t");
+    int prev = -1, n_ids = 0;
+    while (*p == '"') {
+        const char *q = strchr(p + 1, '"');
+        if (!q)
+            return 0;
+        int id = dag_node(g, p + 1, (size_t)(q - p - 1));
+        if (id < 0)
+            return id;
+        if (prev >= 0 && dag_edge(g, prev, id) < 0)
+            return -ENOMEM;
+        prev = id;
+        n_ids++;
+        p = q + 1;
+        if (strncmp(p, "->", 2) != 0)
+            break;
+        p += 2;
+    }
+    const char *lab = n_ids == 1 ? strstr(p, "label=\"") : NULL;
+    if (lab) {
+        lab += 7;
+        const char *end = strchr(lab, '"');
+        dag_node_t *x = &g->v[prev];
+        if (end && !x->label) {
+            char name[256];
+            snprintf(name, sizeof name, "%.*s", (int)(end - lab < 255 ? end - lab : 255), lab);
+            if (name_color(name) && !(x->label = strdup(name)))
+                return -ENOMEM;
+        }
+    }
+    return 0;
+}
+
+/* The ops reachable from op u through dropped nodes only (u's stamp marks
+ * the nodes seen), as op numbers (op_of) appended to *e. */
+typedef struct dag_edges {
+    int *from, *to;
+    long n, cap;
+} dag_edges_t;
+
+static int dag_collect_edges(dag_t *g, int u, const int *op_of, int *stack, dag_edges_t *e)
+{
+    int top = 0;
+    g->v[u].stamp = u + 1;
+    for (int i = 0; i < g->v[u].n_succ; i++)
+        stack[top++] = g->v[u].succ[i];
+    while (top > 0) {
+        int w = stack[--top];
+        dag_node_t *x = &g->v[w];
+        if (x->stamp == u + 1)
+            continue;
+        x->stamp = u + 1;
+        if (x->label) {
+            if (e->n == e->cap) {
+                long nc = e->cap ? 2 * e->cap : 4096;
+                int *nf = realloc(e->from, (size_t)nc * sizeof *nf);
+                if (nf)
+                    e->from = nf;
+                int *nt = nf ? realloc(e->to, (size_t)nc * sizeof *nt) : NULL;
+                if (!nt)
+                    return -ENOMEM;
+                e->to = nt;
+                e->cap = nc;
+            }
+            e->from[e->n] = op_of[u];
+            e->to[e->n++] = op_of[w];
+            continue;
+        }
+        for (int i = 0; i < x->n_succ; i++)
+            if (g->v[x->succ[i]].stamp != u + 1)
+                stack[top++] = x->succ[i]; /* at most once per edge into a node expanded once */
+    }
+    return 0;
+}
+
+/* Transitive reduction: keep[i] = 0 for an edge a -> b when b is also
+ * reachable from another successor of a. The contracted graph repeats what
+ * StarPU's sync and acquire tasks imply (every F and B of an iteration ->
+ * its STEP -> every op of the next): half of the edges of a 3-iteration run,
+ * and those long edges are what makes Graphviz slow (125 s against 1.2 s
+ * without them). Reachability is one bitset per op, so graphs of more than
+ * DAG_REDUCE_MAX ops keep every edge. Edges are sorted by source. */
+enum { DAG_REDUCE_MAX = 16384 };
+
+static int dag_reduce(int n_ops, const dag_edges_t *e, const long *first, unsigned char *keep)
+{
+    for (long i = 0; i < e->n; i++)
+        keep[i] = 1;
+    if (n_ops > DAG_REDUCE_MAX || n_ops == 0)
+        return 0;
+    size_t words = ((size_t)n_ops + 63) / 64;
+    uint64_t *reach = calloc((size_t)n_ops * words, sizeof *reach);
+    int *indeg = calloc((size_t)n_ops, sizeof *indeg), *order = malloc((size_t)n_ops * sizeof *order);
+    if (!reach || !indeg || !order) {
+        free(reach), free(indeg), free(order);
+        return -ENOMEM;
+    }
+    for (long i = 0; i < e->n; i++)
+        indeg[e->to[i]]++;
+    int head = 0, tail = 0;
+    for (int v = 0; v < n_ops; v++)
+        if (!indeg[v])
+            order[tail++] = v;
+    while (head < tail) {
+        int v = order[head++];
+        for (long i = first[v]; i < first[v + 1]; i++)
+            if (--indeg[e->to[i]] == 0)
+                order[tail++] = e->to[i];
+    }
+    if (tail == n_ops) { /* acyclic, as a task graph is: else keep every edge */
+        for (int k = n_ops - 1; k >= 0; k--) {
+            int v = order[k];
+            uint64_t *rv = reach + (size_t)v * words;
+            for (long i = first[v]; i < first[v + 1]; i++) {
+                int w = e->to[i];
+                const uint64_t *rw = reach + (size_t)w * words;
+                for (size_t j = 0; j < words; j++)
+                    rv[j] |= rw[j];
+                rv[w / 64] |= (uint64_t)1 << (w % 64);
+            }
+        }
+        for (int v = 0; v < n_ops; v++)
+            for (long i = first[v]; i < first[v + 1]; i++) {
+                int b = e->to[i];
+                for (long j = first[v]; j < first[v + 1] && keep[i]; j++) {
+                    int c = e->to[j];
+                    if (c != b && (reach[(size_t)c * words + (size_t)b / 64] >> (b % 64) & 1))
+                        keep[i] = 0;
+                }
+            }
+    }
+    free(reach);
+    free(indeg);
+    free(order);
+    return 0;
+}
+
+static int filter_dag(const char *dir)
+{
+    const char *mode = getenv("BSIPIPE_TRACE_DAG");
+    if (mode && strcmp(mode, "full") == 0)
+        return 0;
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/dag.dot", dir);
+    snprintf(tmp, sizeof tmp, "%s/.dag.dot.%ld.tmp", dir, (long)getpid());
+    FILE *in = fopen(path, "r");
+    if (!in)
+        return 0; /* the tool did not write one: nothing to filter */
+    dag_t g = {0};
+    char *line = NULL;
+    size_t cap = 0;
+    int rc = 0;
+    while (rc == 0 && getline(&line, &cap, in) > 0)
+        rc = dag_parse_line(&g, line);
+    free(line);
+    int rerr = ferror(in);
+    fclose(in);
+    long n_edges = 0;
+    int n_ops = 0;
+    for (int i = 0; i < g.n; i++) {
+        n_edges += g.v[i].n_succ;
+        n_ops += g.v[i].label != NULL;
+    }
+    int *stack = rc == 0 ? malloc((size_t)(n_edges + 1) * sizeof *stack) : NULL;
+    int *op_of = rc == 0 ? malloc((size_t)(g.n + 1) * sizeof *op_of) : NULL;
+    int *node_of = rc == 0 ? malloc((size_t)(n_ops + 1) * sizeof *node_of) : NULL;
+    long *first = rc == 0 ? calloc((size_t)n_ops + 2, sizeof *first) : NULL;
+    dag_edges_t e = {0};
+    unsigned char *keep = NULL;
+    if (rc == 0 && (!stack || !op_of || !node_of || !first))
+        rc = -ENOMEM;
+    if (rc == 0) {
+        int k = 0;
+        for (int i = 0; i < g.n; i++) {
+            op_of[i] = g.v[i].label ? k : -1;
+            if (g.v[i].label)
+                node_of[k++] = i;
+        }
+        for (int k2 = 0; k2 < n_ops && rc == 0; k2++) { /* sources in op order: edges sorted by source */
+            first[k2] = e.n;
+            rc = dag_collect_edges(&g, node_of[k2], op_of, stack, &e);
+        }
+        first[n_ops] = e.n;
+        keep = rc == 0 ? malloc((size_t)e.n + 1) : NULL;
+        if (rc == 0 && !keep)
+            rc = -ENOMEM;
+        if (rc == 0)
+            rc = dag_reduce(n_ops, &e, first, keep);
+    }
+    FILE *out = rc == 0 && !rerr ? fopen(tmp, "w") : NULL;
+    if (rc == 0 && !rerr && !out)
+        rc = -errno;
+    if (out) {
+        fputs("digraph G {\n\t/* the engine's ops only (BSIPIPE_TRACE_DAG=full keeps StarPU's whole graph); "
+              "a dependency through StarPU's own tasks or tags is drawn directly, and one implied by "
+              "others is left out */\n"
+              "\trankdir=LR;\n\tnode [shape=box, style=filled, fontname=\"sans-serif\"];\n", out);
+        for (int k = 0; k < n_ops; k++) {
+            const dag_node_t *x = &g.v[node_of[k]];
+            unsigned c = name_color(x->label);
+            int dark = ((c >> 16) * 299 + ((c >> 8) & 0xff) * 587 + (c & 0xff) * 114) / 1000 < 128;
+            fprintf(out, "\t\"%s\" [label=\"%s\", fillcolor=\"#%06x\"%s]\n", x->id, x->label, c,
+                    dark ? ", fontcolor=white" : "");
+        }
+        for (long i = 0; i < e.n; i++)
+            if (keep[i])
+                fprintf(out, "\t\"%s\" -> \"%s\"\n", g.v[node_of[e.from[i]]].id, g.v[node_of[e.to[i]]].id);
+        fputs("}\n", out);
+    }
+    free(stack);
+    free(op_of);
+    free(node_of);
+    free(first);
+    free(e.from);
+    free(e.to);
+    free(keep);
+    dag_free(&g);
+    if (rc < 0 || rerr) {
+        if (out)
+            fclose(out);
+        unlink(tmp);
+        int err = rc < 0 ? -rc : EIO;
+        return bsipipe_error_set(-err, "trace: cannot filter '%s': %s", path, strerror(err));
+    }
+    if (fclose(out) != 0 || rename(tmp, path) != 0) {
+        int err = errno ? errno : EIO;
+        unlink(tmp);
+        return bsipipe_error_set(-err, "trace: cannot rewrite '%s': %s", path, strerror(err));
+    }
+    return 0;
+}
+
 int bsipipe_trace_end(const char *dir)
 {
     restore_env();
@@ -446,7 +789,8 @@ int bsipipe_trace_end(const char *dir)
         return bsipipe_error_set(-EIO, "trace: %s -i %s -d %s failed (%s %d); see %s", tool, raw, dir,
                                  WIFEXITED(status) ? "exit status" : "signal",
                                  WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), log);
-    return rewrite_paje(dir);
+    rc = rewrite_paje(dir);
+    return rc < 0 ? rc : filter_dag(dir);
 #endif
 }
 
@@ -622,6 +966,50 @@ static int write_json(bsipipe_engine_t *e, const char *dir, const measured_t *m,
                     tensors[op->tensor < 3 ? op->tensor : 0], d, i, rec[i].worker, rec[i].seq);
         }
     }
+    /* Flow arrows (Perfetto, chrome://tracing): each SEND to its RECV, a
+     * flow start ("s") inside the SEND's slice and its end ("f", bound to
+     * the enclosing slice) inside the RECV's, with the channel as the id. */
+    int nch = bsipipe_schedule_n_channels(s);
+    double *recv_ts = nch > 0 ? malloc((size_t)nch * sizeof *recv_ts) : NULL;
+    int *recv_tid = nch > 0 ? malloc((size_t)nch * sizeof *recv_tid) : NULL;
+    if (nch > 0 && (!recv_ts || !recv_tid)) {
+        free(recv_ts);
+        free(recv_tid);
+        fclose(f);
+        return bsipipe_error_set(-ENOMEM, "trace: out of memory");
+    }
+    for (int c = 0; c < nch; c++)
+        recv_tid[c] = -1;
+    for (int pass = 0; pass < 2; pass++)
+        for (int d = 0; d < W; d++) {
+            int n;
+            const bsipipe_op_t *ops = bsipipe_schedule_device_ops(s, d, &n);
+            const bsipipe_engine_op_record_t *rec;
+            bsipipe_engine_records(e, d, &rec, &n);
+            for (int i = 0; i < n; i++) {
+                const bsipipe_op_t *op = &ops[i];
+                int c = op->channel;
+                if (c < 0 || c >= nch || op->kind != (pass ? BSIPIPE_OP_SEND : BSIPIPE_OP_RECV))
+                    continue;
+                int tid = d;
+                for (int x = 0; x < W; x++)
+                    if (e->workerid[x] == rec[i].worker)
+                        tid = x;
+                double mid = (m->r.op_start[d][i] + m->r.op_end[d][i]) * 0.5e6;
+                if (!pass) {
+                    recv_ts[c] = mid;
+                    recv_tid[c] = tid;
+                } else if (recv_tid[c] >= 0) {
+                    const char *t = tensors[op->tensor < 3 ? op->tensor : 0];
+                    fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"transfer\", \"ph\": \"s\", \"id\": %d, \"pid\": 0, "
+                               "\"tid\": %d, \"ts\": %.3f},\n{\"name\": \"%s\", \"cat\": \"transfer\", \"ph\": \"f\", "
+                               "\"bp\": \"e\", \"id\": %d, \"pid\": 0, \"tid\": %d, \"ts\": %.3f}",
+                            t, c, tid, mid, t, c, recv_tid[c], recv_ts[c]);
+                }
+            }
+        }
+    free(recv_ts);
+    free(recv_tid);
     fputs("\n],\n\"displayTimeUnit\": \"ms\",\n\"otherData\": {\"format\": \"bsipipe-trace/1\", \"config\": ", f);
     json_string(f, cfg);
     fprintf(f, ", \"schedule\": \"%s\", \"w\": %d, \"p\": %d, \"k\": %d, \"m\": %d, \"iteration\": \"last\", "
@@ -632,33 +1020,100 @@ static int write_json(bsipipe_engine_t *e, const char *dir, const measured_t *m,
     return close_out(f, path, 0);
 }
 
+/* Draws an SVG timeline into DIR/name and into *text (for index.html;
+ * the caller frees it). */
 static int write_svg(const bsipipe_schedule_t *s, const bsipipe_sim_result_t *r, const char *dir, const char *name,
-                     const char *title)
+                     const char *title, int seconds, char **text)
 {
+    size_t len = 0;
+    *text = NULL;
+    FILE *m = open_memstream(text, &len);
+    if (!m)
+        return bsipipe_error_set(-ENOMEM, "trace: out of memory");
+    int rc = bsipipe_draw_svg_time(m, s, r, title, seconds);
+    if (fclose(m) != 0 && rc == 0)
+        rc = bsipipe_error_set(-ENOMEM, "trace: out of memory");
+    if (rc < 0)
+        return rc;
     char path[4200];
     int orc = 0;
     FILE *f = open_out(dir, name, path, sizeof path, &orc);
     if (!f)
         return orc;
-    return close_out(f, path, bsipipe_draw_svg(f, s, r, title));
+    fputs(*text, f);
+    return close_out(f, path, 0);
+}
+
+/* index.html: both timelines inline (so their boxes' titles show on hover),
+ * each in a scrolling view with zoom buttons, zoom at the pointer with the
+ * wheel and pan by dragging: plain inline JavaScript, nothing downloaded. */
+static const char index_script[] =
+    "<script>\n"
+    "document.querySelectorAll('.timeline').forEach(function (box) {\n"
+    "  var view = box.querySelector('.view'), svg = view.querySelector('svg'), shown = box.querySelector('.zoom');\n"
+    "  var z = 1, drag = null;\n"
+    "  function zoom(f, cx, cy) {\n"
+    "    var r = view.getBoundingClientRect();\n"
+    "    if (cx === undefined) { cx = r.width / 2; cy = r.height / 2; }\n"
+    "    var x = (view.scrollLeft + cx) / z, y = (view.scrollTop + cy) / z;\n"
+    "    z = f === 0 ? 1 : Math.min(200, Math.max(1, z * f));\n"
+    "    svg.style.width = (100 * z) + '%';\n"
+    "    view.scrollLeft = x * z - cx; view.scrollTop = y * z - cy;\n"
+    "    shown.textContent = Math.round(100 * z) + '%';\n"
+    "  }\n"
+    "  box.querySelectorAll('button').forEach(function (b) {\n"
+    "    b.onclick = function () { zoom(parseFloat(b.dataset.f)); };\n"
+    "  });\n"
+    "  view.addEventListener('wheel', function (e) {\n"
+    "    e.preventDefault();\n"
+    "    var r = view.getBoundingClientRect();\n"
+    "    zoom(e.deltaY < 0 ? 1.25 : 0.8, e.clientX - r.left, e.clientY - r.top);\n"
+    "  }, {passive: false});\n"
+    "  view.addEventListener('mousedown', function (e) {\n"
+    "    drag = {x: e.clientX, y: e.clientY, l: view.scrollLeft, t: view.scrollTop}; e.preventDefault();\n"
+    "  });\n"
+    "  window.addEventListener('mousemove', function (e) {\n"
+    "    if (drag) { view.scrollLeft = drag.l - (e.clientX - drag.x); view.scrollTop = drag.t - (e.clientY - drag.y); }\n"
+    "  });\n"
+    "  window.addEventListener('mouseup', function () { drag = null; });\n"
+    "});\n"
+    "</script>\n";
+
+static void index_view(FILE *f, const char *heading, const char *file, const char *svg)
+{
+    fprintf(f, "<div class=\"timeline\">\n<h2>%s</h2>\n<p class=\"bar\"><button data-f=\"0.5\">&minus;</button> "
+               "<button data-f=\"2\">+</button> <button data-f=\"0\">fit</button> <span class=\"zoom\">100%%</span> "
+               "&mdash; wheel: zoom at the pointer; drag: pan; hover a box: its op and times; "
+               "<a href=\"%s\">%s</a></p>\n<div class=\"view\">\n", heading, file, file);
+    fputs(svg, f);
+    fputs("</div>\n</div>\n", f);
 }
 
 static int write_index(const char *dir, const char *cfg, const measured_t *m, double planned_bubble,
-                       const char *cost_name)
+                       const char *cost_name, const char *planned_svg, const char *measured_svg)
 {
     char path[4200];
     int orc = 0;
     FILE *f = open_out(dir, "index.html", path, sizeof path, &orc);
     if (!f)
         return orc;
-    fprintf(f, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>bsipipe trace: %s</title></head>\n"
-               "<body style=\"font-family: sans-serif\">\n<h1>bsipipe trace: %s</h1>\n"
-               "<h2>Planned (%s): bubble %.1f%%</h2>\n<img src=\"planned.svg\" style=\"max-width: 100%%\">\n"
-               "<h2>Measured (StarPU profiling, last iteration): bubble %.1f%%, makespan %.3f ms</h2>\n"
-               "<img src=\"timeline.svg\" style=\"max-width: 100%%\">\n"
-               "<p>Also here: trace.json (ui.perfetto.dev or chrome://tracing), paje.trace (ViTE), dag.dot, "
-               "tasks.rec, trace.rec; see docs/tracing.md.</p>\n</body></html>\n",
-            cfg, cfg, cost_name, 100 * planned_bubble, 100 * m->r.bubble_ratio, m->r.makespan * 1e3);
+    fprintf(f, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>bsipipe trace: %s</title>\n"
+               "<style>\nbody { font-family: sans-serif; }\n"
+               ".view { overflow: auto; max-height: 85vh; border: 1px solid #ccc; cursor: grab; }\n"
+               ".view svg { display: block; width: 100%%; height: auto; }\n.bar { margin: 0.3em 0; }\n"
+               "</style></head>\n<body>\n<h1>bsipipe trace: %s</h1>\n", cfg, cfg);
+    char heading[300];
+    if (planned_svg) {
+        snprintf(heading, sizeof heading, "Planned (%s): bubble %.1f%%", cost_name, 100 * planned_bubble);
+        index_view(f, heading, "planned.svg", planned_svg);
+    }
+    snprintf(heading, sizeof heading, "Measured (StarPU profiling, last iteration): bubble %.1f%%, makespan %.3f ms",
+             100 * m->r.bubble_ratio, m->r.makespan * 1e3);
+    index_view(f, heading, "timeline.svg", measured_svg);
+    fputs("<p>Also here: trace.json (ui.perfetto.dev or chrome://tracing), paje.trace (ViTE), dag.dot, "
+          "tasks.rec, trace.rec; see docs/tracing.md.</p>\n", f);
+    fputs(index_script, f);
+    fputs("</body></html>\n", f);
     return close_out(f, path, 0);
 }
 
@@ -686,17 +1141,20 @@ int bsipipe_engine_trace_write(bsipipe_engine_t *e, const char *dir, const struc
     config_line(e, cfg, sizeof cfg);
     const char *cost_name = cost->unit ? "unit costs" : "FLOPs costs";
     rc = write_json(e, dir, &m, planned_bubble);
+    char *measured_svg = NULL, *planned_svg = NULL;
     if (rc == 0) {
         snprintf(title, sizeof title, "measured: %s, last iteration, makespan %.3f ms%s", cfg, m.r.makespan * 1e3,
                  e->o.emulate_flops > 0 ? " [EMULATED]" : "");
-        rc = write_svg(e->sched, &m.r, dir, "timeline.svg", title);
+        rc = write_svg(e->sched, &m.r, dir, "timeline.svg", title, 1, &measured_svg);
     }
     if (rc == 0 && src == 0) {
         snprintf(title, sizeof title, "planned: %s, %s", cfg, cost_name);
-        rc = write_svg(e->sched, plan, dir, "planned.svg", title);
+        rc = write_svg(e->sched, plan, dir, "planned.svg", title, !cost->unit, &planned_svg);
     }
     if (rc == 0)
-        rc = write_index(dir, cfg, &m, planned_bubble, cost_name);
+        rc = write_index(dir, cfg, &m, planned_bubble, cost_name, planned_svg, measured_svg);
+    free(measured_svg);
+    free(planned_svg);
     bsipipe_sim_result_destroy(plan);
     measured_free(&m);
     if (rc == 0 && src < 0)

@@ -5,4 +5,4 @@
 libbsipipe_la_SOURCES += tasks/engine_trace.c
 tasks/engine_trace.lo: AM_CPPFLAGS += -DBSIPIPE_STARPU_BINDIR='"$(STARPU_BINDIR)"'
 TESTS += tests/test_trace.sh
-EXTRA_DIST += tests/test_trace.sh docs/tracing.md
+EXTRA_DIST += tests/test_trace.sh docs/tracing.md scripts/vite-screenshot.sh docs/vite-screenshot.png

@@ -24,3 +24,7 @@ tests_test_critical_path_LDADD = libbsipipe.la
 check_PROGRAMS += tests/test_tp_cost
 TESTS += tests/test_tp_cost
 tests_test_tp_cost_LDADD = libbsipipe.la
+# test_draw_svg: the SVG timeline's frame, axis and merging of sub-pixel ops.
+check_PROGRAMS += tests/test_draw_svg
+TESTS += tests/test_draw_svg
+tests_test_draw_svg_LDADD = libbsipipe.la

@@ -10,7 +10,17 @@
 #    planned device (tid), in plan order per device (ts non-decreasing: the
 #    bsipipe policy runs each device's ops in plan order); with a StarPU policy
 #    (eager) every op is still there and on its device;
-#  - timeline.svg and planned.svg parse as XML;
+#  - timeline.svg and planned.svg parse as XML, have a viewBox, are at most
+#    1600 px wide and have a time axis; index.html holds both inline with its
+#    zoom script and refers to nothing outside the directory;
+#  - trace.json has a flow arrow per transfer: "s" inside the SEND's slice,
+#    "f" (same id, bound to the enclosing slice) inside its RECV's;
+#  - dag.dot holds the engine's ops only, each once per iteration, edges
+#    only between them, acyclic and transitively reduced, and Graphviz's dot
+#    renders it; with BSIPIPE_TRACE_DAG=full it is StarPU's
+#    whole graph (its data-acquire tasks too);
+#  - ViTE opens paje.trace headlessly (scripts/vite-screenshot.sh: xvfb-run)
+#    with 0 errors and 0 warnings and exports a PNG;
 #  - a bad DIR (a file, or a path under a file) is refused before training.
 # Exit 77 (skip) only when starpu_fxt_tool cannot be found (StarPU without
 # FxT tools); python3 is needed to parse the outputs (setup installs it).
@@ -40,9 +50,10 @@ fail() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL: $*" >&2; }
 model="--layers 8 --hidden 32 --heads 2 --seq 32 --m 8"
 noeval="--eval-every 0" # the trace counts tasks per training iteration: no validation passes
 
-# check DIR ITERS SCHEDULE POLICY ORDERED: the files of one traced run.
+# check DIR ITERS SCHEDULE POLICY ORDERED DAG: the files of one traced run
+# (DAG: "ops", dag.dot filtered to the engine's ops, or "full", StarPU's).
 check() {
-    dir=$1 iters=$2 sched=$3 policy=$4 ordered=$5
+    dir=$1 iters=$2 sched=$3 policy=$4 ordered=$5 dag=$6
     if ! "$plan" --schedule "$sched" --w 4 $model --format json >"$tmp/plan.json" 2>"$tmp/plan.err"; then
         fail "bsipipe-plan $sched: $(tail -2 "$tmp/plan.err")"; return
     fi
@@ -62,10 +73,22 @@ check() {
     else
         fail "$sched/$policy: pj_dump cannot read paje.trace: $(head -3 "$tmp/pj.err")"
     fi
-    if python3 - "$tmp/plan.json" "$dir" "$iters" "$ordered" "$sched/$policy" <<'PY'
-import json, sys, collections
+    # dag.dot: by default the engine's ops only, small enough for Graphviz
+    # to lay out (within the test's timeout; no timing asserted).
+    if [ "$dag" = ops ]; then
+        if ! command -v dot >/dev/null 2>&1; then
+            fail "dot not found: graphviz is installed by scripts/setup.sh"
+        elif timeout 300 dot -Tsvg "$dir/dag.dot" -o "$tmp/dag.svg" 2>"$tmp/dot.err" && [ -s "$tmp/dag.svg" ]; then
+            ok
+        else
+            fail "$sched/$policy: dot -Tsvg dag.dot failed: $(head -3 "$tmp/dot.err")"
+        fi
+    fi
+    if python3 - "$tmp/plan.json" "$dir" "$iters" "$ordered" "$sched/$policy" "$dag" <<'PY'
+import json, re, sys, collections
 import xml.etree.ElementTree as ET
 plan_path, d, iters, ordered, label = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1", sys.argv[5]
+dag_mode = sys.argv[6]
 bad = []
 plan = json.load(open(plan_path))
 trace = json.load(open(d + "/trace.json"))
@@ -133,6 +156,84 @@ for f in ("timeline.svg", "planned.svg"):
             bad.append("%s: not an SVG with a box per op" % f)
     except ET.ParseError as x:
         bad.append("%s does not parse: %s" % (f, x))
+    else:
+        svg = open(d + "/" + f).read()
+        m = re.search(r'<svg [^>]*width="([0-9.]+)" height="([0-9.]+)" viewBox="0 0 ([0-9.]+) ([0-9.]+)"', svg)
+        if not m or float(m.group(1)) > 1600 or m.group(1) != m.group(3):
+            bad.append("%s: no viewBox of its size, or wider than 1600 px" % f)
+        if svg.count('class="tick"') < 3 or "time (" not in svg:
+            bad.append("%s: no time axis (ticks and a 'time (unit)' label)" % f)
+# index.html: both timelines inline, zoomable with inline script, nothing downloaded.
+html = open(d + "/index.html").read()
+if html.count("<svg ") != 2 or "<script>" not in html or "viewBox" not in html:
+    bad.append("index.html: not two inline SVGs with the zoom script")
+if re.search(r'(src|href)="(https?:)?//', html) or "<img" in html:
+    bad.append("index.html refers to something outside the directory")
+# Flow arrows: each SEND's "s" inside its slice, the RECV's "f" (same id) inside its slice.
+flows = collections.defaultdict(dict)
+for e in trace["traceEvents"]:
+    if e.get("ph") in ("s", "f"):
+        if e["ph"] in flows[e["id"]]:
+            bad.append("flow %s: two '%s' events" % (e["id"], e["ph"]))
+        flows[e["id"]][e["ph"]] = e
+def inside(e, op):
+    x = by_pos.get((op["device"], op["index"]))
+    return x is not None and x["tid"] == e["tid"] and x["ts"] - 0.01 <= e["ts"] <= x["ts"] + x["dur"] + 0.01
+sends = [o for o in plan["ops"] if o["kind"] == "SEND"]
+recv_of = {o["channel"]: o for o in plan["ops"] if o["kind"] == "RECV"}
+if len(flows) != len(sends):
+    bad.append("trace.json: %d flows for %d SENDs" % (len(flows), len(sends)))
+for o in sends:
+    fl = flows.get(o["channel"], {})
+    if "s" not in fl or "f" not in fl:
+        bad.append("SEND channel %d: no flow start and end" % o["channel"])
+    elif not inside(fl["s"], o) or not inside(fl["f"], recv_of[o["channel"]]):
+        bad.append("flow %d: not from its SEND's slice to its RECV's" % o["channel"])
+    elif fl["s"]["cat"] != fl["f"]["cat"] or fl["s"]["name"] != fl["f"]["name"] or fl["f"].get("bp") != "e":
+        bad.append("flow %d: start and end differ in cat/name, or the end is not bound to its slice" % o["channel"])
+# dag.dot: the engine's ops only (each once per iteration), or StarPU's whole graph.
+nodes = re.findall(r'^\s*"([^"]+)" \[.*?label="([^"]*)"', open(d + "/dag.dot").read(), re.M)
+kinds = ("F", "B", "W", "SEND", "RECV", "SYNC", "STEP")
+n_ops = sum(1 for _, l in nodes if l.split(" ")[0] in kinds)
+others = [l for _, l in nodes if l.split(" ")[0] not in kinds]
+if dag_mode == "ops":
+    if others:
+        bad.append("dag.dot holds %d nodes that are not the engine's ops (%s ...)" % (len(others), others[0]))
+    if n_ops != iters * len(plan["ops"]):
+        bad.append("dag.dot: %d op nodes, expected %d iterations x %d ops" % (n_ops, iters, len(plan["ops"])))
+    ids = {n for n, _ in nodes}
+    succ = collections.defaultdict(set)
+    for a, b in re.findall(r'^\s*"([^"]+)" -> "([^"]+)"', open(d + "/dag.dot").read(), re.M):
+        if a not in ids or b not in ids:
+            bad.append("dag.dot: an edge %s -> %s to a node that is not an op" % (a, b))
+        succ[a].add(b)
+    if not succ:
+        bad.append("dag.dot has no edge")
+    # Acyclic, and reduced: no edge a -> b where b is reachable from another successor of a.
+    index = {n: i for i, n in enumerate(sorted(ids))}
+    indeg = collections.Counter(b for a in succ for b in succ[a])
+    order, todo = [], [n for n in ids if indeg[n] == 0]
+    while todo:
+        n = todo.pop()
+        order.append(n)
+        for m in succ[n]:
+            indeg[m] -= 1
+            if indeg[m] == 0:
+                todo.append(m)
+    if len(order) != len(ids):
+        bad.append("dag.dot has a cycle")
+    else:
+        reach = {}
+        for n in reversed(order):
+            r = 0
+            for m in succ[n]:
+                r |= 1 << index[m] | reach[m]
+            reach[n] = r
+        implied = sum(1 for a in succ for b in succ[a] if any(c != b and reach[c] >> index[b] & 1 for c in succ[a]))
+        if implied:
+            bad.append("dag.dot: %d edges implied by others (not transitively reduced)" % implied)
+elif not any(l.startswith("_starpu") for l in others) or n_ops == 0:
+    bad.append("BSIPIPE_TRACE_DAG=full: dag.dot lacks StarPU's own tasks or the ops")
 for b in bad[:10]:
     print("%s: %s" % (label, b), file=sys.stderr)
 sys.exit(1 if bad else 0)
@@ -141,13 +242,19 @@ PY
 }
 
 # BSIPipe under the in-order policy, two iterations (trace.json: the last).
+# Filtered dag.dot (the default), rendered by Graphviz.
 "$train" $model $noeval --iters 2 --trace "$tmp/t" >"$tmp/out" 2>&1 || fail "traced run: $(tail -3 "$tmp/out")"
 grep -q "^trace: $tmp/t: paje.trace" "$tmp/out" && ok || fail "no trace summary line: $(tail -2 "$tmp/out")"
-check "$tmp/t" 2 bsipipe bsipipe 1
+check "$tmp/t" 2 bsipipe bsipipe 1 ops
+# ViTE reads it headlessly without an error or warning and exports a picture.
+if sh "${srcdir:-.}/scripts/vite-screenshot.sh" "$tmp/t" "$tmp/vite.png" 600 >"$tmp/vite.out" 2>&1 &&
+   [ "$(head -c 8 "$tmp/vite.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ]; then ok; else
+    fail "ViTE screenshot: $(tail -3 "$tmp/vite.out")"; fi
 # Another schedule (split backward: W tasks) under a StarPU policy, into a nested new directory.
-"$train" $model $noeval --iters 1 --schedule zb-h1 --k 1 --p 1 --policy eager --trace "$tmp/a/b/c" >"$tmp/out2" 2>&1 ||
-    fail "traced run zb-h1/eager: $(tail -3 "$tmp/out2")"
-check "$tmp/a/b/c" 1 zb-h1 eager 0
+# StarPU's whole task graph on request (BSIPIPE_TRACE_DAG=full).
+BSIPIPE_TRACE_DAG=full "$train" $model $noeval --iters 1 --schedule zb-h1 --k 1 --p 1 --policy eager \
+    --trace "$tmp/a/b/c" >"$tmp/out2" 2>&1 || fail "traced run zb-h1/eager: $(tail -3 "$tmp/out2")"
+check "$tmp/a/b/c" 1 zb-h1 eager 0 full
 
 # A bad DIR is refused before training starts.
 : >"$tmp/file"
