@@ -8,6 +8,7 @@
  * configuration) before it writes anything into the engine.
  * The format is described in docs/checkpoint.md. */
 #include "tasks/engine_internal.h"
+#include "tasks/checkpoint_format.h"
 #include "graph/bsipipe_error.h"
 
 #include <dirent.h>
@@ -22,102 +23,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define CKPT_MAGIC "BSIPCKPT"
 #define CKPT_FILE "checkpoint.bin"
 #define CKPT_LOCK ".checkpoint.lock"
-enum {
-    CKPT_VERSION = 1,
-    CKPT_FIXED_BYTES = 160,   /* header before the replica table */
-    CKPT_REPLICA_BYTES = 32,  /* one replica table entry */
-    CKPT_CRC_BYTES = 4,
-    CKPT_BUF = 1 << 20,       /* write buffer */
-    CKPT_MAX_COUNT = 0x7fffffff, /* iteration counter and step count: 0..INT_MAX */
-};
-
-/* ---- CRC-32 (IEEE 802.3, reflected 0xEDB88320: zlib's crc32), slicing by 8 ---- */
-
-typedef struct crc32_ctx {
-    uint32_t t[8][256];
-    uint32_t crc; /* running value, pre-inverted */
-} crc32_ctx_t;
-
-static void crc32_init(crc32_ctx_t *c)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t x = i;
-        for (int b = 0; b < 8; b++)
-            x = (x >> 1) ^ (0xEDB88320u & (0u - (x & 1u)));
-        c->t[0][i] = x;
-    }
-    for (int s = 1; s < 8; s++)
-        for (int i = 0; i < 256; i++)
-            c->t[s][i] = (c->t[s - 1][i] >> 8) ^ c->t[0][c->t[s - 1][i] & 0xffu];
-    c->crc = 0xffffffffu;
-}
-
-static void crc32_update(crc32_ctx_t *c, const void *data, size_t n)
-{
-    const unsigned char *p = data;
-    uint32_t crc = c->crc;
-    while (n >= 8) {
-        uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
-        uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
-        crc = c->t[7][lo & 0xff] ^ c->t[6][(lo >> 8) & 0xff] ^ c->t[5][(lo >> 16) & 0xff] ^ c->t[4][lo >> 24] ^
-              c->t[3][hi & 0xff] ^ c->t[2][(hi >> 8) & 0xff] ^ c->t[1][(hi >> 16) & 0xff] ^ c->t[0][hi >> 24];
-        p += 8;
-        n -= 8;
-    }
-    while (n--)
-        crc = (crc >> 8) ^ c->t[0][(crc ^ *p++) & 0xff];
-    c->crc = crc;
-}
-
-static uint32_t crc32_final(const crc32_ctx_t *c) { return c->crc ^ 0xffffffffu; }
-
-/* ---- little-endian fields ---- */
-
-static void put_u32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put_u64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put_f64(unsigned char *p, double v)
-{
-    uint64_t u;
-    memcpy(&u, &v, sizeof u);
-    put_u64(p, u);
-}
-
-static uint32_t get_u32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get_u64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static int32_t get_i32(const unsigned char *p) { return (int32_t)get_u32(p); }
-static int64_t get_i64(const unsigned char *p) { return (int64_t)get_u64(p); }
-
-static double get_f64(const unsigned char *p)
-{
-    uint64_t u = get_u64(p);
-    double v;
-    memcpy(&v, &u, sizeof v);
-    return v;
-}
+enum { CKPT_BUF = 1 << 20 }; /* write buffer */
 
 /* n floats as little-endian binary32 into dst (memcpy on little-endian hosts). */
 static void floats_to_le(unsigned char *dst, const float *src, size_t n)
@@ -128,7 +36,7 @@ static void floats_to_le(unsigned char *dst, const float *src, size_t n)
     for (size_t i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, &src[i], 4);
-        put_u32(dst + 4 * i, u);
+        ckpt_put_u32(dst + 4 * i, u);
     }
 #endif
 }
@@ -139,94 +47,43 @@ static void floats_from_le(float *dst, const unsigned char *src, size_t n)
     memcpy(dst, src, n * sizeof(float));
 #else
     for (size_t i = 0; i < n; i++) {
-        uint32_t u = get_u32(src + 4 * i);
+        uint32_t u = ckpt_get_u32(src + 4 * i);
         memcpy(&dst[i], &u, 4);
     }
 #endif
 }
 
-/* ---- the header: fixed part and replica table ---- */
-
-/* Offsets in the fixed part (docs/checkpoint.md has the table). */
-enum {
-    OFF_MAGIC = 0, OFF_VERSION = 8, OFF_HEADER_BYTES = 12, OFF_FILE_BYTES = 16,
-    OFF_DIMS = 24,   /* 7 x i32: family, n_layers, hidden, n_heads, ffn_hidden, vocab, seq_len */
-    OFF_PC = 52,     /* 7 x i32: schedule, w, p, k, m, tp, partition */
-    OFF_OPT = 80,    /* 6 x f64: lr, beta1, beta2, eps, weight_decay, grad_clip */
-    OFF_SEED = 128, OFF_STEPS = 136, OFF_ITER = 144, OFF_PIPES = 152, OFF_CHUNKS = 156,
-};
+/* ---- the header: what this engine writes, and expects to read ---- */
 
 static int n_replicas(const bsipipe_engine_t *e)
 {
     return bsipipe_schedule_n_pipes(e->sched) * e->C;
 }
 
-static uint64_t header_bytes(const bsipipe_engine_t *e)
+/* e's header (h->rep: malloc'ed, ckpt_header_clear frees); -ENOMEM. */
+static int engine_header(const bsipipe_engine_t *e, long iteration, ckpt_header_t *h)
 {
-    return CKPT_FIXED_BYTES + (uint64_t)n_replicas(e) * CKPT_REPLICA_BYTES;
-}
-
-static uint64_t file_bytes(const bsipipe_engine_t *e)
-{
-    uint64_t floats = 0;
-    for (int i = 0; i < n_replicas(e); i++)
-        floats += 3 * (uint64_t)e->rep[i].n;
-    return header_bytes(e) + 4 * floats + CKPT_CRC_BYTES;
-}
-
-static void dims_fields(const bsipipe_model_dims_t *d, int32_t v[7])
-{
-    v[0] = (int32_t)d->family; v[1] = d->n_layers; v[2] = d->hidden; v[3] = d->n_heads;
-    v[4] = d->ffn_hidden; v[5] = d->vocab; v[6] = d->seq_len;
-}
-
-static void pc_fields(const bsipipe_parallel_config_t *pc, int32_t v[7])
-{
-    v[0] = (int32_t)pc->schedule; v[1] = pc->w; v[2] = pc->p; v[3] = pc->k;
-    v[4] = pc->m; v[5] = pc->tp; v[6] = (int32_t)pc->partition;
-}
-
-static void opt_fields(const bsipipe_adamw_t *o, double v[6])
-{
-    v[0] = o->lr; v[1] = o->beta1; v[2] = o->beta2; v[3] = o->eps; v[4] = o->weight_decay; v[5] = o->grad_clip;
-}
-
-static const char *const dims_names[7] = {"family", "n_layers", "hidden", "n_heads", "ffn_hidden", "vocab", "seq_len"};
-static const char *const pc_names[7] = {"schedule", "w", "p", "k", "m", "tp", "partition"};
-static const char *const opt_names[6] = {"lr", "beta1", "beta2", "eps", "weight_decay", "grad_clip"};
-
-/* Header of engine e (buffer of header_bytes(e)). */
-static void build_header(const bsipipe_engine_t *e, long iteration, unsigned char *h)
-{
-    memset(h, 0, header_bytes(e));
-    memcpy(h + OFF_MAGIC, CKPT_MAGIC, 8);
-    put_u32(h + OFF_VERSION, CKPT_VERSION);
-    put_u32(h + OFF_HEADER_BYTES, (uint32_t)header_bytes(e));
-    put_u64(h + OFF_FILE_BYTES, file_bytes(e));
-    int32_t iv[7];
-    dims_fields(&e->dims, iv);
-    for (int i = 0; i < 7; i++)
-        put_u32(h + OFF_DIMS + 4 * i, (uint32_t)iv[i]);
-    pc_fields(&e->o.pc, iv);
-    for (int i = 0; i < 7; i++)
-        put_u32(h + OFF_PC + 4 * i, (uint32_t)iv[i]);
-    double dv[6];
-    opt_fields(&e->o.opt, dv);
-    for (int i = 0; i < 6; i++)
-        put_f64(h + OFF_OPT + 8 * i, dv[i]);
-    put_u64(h + OFF_SEED, (uint64_t)e->o.seed);
-    put_u64(h + OFF_STEPS, (uint64_t)(int64_t)e->steps);
-    put_u64(h + OFF_ITER, (uint64_t)(int64_t)iteration);
-    put_u32(h + OFF_PIPES, (uint32_t)bsipipe_schedule_n_pipes(e->sched));
-    put_u32(h + OFF_CHUNKS, (uint32_t)e->C);
-    for (int i = 0; i < n_replicas(e); i++) {
-        unsigned char *r = h + CKPT_FIXED_BYTES + (size_t)i * CKPT_REPLICA_BYTES;
-        put_u32(r + 0, (uint32_t)(i / e->C));
-        put_u32(r + 4, (uint32_t)(i % e->C));
-        put_u32(r + 8, (uint32_t)e->rep[i].device);
-        put_u64(r + 16, (uint64_t)e->rep[i].base);
-        put_u64(r + 24, (uint64_t)e->rep[i].n);
-    }
+    memset(h, 0, sizeof *h);
+    const bsipipe_model_dims_t *d = &e->dims;
+    const bsipipe_parallel_config_t *pc = &e->o.pc;
+    const bsipipe_adamw_t *o = &e->o.opt;
+    int32_t dims[7] = {(int32_t)d->family, d->n_layers, d->hidden, d->n_heads, d->ffn_hidden, d->vocab, d->seq_len};
+    int32_t pcv[7] = {(int32_t)pc->schedule, pc->w, pc->p, pc->k, pc->m, pc->tp, (int32_t)pc->partition};
+    double opt[6] = {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->grad_clip};
+    memcpy(h->dims, dims, sizeof dims);
+    memcpy(h->pc, pcv, sizeof pcv);
+    memcpy(h->opt, opt, sizeof opt);
+    h->seed = (uint64_t)e->o.seed;
+    h->steps = e->steps;
+    h->iteration = iteration;
+    h->pipes = (uint32_t)bsipipe_schedule_n_pipes(e->sched);
+    h->chunks = (uint32_t)e->C;
+    int n = n_replicas(e);
+    if (!(h->rep = malloc(sizeof *h->rep * (size_t)n)))
+        return -ENOMEM;
+    for (int i = 0; i < n; i++)
+        h->rep[i] = (ckpt_replica_t){i / e->C, i % e->C, e->rep[i].device, e->rep[i].base, e->rep[i].n};
+    return 0;
 }
 
 /* DIR/checkpoint.bin (or another name in DIR); caller frees. */
@@ -246,7 +103,7 @@ typedef struct writer {
     const char *path;
     unsigned char *buf;
     size_t len;
-    crc32_ctx_t crc;
+    ckpt_crc_t crc;
 } writer_t;
 
 static int write_all(int fd, const unsigned char *p, size_t n)
@@ -275,7 +132,7 @@ static int writer_flush(writer_t *w)
 static int writer_put(writer_t *w, const unsigned char *p, size_t n, int raw)
 {
     if (!raw)
-        crc32_update(&w->crc, p, n);
+        ckpt_crc_update(&w->crc, p, n);
     while (n > 0) {
         size_t k = CKPT_BUF - w->len < n ? CKPT_BUF - w->len : n;
         memcpy(w->buf + w->len, p, k);
@@ -344,7 +201,9 @@ int bsipipe_engine_save(bsipipe_engine_t *e, const char *dir, long iteration)
     snprintf(tmpname, sizeof tmpname, "." CKPT_FILE ".%ld.tmp", (long)getpid());
     char *final = join(dir, CKPT_FILE), *tmp = join(dir, tmpname);
     writer_t w = {.fd = -1, .path = tmp, .buf = malloc(CKPT_BUF)};
-    unsigned char *hdr = malloc(header_bytes(e));
+    ckpt_header_t h;
+    int hrc = engine_header(e, iteration, &h);
+    unsigned char *hdr = hrc == 0 ? malloc(ckpt_header_bytes(&h)) : NULL;
     int rc = 0, fd;
     const char *what = "";
     if (!final || !tmp || !w.buf || !hdr) {
@@ -363,10 +222,10 @@ int bsipipe_engine_save(bsipipe_engine_t *e, const char *dir, long iteration)
         what = "cannot create";
         goto fail;
     }
-    crc32_init(&w.crc);
-    build_header(e, iteration, hdr);
+    ckpt_crc_init(&w.crc);
+    ckpt_header_encode(&h, hdr);
     what = "cannot write";
-    if ((rc = writer_put(&w, hdr, header_bytes(e), 0)) < 0)
+    if ((rc = writer_put(&w, hdr, ckpt_header_bytes(&h), 0)) < 0)
         goto fail;
     /* Pipe-major replicas; params, m, v of each. */
     for (int i = 0; i < n_replicas(e); i++) {
@@ -376,7 +235,7 @@ int bsipipe_engine_save(bsipipe_engine_t *e, const char *dir, long iteration)
             goto fail;
     }
     unsigned char crc[4];
-    put_u32(crc, crc32_final(&w.crc));
+    ckpt_put_u32(crc, ckpt_crc_final(&w.crc));
     if ((rc = writer_put(&w, crc, sizeof crc, 1)) < 0 || (rc = writer_flush(&w)) < 0)
         goto fail;
     what = "cannot sync";
@@ -410,6 +269,7 @@ fail:
     rc = bsipipe_error_set(rc, "checkpoint: %s %s: %s (the previous checkpoint, if any, is intact)", what, tmp,
                            strerror(-rc));
 out:
+    ckpt_header_clear(&h);
     free(hdr);
     free(w.buf);
     free(tmp);
@@ -419,178 +279,23 @@ out:
 
 /* ---- load ---- */
 
-static int read_file(const char *path, unsigned char **out, uint64_t *size)
+/* Checks a checkpoint image on its own, then against engine e; 0 and *h
+ * (the image's header, caller clears it), or an error with a detail. */
+static int check_image(const bsipipe_engine_t *e, const char *path, const unsigned char *b, uint64_t size,
+                       ckpt_header_t *h)
 {
-    /* O_NONBLOCK: opening a FIFO (or a device) must not wait for a writer;
-     * anything but a regular file is refused below, before any read. */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
-        int err = errno;
-        if (err == ENOENT)
-            return bsipipe_error_set(-ENOENT, "checkpoint: no checkpoint at %s (file or directory missing)", path);
-        return bsipipe_error_set(-err, "checkpoint: cannot open %s: %s", path, strerror(err));
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int err = errno;
-        close(fd);
-        return bsipipe_error_set(-err, "checkpoint: cannot stat %s: %s", path, strerror(err));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return bsipipe_error_set(-EINVAL, "checkpoint: %s is not a regular file (a %s); remove it or point "
-                                 "--checkpoint at the directory of a real checkpoint", path,
-                                 S_ISFIFO(st.st_mode) ? "FIFO" : S_ISDIR(st.st_mode) ? "directory"
-                                 : S_ISSOCK(st.st_mode) ? "socket" : "device or special file");
-    }
-    int fl = fcntl(fd, F_GETFL);
-    if (fl >= 0)
-        (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-    uint64_t n = (uint64_t)st.st_size;
-    unsigned char *buf = malloc(n > 0 ? (size_t)n : 1);
-    if (!buf || n != (uint64_t)(size_t)n) {
-        free(buf);
-        close(fd);
-        return bsipipe_error_set(-ENOMEM, "checkpoint: no memory to read %s (%llu bytes)", path,
-                                 (unsigned long long)n);
-    }
-    uint64_t got = 0;
-    while (got < n) {
-        ssize_t r = read(fd, buf + got, (size_t)(n - got));
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            int err = errno;
-            free(buf);
-            close(fd);
-            return bsipipe_error_set(-err, "checkpoint: cannot read %s: %s", path, strerror(err));
-        }
-        if (r == 0)
-            break; /* shrank while reading: checked as truncation below */
-        got += (uint64_t)r;
-    }
-    close(fd);
-    *out = buf;
-    *size = got;
-    return 0;
-}
-
-static const char *enum_name(int field, int32_t v, char *buf, size_t n)
-{
-    if (field == 0) /* family */
-        return v == BSIPIPE_MODEL_GPT ? "gpt" : v == BSIPIPE_MODEL_LLAMA ? "llama" : (snprintf(buf, n, "%d", v), buf);
-    if (field == 1) /* schedule */
-        return v >= 0 && v < BSIPIPE_SCHED_COUNT ? bsipipe_schedule_kind_name((bsipipe_schedule_kind_t)v)
-                                                 : (snprintf(buf, n, "%d", v), buf);
-    /* partition */
-    return v == BSIPIPE_PARTITION_BALANCED ? "balanced"
-           : v == BSIPIPE_PARTITION_EVEN   ? "even"
-                                           : (snprintf(buf, n, "%d", v), buf);
-}
-
-/* Checks a checkpoint image against engine e; 0 or BSIPIPE_EFORMAT with a detail. */
-static int check_image(const bsipipe_engine_t *e, const char *path, const unsigned char *b, uint64_t size)
-{
-    const uint64_t min = CKPT_FIXED_BYTES + CKPT_CRC_BYTES;
-    if (size >= 8 && memcmp(b + OFF_MAGIC, CKPT_MAGIC, 8) != 0)
-        return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s is not a bsipipe checkpoint (bad magic)", path);
-    if (size < OFF_FILE_BYTES + 8)
-        return bsipipe_error_set(BSIPIPE_EFORMAT,
-                                 "checkpoint: %s is truncated: %llu bytes, a checkpoint has at least %llu", path,
-                                 (unsigned long long)size, (unsigned long long)min);
-    uint32_t version = get_u32(b + OFF_VERSION);
-    if (version != CKPT_VERSION)
-        return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s has format version %u, this build reads version %d",
-                                 path, version, CKPT_VERSION);
-    uint64_t expect = get_u64(b + OFF_FILE_BYTES);
-    if (size < expect)
-        return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s is truncated: expected %llu bytes, found %llu", path,
-                                 (unsigned long long)expect, (unsigned long long)size);
-    if (size > expect)
-        return bsipipe_error_set(BSIPIPE_EFORMAT,
-                                 "checkpoint: %s is corrupted: expected %llu bytes, found %llu (trailing data)", path,
-                                 (unsigned long long)expect, (unsigned long long)size);
-    if (size < min)
-        return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s is corrupted: %llu bytes, a checkpoint has at least %llu",
-                                 path, (unsigned long long)size, (unsigned long long)min);
-    crc32_ctx_t *crc = malloc(sizeof *crc);
-    if (!crc)
-        return bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
-    crc32_init(crc);
-    crc32_update(crc, b, (size_t)(size - CKPT_CRC_BYTES));
-    uint32_t got = crc32_final(crc), want = get_u32(b + size - CKPT_CRC_BYTES);
-    free(crc);
-    if (got != want)
-        return bsipipe_error_set(BSIPIPE_EFORMAT,
-                                 "checkpoint: %s is corrupted: CRC-32 mismatch (stored %08x, computed %08x)", path,
-                                 want, got);
-
-    /* Intact: now compare its configuration with this engine's. */
-    char bc[32], be[32];
-    int32_t ce[7];
-    dims_fields(&e->dims, ce);
-    for (int i = 0; i < 7; i++) {
-        int32_t c = get_i32(b + OFF_DIMS + 4 * i);
-        if (c != ce[i])
-            return bsipipe_error_set(BSIPIPE_EFORMAT,
-                                     "checkpoint: %s is of another model: checkpoint has %s=%s, this run has %s=%s",
-                                     path, dims_names[i], i == 0 ? enum_name(0, c, bc, sizeof bc) : (snprintf(bc, sizeof bc, "%d", c), bc),
-                                     dims_names[i], i == 0 ? enum_name(0, ce[i], be, sizeof be) : (snprintf(be, sizeof be, "%d", ce[i]), be));
-    }
-    pc_fields(&e->o.pc, ce);
-    for (int i = 0; i < 7; i++) {
-        int32_t c = get_i32(b + OFF_PC + 4 * i);
-        int en = i == 0 ? 1 : i == 6 ? 2 : -1;
-        if (c != ce[i])
-            return bsipipe_error_set(
-                BSIPIPE_EFORMAT, "checkpoint: %s is of another parallel config: checkpoint has %s=%s, this run has %s=%s",
-                path, pc_names[i], en >= 0 ? enum_name(en, c, bc, sizeof bc) : (snprintf(bc, sizeof bc, "%d", c), bc),
-                pc_names[i], en >= 0 ? enum_name(en, ce[i], be, sizeof be) : (snprintf(be, sizeof be, "%d", ce[i]), be));
-    }
-    double de[6];
-    opt_fields(&e->o.opt, de);
-    for (int i = 0; i < 6; i++) {
-        double c = get_f64(b + OFF_OPT + 8 * i);
-        if (memcmp(&c, &de[i], sizeof c) != 0)
-            return bsipipe_error_set(BSIPIPE_EFORMAT,
-                                     "checkpoint: %s has other optimizer settings: checkpoint has %s=%.17g, this run "
-                                     "has %s=%.17g",
-                                     path, opt_names[i], c, opt_names[i], de[i]);
-    }
-    uint64_t seed = get_u64(b + OFF_SEED);
-    if (seed != (uint64_t)e->o.seed)
-        return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s has another seed: checkpoint has seed=%llu, this run "
-                                 "has seed=%llu", path, (unsigned long long)seed, (unsigned long long)e->o.seed);
-    /* Counters in range before anyone uses them: a caller's int loop index
-     * must not wrap (the limit is far beyond any real run). */
-    int64_t steps = get_i64(b + OFF_STEPS), iter = get_i64(b + OFF_ITER);
-    if (iter < 0 || iter > CKPT_MAX_COUNT)
-        return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s has iteration counter %lld, outside 0..%d: "
-                                 "corrupted or not written by this program", path, (long long)iter, CKPT_MAX_COUNT);
-    if (steps < 0 || steps > CKPT_MAX_COUNT)
-        return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s has step count %lld, outside 0..%d: "
-                                 "corrupted or not written by this program", path, (long long)steps, CKPT_MAX_COUNT);
-    uint32_t pipes = get_u32(b + OFF_PIPES), chunks = get_u32(b + OFF_CHUNKS);
-    if (pipes != (uint32_t)bsipipe_schedule_n_pipes(e->sched) || chunks != (uint32_t)e->C)
-        return bsipipe_error_set(BSIPIPE_EFORMAT,
-                                 "checkpoint: %s has %u pipes x %u chunks of replicas, this run has %d x %d", path,
-                                 pipes, chunks, bsipipe_schedule_n_pipes(e->sched), e->C);
-    if (get_u32(b + OFF_HEADER_BYTES) != header_bytes(e) || expect != file_bytes(e))
-        return bsipipe_error_set(BSIPIPE_EFORMAT,
-                                 "checkpoint: %s has a layout of %llu bytes (header %u), this run needs %llu (header "
-                                 "%llu)", path, (unsigned long long)expect, get_u32(b + OFF_HEADER_BYTES),
-                                 (unsigned long long)file_bytes(e), (unsigned long long)header_bytes(e));
-    for (int i = 0; i < n_replicas(e); i++) {
-        const unsigned char *r = b + CKPT_FIXED_BYTES + (size_t)i * CKPT_REPLICA_BYTES;
-        int64_t base = get_i64(r + 16), n = get_i64(r + 24);
-        if (get_u32(r + 0) != (uint32_t)(i / e->C) || get_u32(r + 4) != (uint32_t)(i % e->C) ||
-            base != e->rep[i].base || n != e->rep[i].n)
-            return bsipipe_error_set(BSIPIPE_EFORMAT,
-                                     "checkpoint: %s: replica %d (pipe %d, chunk %d) holds elements [%lld, +%lld), this "
-                                     "run's holds [%ld, +%ld)", path, i, i / e->C, i % e->C, (long long)base,
-                                     (long long)n, e->rep[i].base, e->rep[i].n);
-    }
-    return 0;
+    int rc = ckpt_image_parse(path, b, size, h);
+    if (rc < 0)
+        return rc;
+    ckpt_header_t want;
+    if (engine_header(e, 0, &want) < 0)
+        rc = bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
+    else
+        rc = ckpt_header_match(path, &want, h);
+    ckpt_header_clear(&want);
+    if (rc < 0)
+        ckpt_header_clear(h);
+    return rc;
 }
 
 static void set_handle(starpu_data_handle_t h, const unsigned char *src, long n)
@@ -612,12 +317,13 @@ int bsipipe_engine_load(bsipipe_engine_t *e, const char *dir, long *iteration)
         return bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
     unsigned char *b = NULL;
     uint64_t size = 0;
-    int rc = read_file(path, &b, &size);
+    ckpt_header_t h = {0};
+    int rc = ckpt_file_read(path, &b, &size);
     if (rc == 0)
-        rc = check_image(e, path, b, size);
+        rc = check_image(e, path, b, size, &h);
     if (rc == 0) { /* everything checked: only now touch the engine */
         starpu_task_wait_for_all();
-        const unsigned char *p = b + header_bytes(e);
+        const unsigned char *p = b + ckpt_header_bytes(&h);
         for (int i = 0; i < n_replicas(e); i++) {
             replica_t *r = &e->rep[i];
             set_handle(r->h_params, p, r->n);
@@ -627,10 +333,11 @@ int bsipipe_engine_load(bsipipe_engine_t *e, const char *dir, long *iteration)
             set_handle(r->h_v, p, r->n);
             p += 4 * (size_t)r->n;
         }
-        e->steps = (long)get_i64(b + OFF_STEPS);
+        e->steps = (long)h.steps;
         if (iteration)
-            *iteration = (long)get_i64(b + OFF_ITER);
+            *iteration = (long)h.iteration;
     }
+    ckpt_header_clear(&h);
     free(b);
     free(path);
     return rc;
