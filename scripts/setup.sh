@@ -69,6 +69,7 @@ PACKAGES=(
     dpkg-dev
     python3 valgrind
     pajeng  # pj_dump: tests/test_trace.sh reads every traced run's paje.trace with it
+    clang libclang-rt-dev  # -fsanitize=fuzzer: the fuzz targets of make check (docs/fuzzing.md)
     # StarPU build dependencies (the subset our configuration uses)
     libnuma-dev
     ca-certificates

@@ -1,0 +1,134 @@
+/* fuzz_config: fuzzed parallel configs and model dimensions through
+ * bsipipe_parallel_config_validate, and the plans of the small ones.
+ *
+ * Input: fields in order (fuzz_util.h's fuzz_int: small values mostly, any
+ * int32 after a 0xf0..0xff byte): schedule, w, p, k, m, tp, nodes,
+ * devices_per_node, partition, comm, concat, optimise, a byte saying whether
+ * model dimensions follow, then family, n_layers, hidden, n_heads,
+ * ffn_hidden, vocab, seq_len, then the cluster for the mapping (nodes,
+ * devices per node, topology-aware).
+ * Properties: validation returns 0 or BSIPIPE_ECONFIG with a detail and
+ * never crashes, whatever the ints (overflowing products included). An
+ * accepted config with w <= 8, N_s <= 32 and p*w <= 16 (the plans this
+ * target can build thousands of times a second) gives a plan whose ops pass
+ * bsipipe_schedule_validate (where docs/schedules.md promises it) and the
+ * simulator; bsipipe_schedule_create agrees with the validation. The
+ * mapping onto a fuzzed cluster returns 0 with every device on a node and no
+ * node over its capacity, or BSIPIPE_ECONFIG. */
+#include "fuzz/fuzz_util.h"
+#include "graph/bsipipe_config.h"
+#include "graph/bsipipe_error.h"
+#include "graph/bsipipe_schedule.h"
+#include "graph/bsipipe_sim.h"
+#include "graph/bsipipe_topology.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    fuzz_silence_stderr();
+    return 0;
+}
+
+static void check_mapping(const bsipipe_parallel_config_t *pc, fuzz_input_t *in)
+{
+    int nodes = fuzz_int(in), dpn = fuzz_int(in), aware = fuzz_byte(in) & 1;
+    if (nodes > 4096 || dpn > 4096)
+        return; /* the topology caps clusters at 8192 devices; larger arrays are the caller's */
+    int *map = malloc(sizeof(int) * (size_t)pc->w);
+    FUZZ_REQUIRE(map != NULL, "out of memory");
+    int rc = bsipipe_map_devices(pc, nodes, dpn, aware, map);
+    if (rc < 0) {
+        FUZZ_REQUIRE(rc == BSIPIPE_ECONFIG || rc == -ENOMEM, "map rc %d", rc);
+        free(map);
+        return;
+    }
+    FUZZ_REQUIRE(nodes >= 1 && dpn >= 1 && dpn % pc->tp == 0, "mapped onto %d x %d with D_t=%d", nodes, dpn, pc->tp);
+    int *used = calloc((size_t)nodes, sizeof(int));
+    FUZZ_REQUIRE(used != NULL, "out of memory");
+    for (int d = 0; d < pc->w; d++) {
+        FUZZ_REQUIRE(map[d] >= 0 && map[d] < nodes, "device %d on node %d of %d", d, map[d], nodes);
+        used[map[d]]++;
+        FUZZ_REQUIRE(used[map[d]] <= dpn / pc->tp, "node %d holds more than %d TP groups", map[d], dpn / pc->tp);
+    }
+    free(used);
+    free(map);
+}
+
+static void check_plan(const bsipipe_parallel_config_t *pc, const bsipipe_model_dims_t *dims)
+{
+    bsipipe_schedule_t *s = NULL;
+    int rc = bsipipe_schedule_create(pc, dims, &s);
+    FUZZ_REQUIRE(rc == 0, "a validated config (%s w=%d p=%d k=%d m=%d tp=%d comm %s) is not built: %s",
+                 bsipipe_schedule_kind_name(pc->schedule), pc->w, pc->p, pc->k, pc->m, pc->tp,
+                 bsipipe_comm_order_name(pc->comm), bsipipe_error_detail());
+    FUZZ_REQUIRE(bsipipe_schedule_n_devices(s) == pc->w && bsipipe_schedule_n_chunks(s) == pc->p * pc->w,
+                 "%d devices, %d chunks", bsipipe_schedule_n_devices(s), bsipipe_schedule_n_chunks(s));
+    /* What docs/schedules.md promises: bsipipe and no-reversal never
+     * deadlock, ordered is fine for 1F1B and Seq1F1B; naive and the other
+     * uses of ordered deadlock by design (the comparison they exist for). */
+    int must_run = pc->comm == BSIPIPE_COMM_BSIPIPE || pc->comm == BSIPIPE_COMM_NO_REVERSAL ||
+                   (pc->comm == BSIPIPE_COMM_ORDERED &&
+                    (pc->schedule == BSIPIPE_SCHED_1F1B || pc->schedule == BSIPIPE_SCHED_SEQ1F1B));
+    rc = bsipipe_schedule_validate(s);
+    if (must_run)
+        FUZZ_REQUIRE(rc == 0, "%s w=%d p=%d k=%d m=%d comm %s: %s", bsipipe_schedule_kind_name(pc->schedule), pc->w,
+                     pc->p, pc->k, pc->m, bsipipe_comm_order_name(pc->comm), bsipipe_error_detail());
+    if (rc == 0) {
+        bsipipe_cost_model_t unit = bsipipe_cost_model_unit();
+        bsipipe_sim_result_t *r = NULL;
+        rc = bsipipe_simulate(s, &unit, &r);
+        FUZZ_REQUIRE(rc == 0, "a valid plan does not simulate: %s", bsipipe_error_detail());
+        FUZZ_REQUIRE(r->makespan > 0 && r->bubble_ratio >= 0 && r->bubble_ratio < 1, "makespan %g, bubble %g",
+                     r->makespan, r->bubble_ratio);
+        bsipipe_sim_result_destroy(r);
+    }
+    bsipipe_schedule_destroy(s);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    fuzz_input_t in = {data, size};
+    bsipipe_parallel_config_t pc;
+    memset(&pc, 0, sizeof pc);
+    pc.schedule = (bsipipe_schedule_kind_t)fuzz_int(&in);
+    pc.w = fuzz_int(&in);
+    pc.p = fuzz_int(&in);
+    pc.k = fuzz_int(&in);
+    pc.m = fuzz_int(&in);
+    pc.tp = fuzz_int(&in);
+    pc.nodes = fuzz_int(&in);
+    pc.devices_per_node = fuzz_int(&in);
+    pc.partition = (bsipipe_partition_kind_t)fuzz_int(&in);
+    pc.comm = (bsipipe_comm_order_t)fuzz_int(&in);
+    pc.concat = fuzz_int(&in);
+    pc.optimise = fuzz_int(&in);
+    bsipipe_model_dims_t dims, *d = NULL;
+    memset(&dims, 0, sizeof dims);
+    if (fuzz_byte(&in) & 1) {
+        dims.family = (bsipipe_model_family_t)fuzz_int(&in);
+        dims.n_layers = fuzz_int(&in);
+        dims.hidden = fuzz_int(&in);
+        dims.n_heads = fuzz_int(&in);
+        dims.ffn_hidden = fuzz_int(&in);
+        dims.vocab = fuzz_int(&in);
+        dims.seq_len = fuzz_int(&in);
+        d = &dims;
+        int rc = bsipipe_model_dims_validate(d);
+        FUZZ_REQUIRE(rc == 0 || rc == BSIPIPE_ECONFIG, "dims rc %d", rc);
+    }
+    int rc = bsipipe_parallel_config_validate(&pc, d);
+    if (rc < 0) {
+        FUZZ_REQUIRE(rc == BSIPIPE_ECONFIG, "validate rc %d", rc);
+        const char *why = bsipipe_error_detail();
+        FUZZ_REQUIRE(why && *why, "a refusal without a detail");
+        return 0;
+    }
+    check_mapping(&pc, &in);
+    if (pc.w <= 8 && (long)pc.m * pc.k <= 32 && pc.p * pc.w <= 16)
+        check_plan(&pc, d);
+    return 0;
+}
