@@ -55,7 +55,11 @@ static long synthetic_leaves(const char *desc)
                               "core:8)", (int)(p - start), start);
             return 0;
         }
-        long a = strtol(num, NULL, 10);
+        /* Base 0, as hwloc reads it: "core:0x1000" is 4096 cores, "core:010"
+         * is 8 (read in base 10, 0x1000 counted as 0, and hwloc was handed
+         * "pack:0x100 core:0x100 pu:0x10", a million PUs, past the cap:
+         * found by fuzz/fuzz_topology). */
+        long a = strtol(num, NULL, 0);
         if (a < 1)
             a = 1; /* hwloc refuses 0 itself */
         leaves = leaves > TOPO_MAX_LEAVES / a ? (long)TOPO_MAX_LEAVES + 1 : leaves * a;
