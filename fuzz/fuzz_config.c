@@ -9,12 +9,12 @@
  * devices per node, topology-aware).
  * Properties: validation returns 0 or BSIPIPE_ECONFIG with a detail and
  * never crashes, whatever the ints (overflowing products included). An
- * accepted config with w <= 8, N_s <= 32 and p*w <= 16 (the plans this
- * target can build thousands of times a second) gives a plan whose ops pass
+ * accepted config with w <= 8, N_s <= 32 and p*w <= 16 (with the optimising
+ * pass only where w*N_s <= 16: it costs seconds under ASan on the largest)
+ * is built by bsipipe_schedule_create, and its plan passes
  * bsipipe_schedule_validate (where docs/schedules.md promises it) and the
- * simulator; bsipipe_schedule_create agrees with the validation. The
- * mapping onto a fuzzed cluster returns 0 with every device on a node and no
- * node over its capacity, or BSIPIPE_ECONFIG. */
+ * simulator. The mapping onto a fuzzed cluster returns 0 with every device
+ * on a node and no node over its capacity, or BSIPIPE_ECONFIG. */
 #include "fuzz/fuzz_util.h"
 #include "graph/bsipipe_config.h"
 #include "graph/bsipipe_error.h"
@@ -128,7 +128,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     check_mapping(&pc, &in);
-    if (pc.w <= 8 && (long)pc.m * pc.k <= 32 && pc.p * pc.w <= 16)
+    if (pc.w <= 8 && (long)pc.m * pc.k <= 32 && pc.p * pc.w <= 16) {
+        /* The optimising pass takes seconds per plan under ASan at w=8,
+         * N_s=32, a tenth of one at w*N_s = 16: it runs where w*N_s <= 16,
+         * the larger plans are checked as constructed. */
+        if (pc.optimise && pc.w * pc.m * pc.k > 16)
+            pc.optimise = 0;
         check_plan(&pc, d);
+    }
     return 0;
 }
