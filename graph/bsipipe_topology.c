@@ -215,16 +215,19 @@ int bsipipe_map_devices(const bsipipe_parallel_config_t *pc, int nodes, int devi
      * (an odd w's middle device is its own mirror and needs one). Pairs left
      * over when no node has two free slots are split over single free slots:
      * co-located whenever possible, never refused for it. */
-    int *free_slots = malloc(sizeof(int) * (size_t)nodes);
+    /* Only the first w nodes can be used (each takes at least one device):
+     * a cluster described with 2^31 nodes costs w slots, not 8 GiB. */
+    int span = nodes < w ? nodes : w;
+    int *free_slots = malloc(sizeof(int) * (size_t)span);
     if (!free_slots)
         return bsipipe_error_set(-ENOMEM, "out of memory");
-    for (int n = 0; n < nodes; n++)
+    for (int n = 0; n < span; n++)
         free_slots[n] = groups;
     for (int j = 0; j <= (w - 1) / 2; j++) {
         int mirror = w - 1 - j, size = j == mirror ? 1 : 2, n = 0;
-        while (n < nodes && free_slots[n] < size)
+        while (n < span && free_slots[n] < size)
             n++;
-        if (n < nodes) {
+        if (n < span) {
             device_node[j] = device_node[mirror] = n;
             free_slots[n] -= size;
             continue;

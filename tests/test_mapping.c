@@ -109,6 +109,9 @@ int main(void)
     int node[8]; /* pc.w goes up to 8 below */
     CHECK(bsipipe_map_devices(&pc, 2, 4, 1, node) == 0 && node[0] == 0 && node[3] == 0 && node[1] == 1 &&
               node[2] == 1, "Figure 3 mapping");
+    /* A cluster of 2^31-1 nodes costs w slots, not 8 GiB (fuzz/fuzz_config). */
+    CHECK(bsipipe_map_devices(&pc, 0x7fffffff, 4, 1, node) == 0 && node[0] == 0 && node[3] == 0 && node[1] == 1 &&
+              node[2] == 1, "2^31-1 nodes: %s", bsipipe_error_detail());
 
     /* Impossible requests. */
     pc.w = 8;
