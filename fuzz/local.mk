@@ -60,7 +60,7 @@ fuzz: $(FUZZ_PROGS)
 	@for t in $(FUZZ_TARGETS); do \
 	  $(MKDIR_P) fuzz/work/$$t fuzz/artifacts || exit 1; \
 	  echo "== fuzz/fuzz_$$t for $(FUZZ_TIME) s (new inputs: fuzz/work/$$t, findings: fuzz/artifacts)"; \
-	  nice -n 19 fuzz/fuzz_$$t -max_total_time=$(FUZZ_TIME) -timeout=30 -rss_limit_mb=2048 -jobs=1 \
+	  nice -n 19 fuzz/fuzz_$$t -max_total_time=$(FUZZ_TIME) -timeout=30 -rss_limit_mb=2048 \
 	    -print_final_stats=1 -artifact_prefix=fuzz/artifacts/$$t- fuzz/work/$$t $(srcdir)/fuzz/corpus/$$t \
 	    || exit 1; \
 	done
