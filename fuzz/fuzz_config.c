@@ -67,12 +67,18 @@ static void check_plan(const bsipipe_parallel_config_t *pc, const bsipipe_model_
                  bsipipe_comm_order_name(pc->comm), bsipipe_error_detail());
     FUZZ_REQUIRE(bsipipe_schedule_n_devices(s) == pc->w && bsipipe_schedule_n_chunks(s) == pc->p * pc->w,
                  "%d devices, %d chunks", bsipipe_schedule_n_devices(s), bsipipe_schedule_n_chunks(s));
-    /* What docs/schedules.md promises: bsipipe and no-reversal never
-     * deadlock, ordered is fine for 1F1B and Seq1F1B; naive and the other
-     * uses of ordered deadlock by design (the comparison they exist for). */
-    int must_run = pc->comm == BSIPIPE_COMM_BSIPIPE || pc->comm == BSIPIPE_COMM_NO_REVERSAL ||
+    /* What docs/schedules.md promises: bsipipe never deadlocks; no-reversal
+     * only on Megatron's interleaved order with odd w (its wrap-around link
+     * joins two even devices, both sending first); ordered is fine for the
+     * schedules without interleaving or split backward (GPipe, TeraPipe,
+     * 1F1B, Seq1F1B) and for BitPipe; naive deadlocks by design. */
+    bsipipe_schedule_kind_t k = pc->schedule;
+    int megatron_interleaved = k == BSIPIPE_SCHED_1F1B_I || k == BSIPIPE_SCHED_SEQ1F1B_I;
+    int must_run = pc->comm == BSIPIPE_COMM_BSIPIPE ||
+                   (pc->comm == BSIPIPE_COMM_NO_REVERSAL && !(megatron_interleaved && pc->w % 2)) ||
                    (pc->comm == BSIPIPE_COMM_ORDERED &&
-                    (pc->schedule == BSIPIPE_SCHED_1F1B || pc->schedule == BSIPIPE_SCHED_SEQ1F1B));
+                    (k == BSIPIPE_SCHED_GPIPE || k == BSIPIPE_SCHED_TERAPIPE || k == BSIPIPE_SCHED_1F1B ||
+                     k == BSIPIPE_SCHED_SEQ1F1B || k == BSIPIPE_SCHED_BITPIPE));
     rc = bsipipe_schedule_validate(s);
     if (must_run)
         FUZZ_REQUIRE(rc == 0, "%s w=%d p=%d k=%d m=%d comm %s: %s", bsipipe_schedule_kind_name(pc->schedule), pc->w,

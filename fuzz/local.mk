@@ -27,6 +27,7 @@ FUZZ_SEEDS = \
 	fuzz/corpus/checkpoint/bad-crc fuzz/corpus/checkpoint/truncated \
 	fuzz/corpus/config/bsipipe-w4 fuzz/corpus/config/seq1f1b-i-k3-w1 fuzz/corpus/config/1f1b-i-dims \
 	fuzz/corpus/config/int-limits fuzz/corpus/config/chimera-nodes fuzz/corpus/config/map-huge-cluster \
+	fuzz/corpus/config/no-reversal-odd-w \
 	fuzz/corpus/cli/int fuzz/corpus/cli/float fuzz/corpus/cli/bytes fuzz/corpus/cli/ull \
 	fuzz/corpus/cli/schedule fuzz/corpus/cli/comm \
 	fuzz/corpus/topology/nxg fuzz/corpus/topology/synthetic fuzz/corpus/topology/synthetic-attrs \
