@@ -57,7 +57,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     arg[size - 1] = '\0';
     switch (sel % 6) {
     case 0: {
-        int lo = int_ranges[sel / 6 % N_OF(int_ranges)].lo, hi = int_ranges[sel / 6 % N_OF(int_ranges)].hi;
+        int r = sel / 6 % N_OF(int_ranges);
+        int lo = int_ranges[r].lo, hi = int_ranges[r].hi;
         int v = 12345, rc = cli_parse_int("fuzz", "--int", arg, lo, hi, &v);
         FUZZ_REQUIRE(rc == 0 || rc == -1, "rc %d", rc);
         if (rc < 0) {
@@ -72,7 +73,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         break;
     }
     case 1: {
-        double lo = double_ranges[sel / 6 % N_OF(double_ranges)].lo, hi = double_ranges[sel / 6 % N_OF(double_ranges)].hi;
+        int r = sel / 6 % N_OF(double_ranges);
+        double lo = double_ranges[r].lo, hi = double_ranges[r].hi;
         double v = -7.5;
         int rc = cli_parse_double("fuzz", "--float", arg, lo, hi, &v);
         FUZZ_REQUIRE(rc == 0 || rc == -1, "rc %d", rc);

@@ -40,7 +40,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 
 static void check_mapping(const bsipipe_topology_t *t, fuzz_input_t *in)
 {
-    bsipipe_parallel_config_t pc = bsipipe_parallel_config_default((bsipipe_schedule_kind_t)(fuzz_byte(in) % BSIPIPE_SCHED_COUNT));
+    bsipipe_schedule_kind_t kind = (bsipipe_schedule_kind_t)(fuzz_byte(in) % BSIPIPE_SCHED_COUNT);
+    bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(kind);
     pc.w = fuzz_int(in);
     pc.tp = fuzz_int(in);
     int aware = fuzz_byte(in) & 1;

@@ -279,14 +279,20 @@ int ckpt_image_parse(const char *path, const unsigned char *b, uint64_t size, ck
     for (uint64_t i = 0; i < nrep; i++) {
         const unsigned char *r = b + CKPT_FIXED_BYTES + i * CKPT_REPLICA_BYTES;
         int64_t base = get_i64(r + 16), n = get_i64(r + 24);
-        if (ckpt_get_u32(r + 0) != i / chunks || ckpt_get_u32(r + 4) != i % chunks || ckpt_get_u32(r + 12) != 0 ||
-            base < 0 || n < 0 || (uint64_t)n > data / 12 - floats / 3)
-            return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s: replica table entry %llu (pipe %d, chunk %d, "
-                                     "elements [%lld, +%lld)) is not entry %llu (pipe %llu, chunk %llu) of a table "
-                                     "whose slices fit the file: corrupted or not written by this program", path,
-                                     (unsigned long long)i, get_i32(r + 0), get_i32(r + 4), (long long)base,
-                                     (long long)n, (unsigned long long)i, (unsigned long long)(i / chunks),
-                                     (unsigned long long)(i % chunks));
+        unsigned long long e = (unsigned long long)i;
+        if (ckpt_get_u32(r + 0) != i / chunks || ckpt_get_u32(r + 4) != i % chunks)
+            return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s: replica table entry %llu is (pipe %d, chunk "
+                                     "%d), expected (pipe %llu, chunk %llu): corrupted or not written by this program",
+                                     path, e, get_i32(r + 0), get_i32(r + 4), e / chunks, e % chunks);
+        if (ckpt_get_u32(r + 12) != 0)
+            return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s: replica table entry %llu has %u in its "
+                                     "reserved field (always 0): corrupted or not written by this program", path, e,
+                                     ckpt_get_u32(r + 12));
+        if (base < 0 || n < 0 || (uint64_t)n > data / 12 - floats / 3)
+            return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s: replica table entry %llu holds elements [%lld, "
+                                     "+%lld), %s: corrupted or not written by this program", path, e,
+                                     (long long)base, (long long)n, base < 0 || n < 0 ? "negative"
+                                     : "more than the file holds after the entries before it");
         floats += 3 * (uint64_t)n;
     }
     if (hb + 4 * floats + CKPT_CRC_BYTES != size)

@@ -338,6 +338,24 @@ int main(void)
         reseal(b, good_n);
         CHECK(spit(bp, b, good_n) == 0, "write %s", bp);
         expect_refused(e, bad, BSIPIPE_EFORMAT, "step count", NULL, state, state_n, scratch);
+        /* A replica table that does not describe the file (checked on the
+         * file alone, before the engine's layout): the first entry's n one
+         * larger, a nonzero reserved field. */
+        memcpy(b, good, (size_t)good_n);
+        uint64_t n0 = 0;
+        for (int i = 7; i >= 0; i--)
+            n0 = n0 << 8 | b[160 + 24 + i];
+        put_le64(b + 160 + 24, n0 + 1);
+        reseal(b, good_n);
+        CHECK(spit(bp, b, good_n) == 0, "write %s", bp);
+        expect_refused(e, bad, BSIPIPE_EFORMAT, "not written by this program", "more than the file holds", state,
+                       state_n, scratch);
+        memcpy(b, good, (size_t)good_n);
+        b[160 + 12] = 1;
+        reseal(b, good_n);
+        CHECK(spit(bp, b, good_n) == 0, "write %s", bp);
+        expect_refused(e, bad, BSIPIPE_EFORMAT, "not written by this program", "entry 0 has 1 in its reserved field",
+                       state, state_n, scratch);
         /* A FIFO named checkpoint.bin is refused, not waited on. */
         unlink(bp);
         CHECK(mkfifo(bp, 0666) == 0, "mkfifo %s", bp);
