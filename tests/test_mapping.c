@@ -87,6 +87,10 @@ int main(void)
     topo("2x4", 2, 4);
     topo("4x8", 4, 8);
     topo("synthetic:group:3 core:2 pu:1", 3, 2);
+    /* NxG is built directly (fuzz/fuzz_topology): through hwloc, nodes of one
+     * device were merged (3x1 read as 1x3) and 4096 nodes took 15 s. */
+    topo("3x1", 3, 1);
+    topo("4096x2", 4096, 2);
     bsipipe_topology_t *t;
     CHECK(bsipipe_topology_create("this", &t) == 0 && bsipipe_topology_nodes(t) == 1 &&
               bsipipe_topology_devices_per_node(t) >= 1, "the real machine is one node");
