@@ -33,7 +33,8 @@ FUZZ_SEEDS = \
 	fuzz/corpus/topology/nxg fuzz/corpus/topology/synthetic fuzz/corpus/topology/synthetic-attrs \
 	fuzz/corpus/topology/this fuzz/corpus/topology/too-big fuzz/corpus/topology/hwloc-numa-leak \
 	fuzz/corpus/topology/hex-arity fuzz/corpus/topology/octal-arity \
-	fuzz/corpus/topology/one-device-nodes fuzz/corpus/topology/many-nodes
+	fuzz/corpus/topology/one-device-nodes fuzz/corpus/topology/many-nodes \
+	fuzz/corpus/topology/unspaced-levels
 EXTRA_DIST += fuzz/fuzz_util.h fuzz/fuzz_checkpoint.c fuzz/fuzz_config.c fuzz/fuzz_cli.c fuzz/fuzz_topology.c \
 	fuzz/gen-checkpoint-seeds.py $(FUZZ_SEEDS) docs/fuzzing.md tests/test_fuzz.sh
 TESTS += tests/test_fuzz.sh

@@ -25,6 +25,18 @@ enum {
  * in parentheses and attached memory in brackets are skipped. 0 and a
  * detail when a level has no arity (hwloc would refuse it too); the product
  * saturates above the cap. */
+/* leaves times the arity at num, saturating above the cap. Base 0, as hwloc
+ * reads it: "core:0x1000" is 4096 cores, "core:010" is 8 (read in base 10,
+ * 0x1000 counted as 0, and hwloc was handed "pack:0x100 core:0x100
+ * pu:0x10", a million PUs, past the cap). */
+static long times_arity(long leaves, const char *num)
+{
+    long a = strtol(num, NULL, 0);
+    if (a < 1)
+        a = 1; /* hwloc refuses 0 itself */
+    return leaves > TOPO_MAX_LEAVES / a ? (long)TOPO_MAX_LEAVES + 1 : leaves * a;
+}
+
 static long synthetic_leaves(const char *desc)
 {
     long leaves = 1;
@@ -42,28 +54,33 @@ static long synthetic_leaves(const char *desc)
                 p++;
             continue;
         }
-        const char *start = p, *colon = NULL;
-        int depth = 0;
+        /* Every "type:N" at depth 0 counts, not only the token's last: hwloc
+         * needs no space between levels ("core:70pu:31" is 70 x 31; counted
+         * as 31, "group:52 core:70pu:31" passed the cap and hwloc built
+         * 112,840 PUs, 2 GB under the fuzzer: found by fuzz/fuzz_topology). */
+        const char *start = p;
+        int depth = 0, colons = 0;
         for (; *p && (depth > 0 || !isspace((unsigned char)*p)); p++) {
             depth += *p == '(';
             depth -= *p == ')' && depth > 0;
-            if (*p == ':' && depth == 0)
-                colon = p;
+            if (*p != ':' || depth > 0)
+                continue;
+            colons++;
+            if (!isdigit((unsigned char)p[1])) {
+                bsipipe_error_set(-EINVAL, "topology: level '%.*s' of the synthetic description has no arity (e.g. "
+                                  "core:8)", (int)(p + 1 - start), start);
+                return 0;
+            }
+            leaves = times_arity(leaves, p + 1);
         }
-        const char *num = colon ? colon + 1 : start;
-        if (!isdigit((unsigned char)*num)) {
-            bsipipe_error_set(-EINVAL, "topology: level '%.*s' of the synthetic description has no arity (e.g. "
-                              "core:8)", (int)(p - start), start);
-            return 0;
+        if (colons == 0) {
+            if (!isdigit((unsigned char)*start)) {
+                bsipipe_error_set(-EINVAL, "topology: level '%.*s' of the synthetic description has no arity (e.g. "
+                                  "core:8)", (int)(p - start), start);
+                return 0;
+            }
+            leaves = times_arity(leaves, start);
         }
-        /* Base 0, as hwloc reads it: "core:0x1000" is 4096 cores, "core:010"
-         * is 8 (read in base 10, 0x1000 counted as 0, and hwloc was handed
-         * "pack:0x100 core:0x100 pu:0x10", a million PUs, past the cap:
-         * found by fuzz/fuzz_topology). */
-        long a = strtol(num, NULL, 0);
-        if (a < 1)
-            a = 1; /* hwloc refuses 0 itself */
-        leaves = leaves > TOPO_MAX_LEAVES / a ? (long)TOPO_MAX_LEAVES + 1 : leaves * a;
         levels++;
     }
     if (levels == 0)
