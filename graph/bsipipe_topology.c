@@ -12,7 +12,8 @@
 
 /* Bounds on what hwloc is asked to build: its synthetic and XML backends
  * build the whole object tree, so 512x512 takes minutes and gigabytes
- * (8192 leaves load in about half a second). */
+ * (8192 leaves load in about half a second, but its time grows with the
+ * square of sibling groups or packages: 4096 of them take 8 s). */
 enum {
     TOPO_MAX_LEAVES = BSIPIPE_TOPOLOGY_MAX_DEVICES,
     TOPO_MAX_SYNTH = 255,              /* characters of a synthetic description */
@@ -24,6 +25,18 @@ enum {
  * in parentheses and attached memory in brackets are skipped. 0 and a
  * detail when a level has no arity (hwloc would refuse it too); the product
  * saturates above the cap. */
+/* leaves times the arity at num, saturating above the cap. Base 0, as hwloc
+ * reads it: "core:0x1000" is 4096 cores, "core:010" is 8 (read in base 10,
+ * 0x1000 counted as 0, and hwloc was handed "pack:0x100 core:0x100
+ * pu:0x10", a million PUs, past the cap). */
+static long times_arity(long leaves, const char *num)
+{
+    long a = strtol(num, NULL, 0);
+    if (a < 1)
+        a = 1; /* hwloc refuses 0 itself */
+    return leaves > TOPO_MAX_LEAVES / a ? (long)TOPO_MAX_LEAVES + 1 : leaves * a;
+}
+
 static long synthetic_leaves(const char *desc)
 {
     long leaves = 1;
@@ -41,24 +54,33 @@ static long synthetic_leaves(const char *desc)
                 p++;
             continue;
         }
-        const char *start = p, *colon = NULL;
-        int depth = 0;
+        /* Every "type:N" at depth 0 counts, not only the token's last: hwloc
+         * needs no space between levels ("core:70pu:31" is 70 x 31; counted
+         * as 31, "group:52 core:70pu:31" passed the cap and hwloc built
+         * 112,840 PUs, 2 GB under the fuzzer: found by fuzz/fuzz_topology). */
+        const char *start = p;
+        int depth = 0, colons = 0;
         for (; *p && (depth > 0 || !isspace((unsigned char)*p)); p++) {
             depth += *p == '(';
             depth -= *p == ')' && depth > 0;
-            if (*p == ':' && depth == 0)
-                colon = p;
+            if (*p != ':' || depth > 0)
+                continue;
+            colons++;
+            if (!isdigit((unsigned char)p[1])) {
+                bsipipe_error_set(-EINVAL, "topology: level '%.*s' of the synthetic description has no arity (e.g. "
+                                  "core:8)", (int)(p + 1 - start), start);
+                return 0;
+            }
+            leaves = times_arity(leaves, p + 1);
         }
-        const char *num = colon ? colon + 1 : start;
-        if (!isdigit((unsigned char)*num)) {
-            bsipipe_error_set(-EINVAL, "topology: level '%.*s' of the synthetic description has no arity (e.g. "
-                              "core:8)", (int)(p - start), start);
-            return 0;
+        if (colons == 0) {
+            if (!isdigit((unsigned char)*start)) {
+                bsipipe_error_set(-EINVAL, "topology: level '%.*s' of the synthetic description has no arity (e.g. "
+                                  "core:8)", (int)(p - start), start);
+                return 0;
+            }
+            leaves = times_arity(leaves, start);
         }
-        long a = strtol(num, NULL, 10);
-        if (a < 1)
-            a = 1; /* hwloc refuses 0 itself */
-        leaves = leaves > TOPO_MAX_LEAVES / a ? (long)TOPO_MAX_LEAVES + 1 : leaves * a;
         levels++;
     }
     if (levels == 0)
@@ -117,7 +139,17 @@ int bsipipe_topology_create(const char *spec, bsipipe_topology_t **out)
             return bsipipe_error_set(-EINVAL, "topology '%s': %ld devices; a cluster of at most %d devices can be "
                                      "planned (e.g. %dx%d); plan a part of the cluster, a pipeline spans w "
                                      "devices", spec, (long)n * g, TOPO_MAX_LEAVES, TOPO_MAX_LEAVES / 8, 8);
-        snprintf(synth, sizeof synth, "group:%d core:%d pu:1", n, g);
+        /* Built directly, not through hwloc: hwloc merges a group that holds
+         * a single core into it ("3x1" came back as 1 node of 3), and takes
+         * seconds for thousands of groups (4096x2: 15 s); both found by
+         * fuzz/fuzz_topology. */
+        bsipipe_topology_t *t = calloc(1, sizeof *t);
+        if (!t)
+            return bsipipe_error_set(-ENOMEM, "out of memory");
+        t->nodes = n;
+        t->devices_per_node = g;
+        *out = t;
+        return 0;
     } else if (strncmp(spec, "synthetic:", 10) == 0) {
         if (strlen(spec + 10) > TOPO_MAX_SYNTH)
             return bsipipe_error_set(-EINVAL, "topology: the synthetic description is too long (%zu characters, at "
@@ -202,6 +234,10 @@ int bsipipe_map_devices(const bsipipe_parallel_config_t *pc, int nodes, int devi
             device_node[d] = d / groups;
         return 0;
     }
+    if (groups < 2 && w > 1 && devices_per_node < 2)
+        return bsipipe_error_set(BSIPIPE_ECONFIG,
+            "mapping: a node holds 1 device, so the mirrored devices d and w-1-d cannot share a node; use nodes "
+            "with at least 2 devices, or the naive mapping");
     if (groups < 2 && w > 1)
         return bsipipe_error_set(BSIPIPE_ECONFIG,
             "mapping: a node holds %d device(s) of D_t=%d, so the mirrored devices d and w-1-d cannot share a "
@@ -211,16 +247,19 @@ int bsipipe_map_devices(const bsipipe_parallel_config_t *pc, int nodes, int devi
      * (an odd w's middle device is its own mirror and needs one). Pairs left
      * over when no node has two free slots are split over single free slots:
      * co-located whenever possible, never refused for it. */
-    int *free_slots = malloc(sizeof(int) * (size_t)nodes);
+    /* Only the first w nodes can be used (each takes at least one device):
+     * a cluster described with 2^31 nodes costs w slots, not 8 GiB. */
+    int span = nodes < w ? nodes : w;
+    int *free_slots = malloc(sizeof(int) * (size_t)span);
     if (!free_slots)
         return bsipipe_error_set(-ENOMEM, "out of memory");
-    for (int n = 0; n < nodes; n++)
+    for (int n = 0; n < span; n++)
         free_slots[n] = groups;
     for (int j = 0; j <= (w - 1) / 2; j++) {
         int mirror = w - 1 - j, size = j == mirror ? 1 : 2, n = 0;
-        while (n < nodes && free_slots[n] < size)
+        while (n < span && free_slots[n] < size)
             n++;
-        if (n < nodes) {
+        if (n < span) {
             device_node[j] = device_node[mirror] = n;
             free_slots[n] -= size;
             continue;

@@ -3,7 +3,8 @@
  *
  * A topology is read through hwloc: the real machine, an XML export, or a
  * synthetic description, so that a 4-node x 8-device cluster can be planned
- * on a laptop. A node is an hwloc Group object directly below the machine
+ * on a laptop; the "NxG" shorthand is built directly (hwloc merges a group
+ * of a single core into it, so one-device nodes cannot be described to it). A node is an hwloc Group object directly below the machine
  * (hwloc's way to join hosts), or the whole machine when there is none; the
  * devices of a node are its cores (one StarPU worker each; GPUs on a CUDA
  * build are counted the same way by the engine).

@@ -61,11 +61,35 @@ static int push_w(bsipipe_schedule_t *s, int device, long i)
     return schedule_push_compute(s, BSIPIPE_OP_W, mb, sub, device);
 }
 
+/* The most forwards a device's b-th backward needs ahead of the b forwards
+ * paired with the backwards before it: max over b of (virtual index of the
+ * forward of b's own (unit, chunk)) - b. Each device runs the same virtual
+ * sequences, so this holds for all; a warmup below it makes a device wait
+ * for a forward later in its own list. With k <= 2w it is what the formula
+ * in generate_1f1b gives; a longer micro-batch (k > 2w) spans more groups of
+ * w units, and its first backward (last piece) waits for the forward of a
+ * later group. */
+static long local_lead(const bsipipe_schedule_t *s, long total)
+{
+    int w = s->pc.w, p = s->pc.p, k = s->pc.k;
+    long lead = 0;
+    for (long b = 0; b < total; b++) {
+        int lc, unit;
+        virtual_to_unit(s, b, 1, &lc, &unit);
+        long fwd_unit = (long)(unit / k) * k + (k - 1 - unit % k); /* the same (mb, sub), forward numbering */
+        long f = fwd_unit / w * ((long)w * p) + (long)lc * w + fwd_unit % w;
+        if (f - b > lead)
+            lead = f - b;
+    }
+    return lead;
+}
+
 static int generate_1f1b(bsipipe_schedule_t *s)
 {
     int w = s->pc.w, p = s->pc.p, rc = 0;
     int split = bsipipe_schedule_kind_traits(s->pc.schedule).split_backward;
     long total = (long)s->pc.m * s->pc.k * p;
+    long lead = local_lead(s, total);
     for (int d = 0; d < w && rc == 0; d++) {
         /* Megatron's warmup, plus k-1 forwards so that the first backward
          * (the micro-batch's last subsequence) has its forward done. */
@@ -76,6 +100,13 @@ static int generate_1f1b(bsipipe_schedule_t *s)
          * the next group's last chunk: (p-1)w forwards further on. */
         if (p > 1 && w % s->pc.k)
             warmup += (long)(p - 1) * w;
+        /* Never below the device's own needs (found by fuzz/fuzz_config:
+         * seq1f1b-i with k > 2w, e.g. w=1 p=2 k=3, or w=2 p=2 k=8, built a
+         * plan whose first backward waited for a later forward of its own
+         * device). Where the formula suffices this changes nothing. */
+        long need = (p == 1 ? w - d - 1 : 2L * (w - d - 1)) + lead;
+        if (warmup < need)
+            warmup = need;
         if (warmup > total)
             warmup = total;
         long f = 0, b = 0, wgrad = 0;

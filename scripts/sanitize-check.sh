@@ -25,7 +25,8 @@ echo "== sanitize-check: building HEAD with $flags in $work"
 autoreconf -fi >autoreconf.log 2>&1 || { tail -20 autoreconf.log; exit 1; }
 # No -Werror here: -O1 with the sanitizers changes GCC's flow analysis and its warnings
 # (format-truncation guesses); the warnings are checked by the regular -Werror build.
-./configure --with-starpu="$STARPU" CFLAGS="$flags" LDFLAGS="-fsanitize=address,undefined" \
+# --disable-fuzzers: the fuzz targets (clang, ASan+UBSan of their own) ran in make check.
+./configure --with-starpu="$STARPU" --disable-fuzzers CFLAGS="$flags" LDFLAGS="-fsanitize=address,undefined" \
     >configure.log 2>&1 || { tail -30 configure.log; exit 1; }
 make -j"$JOBS" >make.log 2>&1 || { tail -40 make.log; exit 1; }
 

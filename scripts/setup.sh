@@ -73,6 +73,7 @@ PACKAGES=(
     pajeng  # pj_dump: tests/test_trace.sh reads every traced run's paje.trace with it
     graphviz  # dot: tests/test_trace.sh renders a traced run's dag.dot
     vite xvfb xauth librsvg2-bin  # scripts/vite-screenshot.sh (ViTE headless), run by tests/test_trace.sh
+    clang libclang-rt-dev  # -fsanitize=fuzzer: the fuzz targets of make check (docs/fuzzing.md)
     # StarPU build dependencies (the subset our configuration uses)
     libnuma-dev
     ca-certificates

@@ -87,6 +87,10 @@ int main(void)
     topo("2x4", 2, 4);
     topo("4x8", 4, 8);
     topo("synthetic:group:3 core:2 pu:1", 3, 2);
+    /* NxG is built directly (fuzz/fuzz_topology): through hwloc, nodes of one
+     * device were merged (3x1 read as 1x3) and 4096 nodes took 15 s. */
+    topo("3x1", 3, 1);
+    topo("4096x2", 4096, 2);
     bsipipe_topology_t *t;
     CHECK(bsipipe_topology_create("this", &t) == 0 && bsipipe_topology_nodes(t) == 1 &&
               bsipipe_topology_devices_per_node(t) >= 1, "the real machine is one node");
@@ -109,6 +113,9 @@ int main(void)
     int node[8]; /* pc.w goes up to 8 below */
     CHECK(bsipipe_map_devices(&pc, 2, 4, 1, node) == 0 && node[0] == 0 && node[3] == 0 && node[1] == 1 &&
               node[2] == 1, "Figure 3 mapping");
+    /* A cluster of 2^31-1 nodes costs w slots, not 8 GiB (fuzz/fuzz_config). */
+    CHECK(bsipipe_map_devices(&pc, 0x7fffffff, 4, 1, node) == 0 && node[0] == 0 && node[3] == 0 && node[1] == 1 &&
+              node[2] == 1, "2^31-1 nodes: %s", bsipipe_error_detail());
 
     /* Impossible requests. */
     pc.w = 8;

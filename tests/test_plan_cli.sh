@@ -48,7 +48,10 @@ expect 0 "| aware | 0,1,6,7 / 2,3,4,5 |" --w 8 --m 8 --layers 16 --topology 2x4
 expect 0 "| naive | 0,1,2,3 / 4,5,6,7 |" --w 8 --m 8 --layers 16 --topology "synthetic:group:2 core:4 pu:1"
 expect 2 "topology '4y8' not understood" --topology 4y8
 # Huge clusters are refused at once (hwloc would build the tree for minutes).
-for spec in 512x512 "synthetic:node:100000 pu:100000" "synthetic:group:64 package:64 core:64 pu:1" 4096x4096; do
+# Arities are read as hwloc reads them: 0x100 is 256 (it was read as 0, and hwloc built a million PUs);
+# levels need no space between them (core:70pu:31 is 70 x 31).
+for spec in 512x512 "synthetic:node:100000 pu:100000" "synthetic:group:64 package:64 core:64 pu:1" 4096x4096 \
+            "synthetic:pack:0x100 core:0x100 pu:0x10" "synthetic:group:52 core:70pu:31"; do
     start=$(date +%s)
     timeout 20 "$prog" --topology "$spec" >"$tmp/out" 2>&1; got=$?
     secs=$(($(date +%s) - start))

@@ -52,12 +52,13 @@ static int simulate(bsipipe_parallel_config_t pc, run_t *out)
 }
 
 /* Seq1F1B-I on every w and k the config accepts, not only k | w (issue 12:
- * w=3, k=2 failed to generate): p = 2 and 3, m = 1..3w. */
+ * w=3, k=2 failed to generate) nor only k <= 2w (fuzz/fuzz_config found
+ * w=1 k=3 and w=2 k=8 built invalid plans): p = 2 and 3, m = 1..3w. */
 static void seq1f1b_i_sweep(void)
 {
-    int n = 0, straddling = 0;
-    for (int w = 2; w <= 8; w++)
-        for (int k = 1; k <= 4; k++)
+    int n = 0, straddling = 0, long_mb = 0;
+    for (int w = 1; w <= 8; w++)
+        for (int k = 1; k <= (w <= 3 ? 2 * w + 3 : 4); k++)
             for (int p = 2; p <= 3; p++)
                 for (int m = 1; m <= 3 * w; m++) {
                     bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(BSIPIPE_SCHED_SEQ1F1B_I);
@@ -75,9 +76,12 @@ static void seq1f1b_i_sweep(void)
                           w, k, p, m, r.bubble, closed);
                     n++;
                     straddling += w % k != 0;
+                    long_mb += k > 2 * w;
                 }
     CHECK(straddling > 50, "the sweep must cover k not dividing w (%d plans)", straddling);
-    printf("seq1f1b-i: %d plans (%d with k not dividing w) valid and at their closed form\n", n, straddling);
+    CHECK(long_mb > 50, "the sweep must cover k > 2w (%d plans)", long_mb);
+    printf("seq1f1b-i: %d plans (%d with k not dividing w, %d with k > 2w) valid and at their closed form\n", n,
+           straddling, long_mb);
 }
 
 /* Chimera under F = B on odd and even w, m = w..4w (m even): at its closed
