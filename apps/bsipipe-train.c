@@ -702,6 +702,10 @@ int main(int argc, char **argv)
                 if (n_params > 0)
                     printf("parameters: FNV-1a %016llx over %ld floats (of the checkpoint)\n", h, n_params);
             }
+            /* Under mpirun the first rank to exit non-zero gets the others
+             * killed: say everything and free the directory before that. */
+            fflush(stdout);
+            release_ckpt_lock();
             bsipipe_engine_destroy(e);
             free(corpus);
             return 1;
