@@ -242,6 +242,17 @@ static double available_memory(const char **what)
  * the devices of this process, against the budget. 0 when it fits or cannot
  * be estimated (the engine then reports any configuration error itself), 1
  * (message printed) when it does not fit. */
+/* Totals of the (total, params, activations) triples picks[from..to). */
+static void sum_picks(const double *pick, int from, int to, double *need, double *params, double *acts)
+{
+    *need = *params = *acts = 0;
+    for (int j = from; j < to; j++) {
+        *need += pick[3 * j];
+        *params += pick[3 * j + 1];
+        *acts += pick[3 * j + 2];
+    }
+}
+
 static int admit_memory(const bsipipe_model_dims_t *dims, const bsipipe_parallel_config_t *pc,
                         const bsipipe_schedule_t *plan, int nranks, double limit, bsipipe_engine_devices_t devices,
                         int gpus_asked, double act_scale)
@@ -290,12 +301,9 @@ static int admit_memory(const bsipipe_model_dims_t *dims, const bsipipe_parallel
         if (gpus > here) gpus = here;
         int per_gpu = gpus > 0 ? (here + gpus - 1) / gpus : 0;
         for (int g = 0; g < gpus && !refused; g++) {
-            double need = 0, params = 0, acts = 0;
-            for (int j = g * per_gpu; j < (g + 1) * per_gpu && j < here; j++) {
-                need += pick[3 * j];
-                params += pick[3 * j + 1];
-                acts += pick[3 * j + 2];
-            }
+            double need, params, acts;
+            sum_picks(pick, g * per_gpu, (g + 1) * per_gpu < here ? (g + 1) * per_gpu : here, &need, &params,
+                      &acts);
             size_t free_b = 0, total_b = 0;
             double avail = limit;
             if (avail <= 0 && bsipipe_cuda_mem_info(g, &free_b, &total_b) == 0)
@@ -315,12 +323,8 @@ static int admit_memory(const bsipipe_model_dims_t *dims, const bsipipe_parallel
         free(pick);
         return refused;
     }
-    double need = 0, params = 0, acts = 0;
-    for (int j = 0; j < here; j++) {
-        need += pick[3 * j];
-        params += pick[3 * j + 1];
-        acts += pick[3 * j + 2];
-    }
+    double need, params, acts;
+    sum_picks(pick, 0, here, &need, &params, &acts);
     free(pick);
     const char *what = "--memory-limit";
     double avail = limit > 0 ? limit : available_memory(&what);
