@@ -707,9 +707,12 @@ int main(int argc, char **argv)
                     printf("parameters: FNV-1a %016llx over %ld floats (of the checkpoint)\n", h, n_params);
             }
             /* Under mpirun the first rank to exit non-zero gets the others
-             * killed: say everything and free the directory before that. */
+             * killed: rank 0 says everything and frees the directory, and no
+             * rank leaves before it has (the agreement is a barrier). */
             fflush(stdout);
             release_ckpt_lock();
+            if (mpi)
+                bsipipe_engine_agree(e, 0, "finishing a resume with nothing to do");
             bsipipe_engine_destroy(e);
             free(corpus);
             return 1;
