@@ -63,8 +63,10 @@ static void usage(FILE *out)
 "                    --device-tflops (not with --device-tflops 1e5 or more);\n"
 "                    default --reps 3 --iters 2\n"
 "  --preset ablation BSIPipe with transfer order bsipipe, no-reversal (the\n"
-"                    paper's w/o F-B overlap), ordered, naive; the\n"
-"                    last two deadlock and are caught by a 2 s watchdog; then\n"
+"                    paper's w/o F-B overlap), ordered, naive, then bsipipe and\n"
+"                    no-reversal with blocking receives; ordered, naive and\n"
+"                    no-reversal with blocking receives deadlock and are caught\n"
+"                    by a 2 s watchdog; then\n"
 "                    topology-aware against naive mapping on 2 simulated nodes,\n"
 "                    predicted only (one node here: nothing to measure);\n"
 "                    under --mpi: topology-aware against naive mapping across\n"
@@ -107,6 +109,7 @@ typedef struct variant {
     bsipipe_schedule_kind_t kind;
     bsipipe_comm_order_t comm;
     int naive_mapping;       /* --mpi: consecutive devices per rank */
+    int blocking_recv;       /* receives hold their device (bsipipe_engine_set_blocking_recv) */
     char label[48];
 } variant_t;
 
@@ -176,6 +179,7 @@ static void plan_row(row_t *r, const config_t *c)
     }
     r->n_ops = bsipipe_schedule_n_ops(s);
     bsipipe_cost_model_t unit = bsipipe_cost_model_unit(), fl = free_flops_cost(1.0);
+    unit.blocking_recv = fl.blocking_recv = r->v.blocking_recv;
     bsipipe_sim_result_t *sim = NULL;
     int rc = bsipipe_simulate(s, &unit, &sim);
     if (rc == 0)
@@ -255,6 +259,12 @@ static void run_row(row_t *r, const config_t *c, const char *policy, int warmup,
     if (bsipipe_engine_create(&o, &e) < 0) {
         r->status = 2;
         snprintf(r->error, sizeof r->error, "engine: %s", bsipipe_error_detail());
+        return;
+    }
+    if (r->v.blocking_recv && bsipipe_engine_set_blocking_recv(e, 1) < 0) {
+        r->status = 2;
+        snprintf(r->error, sizeof r->error, "engine: %s", bsipipe_error_detail());
+        bsipipe_engine_destroy(e);
         return;
     }
     double sum = 0;
@@ -959,7 +969,7 @@ int main(int argc, char **argv)
     }
 
     /* Variants. */
-    variant_t var[MAX_VARIANTS];
+    variant_t var[MAX_VARIANTS] = {0};
     int nv = 0;
     int is_ablation = preset && strcmp(preset, "ablation") == 0;
     if (is_ablation) {
@@ -968,16 +978,19 @@ int main(int argc, char **argv)
             return 2;
         }
         static const bsipipe_comm_order_t orders[] = {BSIPIPE_COMM_BSIPIPE, BSIPIPE_COMM_NO_REVERSAL,
-                                                      BSIPIPE_COMM_ORDERED, BSIPIPE_COMM_NAIVE};
+                                                      BSIPIPE_COMM_ORDERED, BSIPIPE_COMM_NAIVE,
+                                                      BSIPIPE_COMM_BSIPIPE, BSIPIPE_COMM_NO_REVERSAL};
         static const char *const labels[] = {"bsipipe (early receive + reversal)", "bsipipe, no reversal (w/o F-B overlap)",
-                                             "bsipipe, ordered (no early receive)", "bsipipe, naive (sends first)"};
+                                             "bsipipe, ordered (no early receive)", "bsipipe, naive (sends first)",
+                                             "bsipipe, blocking receives", "no reversal, blocking receives"};
         /* Across ranks: the mapping, measured (the transfer-order rows need
          * the rendezvous transport of one process). */
         static const char *const map_labels[] = {"bsipipe, topology-aware mapping", "bsipipe, naive mapping"};
-        for (int i = 0; i < (mpi ? 2 : 4); i++) {
+        for (int i = 0; i < (mpi ? 2 : 6); i++) {
             var[nv].kind = BSIPIPE_SCHED_BSIPIPE;
             var[nv].comm = mpi ? BSIPIPE_COMM_BSIPIPE : orders[i];
             var[nv].naive_mapping = mpi && i == 1;
+            var[nv].blocking_recv = !mpi && i >= 4;
             snprintf(var[nv].label, sizeof var[nv].label, "%s", mpi ? map_labels[i] : labels[i]);
             nv++;
         }

@@ -105,7 +105,10 @@ static void usage(FILE *out)
 "  --min-lr X        the rate the decay ends at (default lr/10)\n"
 "  --eval-every N    validation loss on the held-out text every N iterations and\n"
 "                    after the last (default 10; 0: none)\n"
-"  --comm ORDER      bsipipe (default), ordered or naive transfer order\n"
+"  --comm ORDER      bsipipe (default), no-reversal, ordered or naive transfer order\n"
+"  --recv posted|blocking  a RECV posts its buffer and its device goes on\n"
+"                    (default), or holds its device until the data has landed\n"
+"                    (NCCL-like; the plan is proved deadlock-free under it first)\n"
 "  --plan FILE       run a plan from JSON (bsipipe-plan --format json, or written\n"
 "                    by hand: docs/plan-json.md) instead of a preset: its config\n"
 "                    (schedule, w, p, k, m, comm) and its model, if it has one,\n"
@@ -394,8 +397,9 @@ int main(int argc, char **argv)
     const char *policy = getenv("BSIPIPE_POLICY") ? getenv("BSIPIPE_POLICY") : "bsipipe";
     const char *data = NULL;
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
+    int blocking_recv = 0;
     enum { O_SCHED = 256, O_POLICY, O_W, O_P, O_K, O_M, O_MODEL, O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_ITERS,
-           O_SEED, O_LR, O_WARMUP, O_DECAY, O_DECAY_ITERS, O_MINLR, O_EVAL, O_DATA, O_COMM, O_WATCHDOG, O_UNCHECKED, O_EMULATE, O_TFLOPS, O_CKPT, O_RESUME, O_TRACE,
+           O_SEED, O_LR, O_WARMUP, O_DECAY, O_DECAY_ITERS, O_MINLR, O_EVAL, O_DATA, O_COMM, O_RECV, O_WATCHDOG, O_UNCHECKED, O_EMULATE, O_TFLOPS, O_CKPT, O_RESUME, O_TRACE,
            O_MPI, O_NAIVE_MAPPING, O_DEVICES, O_GPUS, O_TRANSPORT, O_PRECISION, O_OVERWRITE, O_MEMLIMIT, O_PLAN };
     static const struct option longopts[] = {
         {"schedule", 1, 0, O_SCHED}, {"policy", 1, 0, O_POLICY}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P},
@@ -403,7 +407,7 @@ int main(int argc, char **argv)
         {"hidden", 1, 0, O_HIDDEN}, {"heads", 1, 0, O_HEADS}, {"ffn", 1, 0, O_FFN}, {"seq", 1, 0, O_SEQ},
         {"iters", 1, 0, O_ITERS}, {"seed", 1, 0, O_SEED}, {"lr", 1, 0, O_LR}, {"eval-every", 1, 0, O_EVAL}, {"lr-warmup-iters", 1, 0, O_WARMUP},
         {"lr-decay-style", 1, 0, O_DECAY}, {"lr-decay-iters", 1, 0, O_DECAY_ITERS}, {"min-lr", 1, 0, O_MINLR}, {"data", 1, 0, O_DATA},
-        {"comm", 1, 0, O_COMM}, {"watchdog", 1, 0, O_WATCHDOG}, {"unchecked", 0, 0, O_UNCHECKED},
+        {"comm", 1, 0, O_COMM}, {"recv", 1, 0, O_RECV}, {"watchdog", 1, 0, O_WATCHDOG}, {"unchecked", 0, 0, O_UNCHECKED},
         {"emulate", 0, 0, O_EMULATE}, {"device-tflops", 1, 0, O_TFLOPS}, {"checkpoint", 1, 0, O_CKPT},
         {"resume", 0, 0, O_RESUME}, {"trace", 1, 0, O_TRACE}, {"mpi", 0, 0, O_MPI},
         {"naive-mapping", 0, 0, O_NAIVE_MAPPING}, {"devices", 1, 0, O_DEVICES},
@@ -466,6 +470,16 @@ int main(int argc, char **argv)
                 return 2;
             }
             given.set |= CLI_SET_COMM;
+            break;
+        case O_RECV:
+            if (strcmp(optarg, "posted") == 0) blocking_recv = 0;
+            else if (strcmp(optarg, "blocking") == 0) blocking_recv = 1;
+            else {
+                fprintf(stderr, "bsipipe-train: --recv expects posted (a RECV posts its buffer and its device goes "
+                                "on) or blocking (it holds its device until the data has landed), got '%s'\n",
+                        optarg);
+                bad = 1;
+            }
             break;
         case O_PLAN: plan_path = optarg; break;
         case O_WATCHDOG: bad = cli_parse_double("bsipipe-train", "--watchdog", optarg, 0.01, 86400, &watchdog); break;
@@ -639,6 +653,12 @@ int main(int argc, char **argv)
         free(corpus);
         return 1;
     }
+    if (blocking_recv && bsipipe_engine_set_blocking_recv(e, 1) < 0) {
+        fprintf(stderr, "bsipipe-train: --recv blocking: %s\n", bsipipe_error_detail());
+        bsipipe_engine_destroy(e);
+        free(corpus);
+        return 1;
+    }
     int rank = 0, nranks = 1;
     int *dev_rank = calloc((size_t)pc.w, sizeof *dev_rank);
     bsipipe_engine_ranks(e, &rank, &nranks, dev_rank);
@@ -681,6 +701,8 @@ int main(int argc, char **argv)
         printf(" (%s)\n", naive_mapping ? "naive: consecutive devices" : "topology-aware: mirrored pairs together");
     }
     free(dev_rank);
+    if (blocking_recv)
+        printf("bsipipe-train: blocking receives: a RECV holds its device until its data has landed\n");
     if (devices == BSIPIPE_DEVICES_CUDA)
         printf("bsipipe-train: devices: CUDA workers (one per device), transport %s, precision %s\n",
                transport ? transport : "local", precision ? precision : "fp32");

@@ -7,6 +7,7 @@
 #include "graph/bsipipe_sim.h"
 
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -170,17 +171,62 @@ static double unit_makespan(const bsipipe_schedule_t *s, double *end)
     return m;
 }
 
-/* BSIPipe's constructed order: the list schedule of gen_greedy.c; at k = 1
- * with even w (BitPipe's setting) also BitPipe's order, keeping the shorter
- * under unit costs (both hold one basic unit of activations). */
+/* Candidate sub-unit sizes for BSIPipe's list schedule, best first by what
+ * the sweep of docs/schedules.md found (about w/4 subsequences per pipe):
+ * 0 (the whole basic unit) first, then sizes from a geometric ladder in
+ * order of their distance from w/4. Writes up to max of them; returns how
+ * many. */
+static int subunit_candidates(const bsipipe_schedule_t *s, int *out, int max)
+{
+    static const int ladder[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256};
+    int n_ladder = (int)(sizeof ladder / sizeof ladder[0]), whole = (schedule_mb_group(s) + 1) / 2 * s->pc.k;
+    double target = s->pc.w / 4.0 > 1 ? s->pc.w / 4.0 : 1;
+    int n = 0, used[sizeof ladder / sizeof ladder[0]] = {0};
+    out[n++] = 0;
+    while (n < max) {
+        int best = -1;
+        double best_dist = 0;
+        for (int i = 0; i < n_ladder; i++) {
+            if (used[i] || ladder[i] >= whole)
+                continue;
+            double dist = fabs(log(ladder[i] / target));
+            if (best < 0 || dist < best_dist) {
+                best = i;
+                best_dist = dist;
+            }
+        }
+        if (best < 0)
+            break;
+        used[best] = 1;
+        out[n++] = ladder[best];
+    }
+    return n;
+}
+
+/* Swaps the op lists of a and b (same placement). */
+static void swap_op_lists(bsipipe_schedule_t *a, bsipipe_schedule_t *b)
+{
+    bsipipe_op_t **ops = a->ops;
+    int *n = a->n_ops, *cap = a->cap_ops;
+    a->ops = b->ops;
+    a->n_ops = b->n_ops;
+    a->cap_ops = b->cap_ops;
+    b->ops = ops;
+    b->n_ops = n;
+    b->cap_ops = cap;
+}
+
+/* Compute ops BSIPipe's construction may place over all its candidates: the
+ * largest plans (millions of ops) try fewer sub-unit sizes. */
+enum { CONSTRUCTION_BUDGET = 24 << 20 };
+
+/* BSIPipe's constructed order: the list schedule of gen_greedy.c for each
+ * candidate sub-unit size (at k = 1 with even w also BitPipe's order),
+ * keeping the shortest under unit costs; all hold one basic unit of
+ * activations at most. Deterministic: the same plan in every process. */
 static int generate_bsipipe(bsipipe_schedule_t *s)
 {
-    int rc = generate_greedy(s);
-    if (rc < 0 || s->pc.k != 1 || s->pc.w % 2 || s->pc.m % s->pc.w)
-        return rc;
-    /* The BitPipe order goes into a second set of op lists over the same
-     * placement; the shorter set is kept. */
-    int W = s->n_devices;
+    int W = s->n_devices, cand[24], n_cand = subunit_candidates(s, cand, 24), rc = 0;
     bsipipe_schedule_t alt = *s;
     alt.ops = calloc((size_t)W, sizeof *alt.ops);
     alt.n_ops = calloc((size_t)W, sizeof(int));
@@ -188,19 +234,24 @@ static int generate_bsipipe(bsipipe_schedule_t *s)
     double *end = malloc(sizeof(double) * (size_t)compute_index_count(s));
     if (!alt.ops || !alt.n_ops || !alt.cap_ops || !end)
         rc = bsipipe_error_set(-ENOMEM, "out of memory");
-    if (rc == 0)
-        rc = generate_bitpipe(&alt);
-    if (rc == 0) {
-        double greedy = unit_makespan(s, end), bitpipe = unit_makespan(&alt, end);
-        if (bitpipe >= 0 && (greedy < 0 || bitpipe < greedy)) {
-            bsipipe_op_t **ops = s->ops;
-            int *n = s->n_ops, *cap = s->cap_ops;
-            s->ops = alt.ops;
-            s->n_ops = alt.n_ops;
-            s->cap_ops = alt.cap_ops;
-            alt.ops = ops;
-            alt.n_ops = n;
-            alt.cap_ops = cap;
+    int bitpipe = s->pc.k == 1 && s->pc.w % 2 == 0 && s->pc.m % s->pc.w == 0;
+    long placed = 0, per_plan = 2L * compute_index_count(s) / 3; /* F and B */
+    double best = -1;
+    for (int i = 0; rc == 0 && i < n_cand + bitpipe; i++) {
+        if (i > 0 && placed + per_plan > CONSTRUCTION_BUDGET)
+            break;
+        bsipipe_schedule_t *into = i == 0 ? s : &alt;
+        for (int d = 0; d < W; d++)
+            into->n_ops[d] = 0;
+        rc = i < n_cand ? generate_greedy(into, cand[i]) : generate_bitpipe(into);
+        placed += per_plan;
+        if (rc < 0)
+            break;
+        double span = unit_makespan(into, end);
+        if (i == 0 || (span >= 0 && (best < 0 || span < best))) {
+            if (i > 0)
+                swap_op_lists(s, &alt);
+            best = span;
         }
     }
     for (int d = 0; alt.ops && d < W; d++)

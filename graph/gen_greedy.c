@@ -25,7 +25,8 @@ typedef struct device_state {
     int n_slots;
     double free_at;
     int live;        /* activations held: forwards started, backwards not started */
-    int *live_unit;  /* forwards done per basic unit (BSIPipe) */
+    int *fwd_done;   /* forwards started per sub-unit */
+    int *fwd_total;  /* forwards this device runs per sub-unit */
     int ops_left;
 } device_state_t;
 
@@ -39,9 +40,18 @@ typedef struct greedy {
     double *end;      /* per compute index: end time, -1 until started */
     int *pipe_mbs[2];   /* micro-batches of each pipe, in order */
     int pipe_n_mb[2];
+    int *pos;         /* micro-batch -> its position in its pipe's order */
     int group;        /* micro-batches per basic unit */
     int cap;          /* bidirectional: forwards of one basic unit on one device */
+    int subunit;      /* subsequences of one pipe per sub-unit */
+    int n_sub_units;
 } greedy_t;
+
+/* Sub-unit of a subsequence: its rank in its pipe's order, in groups. */
+static int sub_unit(const greedy_t *g, int mb, int sub)
+{
+    return (g->pos[mb] * g->s->pc.k + sub) / g->subunit;
+}
 
 /* Op at position pos of kind's order in a slot. */
 static void slot_op(const greedy_t *g, const slot_t *sl, int kind, int pos, int *mb, int *sub)
@@ -74,12 +84,12 @@ static long priority(const greedy_t *g, int d, const candidate_t *c)
     {
         /* At most one basic unit's
          * activations per device (cap). Forwards of the oldest unfinished
-         * unit first, deepest chunk first, to fill the far end of the V;
+         * sub-unit first, deepest chunk first, to fill the far end of the V;
          * then backwards, highest chunk first (the longest chain left); then
-         * the next unit's forwards, which overlap this unit's cooldown. */
-        int unit = c->mb / g->group, cur = 0;
-        while (ds->live_unit[cur] == g->cap) /* every forward of unit `cur` done here */
-            cur++;
+         * later sub-units' forwards, which overlap this one's cooldown. */
+        int unit = sub_unit(g, c->mb, c->sub), cur = 0;
+        while (cur < g->n_sub_units - 1 && ds->fwd_done[cur] == ds->fwd_total[cur])
+            cur++; /* every forward of `cur` done here */
         long order = (long)c->mb * s->pc.k + c->sub;
         long deep_first = (long)(s->n_chunks - 1 - c->chunk) * (1L << 32) + order;
         if (c->kind == BSIPIPE_OP_B) return (1L << 60) + deep_first;
@@ -126,7 +136,7 @@ static int try_start(greedy_t *g, int d, double t)
     ds->ops_left--;
     if (best.kind == BSIPIPE_OP_F) {
         ds->live++;
-        ds->live_unit[best.mb / g->group]++;
+        ds->fwd_done[sub_unit(g, best.mb, best.sub)]++;
     } else {
         ds->live--; /* released by the backward; counted at its start */
     }
@@ -135,25 +145,32 @@ static int try_start(greedy_t *g, int d, double t)
 
 static void greedy_free(greedy_t *g)
 {
-    for (int d = 0; g->dev && d < g->s->n_devices; d++)
-        free(g->dev[d].live_unit);
+    for (int d = 0; g->dev && d < g->s->n_devices; d++) {
+        free(g->dev[d].fwd_done);
+        free(g->dev[d].fwd_total);
+    }
     free(g->dev);
+    free(g->pos);
     free(g->end);
     free(g->pipe_mbs[0]);
     free(g->pipe_mbs[1]);
 }
 
-int generate_greedy(bsipipe_schedule_t *s)
+int generate_greedy(bsipipe_schedule_t *s, int subunit)
 {
     greedy_t g = {.s = s};
-    int m = s->pc.m, rc = 0;
+    int m = s->pc.m, k = s->pc.k, rc = 0;
     g.group = s->n_pipes == 2 ? schedule_mb_group(s) : m;
-    g.cap = g.group * s->pc.k * s->pc.p; /* forwards of one unit on one device */
+    g.cap = g.group * k * s->pc.p; /* forwards of one unit on one device */
+    int whole = (g.group + 1) / 2 * k; /* a pipe's subsequences in one basic unit */
+    g.subunit = subunit > 0 && subunit < whole ? subunit : whole;
+    int n_sub_units = g.n_sub_units = m * k / g.subunit + 2;
     g.dev = calloc((size_t)s->n_devices, sizeof *g.dev);
     g.end = malloc(sizeof(double) * (size_t)compute_index_count(s));
+    g.pos = malloc(sizeof(int) * (size_t)m);
     g.pipe_mbs[0] = malloc(sizeof(int) * (size_t)m);
     g.pipe_mbs[1] = malloc(sizeof(int) * (size_t)m);
-    if (!g.dev || !g.end || !g.pipe_mbs[0] || !g.pipe_mbs[1]) {
+    if (!g.dev || !g.end || !g.pos || !g.pipe_mbs[0] || !g.pipe_mbs[1]) {
         greedy_free(&g);
         return bsipipe_error_set(-ENOMEM, "out of memory building the schedule");
     }
@@ -161,12 +178,14 @@ int generate_greedy(bsipipe_schedule_t *s)
         g.end[i] = -1;
     for (int mb = 0; mb < m; mb++) {
         int pipe = schedule_mb_pipe(s, mb);
+        g.pos[mb] = g.pipe_n_mb[pipe];
         g.pipe_mbs[pipe][g.pipe_n_mb[pipe]++] = mb;
     }
     for (int d = 0; d < s->n_devices; d++) {
         device_state_t *ds = &g.dev[d];
-        ds->live_unit = calloc((size_t)(m / g.group + 2), sizeof(int));
-        if (!ds->live_unit) {
+        ds->fwd_done = calloc((size_t)n_sub_units, sizeof(int));
+        ds->fwd_total = calloc((size_t)n_sub_units, sizeof(int));
+        if (!ds->fwd_done || !ds->fwd_total) {
             greedy_free(&g);
             return bsipipe_error_set(-ENOMEM, "out of memory building the schedule");
         }
@@ -175,7 +194,9 @@ int generate_greedy(bsipipe_schedule_t *s)
                 if (schedule_dev(s, pipe, c) == d) {
                     ds->slot[ds->n_slots] = (slot_t){.pipe = pipe, .chunk = c};
                     ds->n_slots++;
-                    ds->ops_left += 2 * g.pipe_n_mb[pipe] * s->pc.k;
+                    ds->ops_left += 2 * g.pipe_n_mb[pipe] * k;
+                    for (int i = 0; i < g.pipe_n_mb[pipe] * k; i++)
+                        ds->fwd_total[i / g.subunit]++;
                 }
     }
     /* Event loop: at time t every free device tries to start an op; then time

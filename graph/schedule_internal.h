@@ -52,9 +52,15 @@ static inline int schedule_dev(const bsipipe_schedule_t *s, int pipe, int chunk)
 /* Micro-batches of one basic unit (bidirectional schedules): w, or 2w when w
  * is odd so that both pipes get the same number; all m when m is not a
  * multiple of that. */
+/* BSIPipe with odd w: basic units of w micro-batches, split (w+1)/2 down
+ * and (w-1)/2 up, then the other way round in the next unit. */
+static inline int schedule_odd_units(const bsipipe_schedule_t *s)
+{
+    return s->pc.schedule == BSIPIPE_SCHED_BSIPIPE && s->pc.w % 2 && s->pc.m % (2 * s->pc.w) == 0;
+}
 static inline int schedule_mb_group(const bsipipe_schedule_t *s)
 {
-    int group = s->pc.w % 2 ? 2 * s->pc.w : s->pc.w;
+    int group = s->pc.w % 2 && !schedule_odd_units(s) ? 2 * s->pc.w : s->pc.w;
     return s->pc.m % group ? s->pc.m : group;
 }
 static inline int schedule_mb_pipe(const bsipipe_schedule_t *s, int mb)
@@ -64,12 +70,18 @@ static inline int schedule_mb_pipe(const bsipipe_schedule_t *s, int mb)
     if (s->n_pipes == 1)
         return 0;
     int group = schedule_mb_group(s);
+    if (schedule_odd_units(s)) {
+        int down = (mb / group) % 2 ? group / 2 : group / 2 + 1;
+        return (mb % group) >= down;
+    }
     return (mb % group) >= group / 2;
 }
 
 /* Compute-order generators: fill the per-device lists with F/B/W ops. */
 int generate_fixed(bsipipe_schedule_t *s);  /* every schedule but bsipipe */
-int generate_greedy(bsipipe_schedule_t *s); /* bsipipe */
+/* BSIPipe's list schedule with sub-units of `subunit` subsequences per pipe
+ * (0: the whole basic unit); gen_greedy.c. */
+int generate_greedy(bsipipe_schedule_t *s, int subunit);
 int generate_bitpipe(bsipipe_schedule_t *s); /* bitpipe; bsipipe at k = 1 when shorter */
 
 /* Inserts SEND/RECV ops for every cross-device dependency, ordered per

@@ -193,6 +193,16 @@ int bsipipe_engine_last_overhead(const bsipipe_engine_t *e, bsipipe_engine_overh
  * bsipipe_transport_send, until its receive is posted; 0 (the default): it
  * is released only once the receive is posted. -EINVAL for no engine. */
 int bsipipe_engine_set_blocking_send(bsipipe_engine_t *e, int on);
+/* Receives that block (the paper's ablation under NCCL-like semantics):
+ * with on = 1 a RECV's task holds its worker until its data has landed, so
+ * under the in-order policy its device goes no further, as a blocking
+ * receive would hold it (docs/schedules.md, "Blocking receives"). The plan
+ * is first proved deadlock-free under these semantics (the validator's
+ * error, naming the cycle, otherwise); with unchecked_plan it runs anyway
+ * and a deadlock is caught by the watchdog, naming the devices. CPU devices
+ * in one process (-ENOTSUP otherwise, with the reason), -EINVAL for no
+ * engine. Off by default (receives are posted). */
+int bsipipe_engine_set_blocking_recv(bsipipe_engine_t *e, int on);
 enum { BSIPIPE_FLOOR_PROFILE = 1, BSIPIPE_FLOOR_FRESH = 2, BSIPIPE_FLOOR_EMULATE = 4,
        BSIPIPE_FLOOR_STARPU_POLL = 8 /* StarPU's last awake worker polls, as StarPU 1.3 ships (engine_devices.c) */ };
 int bsipipe_engine_floor_iteration(bsipipe_engine_t *e, int flags, bsipipe_engine_overhead_t *out);

@@ -45,6 +45,7 @@ struct channel {
     int posted;  /* post() was called */
     int claimed; /* someone took the duty of releasing the RECV task */
     int filled;  /* the data has been copied */
+    int recv_waiting; /* a blocking RECV waits for the data (bsipipe_transport_wait_filled) */
     void *dst;
     size_t bytes;
     struct starpu_task *task;
@@ -223,6 +224,19 @@ static void release_task(struct starpu_task *task)
         starpu_task_end_dep_release(task);
 }
 
+/* now_s() time `at` as a timespec for pthread_cond_timedwait (the conds use CLOCK_MONOTONIC). */
+static struct timespec timespec_at(double at)
+{
+    struct timespec ts;
+    ts.tv_sec = (time_t)at;
+    ts.tv_nsec = (long)((at - (double)ts.tv_sec) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
 /* Fails the transport (mutex held, not yet failed): writes the report,
  * claims every posted RECV nobody has claimed (a copy in progress is
  * released by its sender), wakes every waiter. Returns the claimed tasks for
@@ -245,8 +259,8 @@ static struct starpu_task **fail_locked(bsipipe_transport_t *t, const char *head
     }
     t->releasing += *n;
     for (long i = 0; i < t->n; i++)
-        if (t->ch[i].send_state == 1)
-            pthread_cond_signal(&t->cond[i]);
+        if (t->ch[i].send_state == 1 || t->ch[i].recv_waiting)
+            pthread_cond_broadcast(&t->cond[i]);
     return claimed;
 }
 
@@ -321,6 +335,41 @@ static int failed_error(const bsipipe_transport_t *t, long ch, int device, const
                              device, ch, t->report ? t->report : "transport watchdog fired");
 }
 
+int bsipipe_transport_wait_filled(bsipipe_transport_t *t, long ch)
+{
+    if (!t)
+        return bsipipe_error_set(-EINVAL, "bsipipe_transport_wait_filled: transport is NULL");
+    pthread_mutex_lock(&t->mutex);
+    if (ch < 0 || ch >= t->n) {
+        int rc = bsipipe_error_set(-EINVAL, "blocking RECV: channel %ld out of range [0, %ld)", ch, t->n);
+        pthread_mutex_unlock(&t->mutex);
+        return rc;
+    }
+    struct channel *c = &t->ch[ch];
+    double start = now_s(), deadline = start + t->timeout_s;
+    struct timespec ts = timespec_at(deadline);
+    struct starpu_task **claimed = NULL;
+    long n_claimed = 0;
+    c->recv_waiting = 1;
+    while (!c->filled && !t->failed) {
+        int w = pthread_cond_timedwait(&t->cond[ch], &t->mutex, &ts);
+        if (w == ETIMEDOUT && !c->filled && !t->failed && now_s() >= deadline) {
+            char head[128];
+            snprintf(head, sizeof head,
+                     "transport watchdog fired (timeout %.1f s, first expired: blocking RECV on channel %ld)",
+                     t->timeout_s, ch);
+            claimed = fail_locked(t, head, &n_claimed);
+        }
+    }
+    c->recv_waiting = 0;
+    t->wait_s += now_s() - start;
+    int rc = c->filled ? 0 : -ETIMEDOUT;
+    pthread_mutex_unlock(&t->mutex);
+    release_claimed(t, claimed, n_claimed);
+    free(claimed);
+    return rc;
+}
+
 int bsipipe_transport_send(bsipipe_transport_t *t, long ch, const void *src, size_t bytes, int device,
                            const char *what)
 {
@@ -361,13 +410,7 @@ int bsipipe_transport_send_copy(bsipipe_transport_t *t, long ch, const void *src
     t->waiting++;
 
     double deadline = c->send_start + t->timeout_s;
-    struct timespec ts;
-    ts.tv_sec = (time_t)deadline;
-    ts.tv_nsec = (long)((deadline - (double)ts.tv_sec) * 1e9);
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = timespec_at(deadline);
     struct starpu_task **claimed = NULL;
     long n_claimed = 0;
     int waited = 0;
@@ -414,6 +457,8 @@ int bsipipe_transport_send_copy(bsipipe_transport_t *t, long ch, const void *src
         pthread_mutex_lock(&t->mutex);
         t->copying--;
         c->filled = 1;
+        if (c->recv_waiting)
+            pthread_cond_broadcast(&t->cond[ch]);
         c->send_state = 3;
         /* Nobody else claims a channel whose copy is in progress. */
         c->claimed = 1;

@@ -48,6 +48,13 @@ void bsipipe_transport_destroy(bsipipe_transport_t *t); /* NULL is fine */
 int bsipipe_transport_post(bsipipe_transport_t *t, long ch, void *dst, size_t bytes, struct starpu_task *recv_task,
                            int device, const char *what);
 
+/* Blocking receives (the ablation's rendezvous both ways): called by a
+ * RECV's codelet after bsipipe_transport_post, waits until the data of
+ * channel ch has landed, so the receiving worker is held as a blocking
+ * receive would hold its device. 0; -ETIMEDOUT when the watchdog fired
+ * (this wait, past the timeout, fires it too); -EINVAL for a bad channel. */
+int bsipipe_transport_wait_filled(bsipipe_transport_t *t, long ch);
+
 /* SEND side, from the SEND task's codelet, on device `device`: waits until
  * channel ch is posted, copies `bytes` from src, releases the RECV task.
  * 0; -ETIMEDOUT when the watchdog fired (this or another send), nothing

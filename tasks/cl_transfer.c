@@ -12,6 +12,10 @@
  * NCCL pairs them; RECV releases its end dependency at once and StarPU ends
  * it when its stream has received).
  *
+ * Blocking receives (bsipipe_engine_set_blocking_recv, the ablation): RECV
+ * then waits on its worker until the data has landed, so its device goes no
+ * further, as under NCCL-like semantics.
+ *
  * Buffers: SEND 0 source R; RECV 0 destination W. */
 #include "tasks/engine_internal.h"
 #include "tasks/engine_cuda.h"
@@ -42,6 +46,10 @@ static void recv_cpu(void *buffers[], void *cl_arg)
     int rc = bsipipe_transport_post(e->transport, a->op.channel, (void *)STARPU_VECTOR_GET_PTR(buffers[0]), bytes,
                                     starpu_task_get_current(), a->op.device, a->name + 5 /* past "RECV " */);
     engine_post_notify(e, a->op.channel); /* its SEND may run now (also after an error: it reports) */
+    if (rc == 0 && e->blocking_recv && bsipipe_transport_wait_filled(e->transport, a->op.channel) == -ETIMEDOUT) {
+        engine_fail(e, BSIPIPE_EDEADLOCK); /* the transport's report names the waits */
+        return;
+    }
     engine_report(e, a, rc);
 }
 

@@ -1001,6 +1001,24 @@ int bsipipe_engine_set_blocking_send(bsipipe_engine_t *e, int on)
     return 0;
 }
 
+int bsipipe_engine_set_blocking_recv(bsipipe_engine_t *e, int on)
+{
+    if (!e)
+        return bsipipe_error_set(-EINVAL, "engine: no engine");
+    if (on && (e->mpi || e->o.devices == BSIPIPE_DEVICES_CUDA))
+        return bsipipe_error_set(-ENOTSUP, "blocking receives run on CPU devices in one process only (the local "
+                                 "transport); drop --recv blocking, or --mpi / --devices cuda");
+    if (on && !e->o.unchecked_plan) { /* prove the plan under these semantics first, as at create */
+        bsipipe_cost_model_t blocking = bsipipe_cost_model_unit();
+        blocking.blocking_recv = 1;
+        int rc = bsipipe_schedule_validate_ex(e->sched, &blocking); /* its detail names the semantics */
+        if (rc < 0)
+            return rc;
+    }
+    e->blocking_recv = on != 0;
+    return 0;
+}
+
 int bsipipe_engine_last_overhead(const bsipipe_engine_t *e, bsipipe_engine_overhead_t *out)
 {
     if (!e || !out)

@@ -112,6 +112,7 @@ struct bsipipe_engine {
     bsipipe_engine_overhead_t ovh;
     int no_poll;                       /* StarPU's last awake worker does not poll (engine_starpu_poll_set) */
     int blocking_send;                 /* bsipipe_engine_set_blocking_send */
+    int blocking_recv;                 /* bsipipe_engine_set_blocking_recv */
     int floor_flags;                   /* nonzero (with FLOOR_ACTIVE) during a floor iteration */
     struct starpu_task **floor_recv;   /* per channel: the floor RECV task its SEND releases */
     starpu_data_handle_t *fl_x_out, *fl_stash, *fl_dx, *fl_dy, *fl_wstash, *fl_kv, *fl_dkv, *fl_recv;

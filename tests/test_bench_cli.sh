@@ -68,6 +68,11 @@ if grep -qE '^\| bsipipe, naive .*DEADLOCK: .*deadlock' "$tmp/out"; then ok; els
 # The paper's w/o F-B overlap row runs (a throughput, not a deadlock).
 if grep -qE '^\| bsipipe, no reversal .* \| emulated \| [0-9]+ \(' "$tmp/out"; then ok; else
     fail "ablation: the no-reversal row did not run"; fi
+# Blocking receives: the default order runs, no-reversal deadlocks and is caught.
+if grep -qE '^\| bsipipe, blocking receives .* \| emulated \| [0-9]+ \(' "$tmp/out"; then ok; else
+    fail "ablation: the blocking-receive row did not run"; fi
+if grep -qE '^\| no reversal, blocking receives .*DEADLOCK: .*deadlock' "$tmp/out"; then ok; else
+    fail "ablation: no-reversal with blocking receives not reported as a deadlock"; fi
 # ... and the mapping rows are predictions, said so, with a number each.
 if grep -q "PREDICTED ONLY" "$tmp/out" && grep -qE '^\| topology-aware .*\| [0-9.]+% \| [0-9.e-]+ \|' "$tmp/out" &&
     grep -qE '^\| naive \(consecutive .*\| [0-9.]+% \| [0-9.e-]+ \|' "$tmp/out"; then ok; else

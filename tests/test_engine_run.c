@@ -159,6 +159,53 @@ int main(void)
         bsipipe_engine_destroy(e);
     }
 
+    /* 2b. Blocking receives (the ablation's semantics): the default order
+     * runs and gives the posted run's loss bit for bit; the order without
+     * the F-B reversal is refused up front with its cycle named, and, run
+     * unchecked, deadlocks and is caught by the watchdog. */
+    double loss_posted = 0, loss_blocking = -1;
+    e = make(BSIPIPE_COMM_BSIPIPE, 20);
+    if (e) {
+        CHECK(bsipipe_engine_forward_backward(e, tokens, targets, &loss_posted) == 0, "posted: %s",
+              bsipipe_error_detail());
+        CHECK(bsipipe_engine_set_blocking_recv(e, 1) == 0, "blocking receives on the default order: %s",
+              bsipipe_error_detail());
+        CHECK(bsipipe_engine_forward_backward(e, tokens, targets, &loss_blocking) == 0, "blocking: %s",
+              bsipipe_error_detail());
+        printf("blocking receives, default order: loss %.9f (posted %.9f)\n", loss_blocking, loss_posted);
+        CHECK(loss_blocking == loss_posted, "blocking receives change the loss");
+        bsipipe_engine_destroy(e);
+    }
+    e = make(BSIPIPE_COMM_NO_REVERSAL, 1.0);
+    if (e) {
+        int rc = bsipipe_engine_set_blocking_recv(e, 1);
+        printf("no-reversal, blocking receives: %s\n", bsipipe_error_detail());
+        CHECK(rc == BSIPIPE_EDEADLOCK, "no-reversal under blocking receives: rc %d, want refused", rc);
+        CHECK_CONTAINS(bsipipe_error_detail(), "blocking receives");
+        bsipipe_engine_destroy(e);
+    }
+    {
+        bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(BSIPIPE_SCHED_BSIPIPE);
+        pc.w = 4;
+        pc.m = 4;
+        pc.comm = BSIPIPE_COMM_NO_REVERSAL;
+        bsipipe_engine_options_t o = bsipipe_engine_options_default(&gpt, &pc);
+        o.watchdog_s = 1.0;
+        o.unchecked_plan = 1;
+        e = NULL;
+        CHECK(bsipipe_engine_create(&o, &e) == 0, "create: %s", bsipipe_error_detail());
+        if (e) {
+            CHECK(bsipipe_engine_set_blocking_recv(e, 1) == 0, "unchecked: %s", bsipipe_error_detail());
+            double loss;
+            int rc = bsipipe_engine_forward_backward(e, tokens, targets, &loss);
+            const char *why = bsipipe_error_detail();
+            printf("no-reversal, blocking receives, unchecked: %s\n", why);
+            CHECK(rc == BSIPIPE_EDEADLOCK, "no-reversal, blocking receives, unchecked: rc %d", rc);
+            CHECK_CONTAINS(why, "device");
+            bsipipe_engine_destroy(e);
+        }
+    }
+
     /* 3. Training follows the reference, iteration by iteration. */
     e = make(BSIPIPE_COMM_BSIPIPE, 20);
     bsipipe_ref_trainer_t *ref = NULL;

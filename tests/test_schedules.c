@@ -172,19 +172,20 @@ int main(void)
             CHECK(bsi < best_other || (bsi == 0 && best_other == 0),
                   "w=%d m=%d: bsipipe (%.6f) is not the lowest bubble (best other %.6f)", w, w * j, bsi, best_other);
         }
-        /* Basic-unit concatenation keeps the peak flat as N_s grows; without
+        /* Basic-unit concatenation keeps the peak within one unit as N_s grows; without
          * it the forwards of the whole iteration pile up: the peak grows by
          * 2 per subsequence added (two visits of the V per device). */
         bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(BSIPIPE_SCHED_BSIPIPE);
         pc.w = w;
-        int flat = -1, first_nc = -1, first_ns = 0;
+        int first_nc = -1, first_ns = 0, flat = 0;
         for (int j = 2; j <= 8; j++) {
             run_t r;
             pc.m = w * j;
             pc.concat = 1;
-            if (simulate(pc, &r) == 0) {
-                if (flat < 0) flat = r.peak_max;
-                CHECK(r.peak_max == flat, "w=%d N_s=%d: peak %d, at 2 units it was %d", w, pc.m * pc.k, r.peak_max, flat);
+            if (simulate(pc, &r) == 0) { /* at most one basic unit: 2 k w subsequence-chunks */
+                CHECK(r.peak_max <= 2 * pc.k * w, "w=%d N_s=%d: peak %d, above one basic unit (%d)", w,
+                      pc.m * pc.k, r.peak_max, 2 * pc.k * w);
+                if (r.peak_max > flat) flat = r.peak_max;
             }
             /* The linear growth is the construction's (the optimising pass
              * may hold less, by different amounts). */
@@ -203,7 +204,7 @@ int main(void)
                 CHECK(j < 4 || r.peak_max > 2 * flat, "concatenation must matter at N_s = %d", pc.m * pc.k);
             }
         }
-        printf("bsipipe w=%2d: peak activations %d subsequence-chunks per device for N_s = %d..%d\n", w, flat,
+        printf("bsipipe w=%2d: peak activations at most %d subsequence-chunks per device for N_s = %d..%d\n", w, flat,
                2 * pc.k * w, 8 * pc.k * w);
     }
     return check_finish("test_schedules");

@@ -13,6 +13,9 @@ expect 0 "summary: 6 iterations" $tiny
 expect 0 "summary: 6 iterations" $tiny --schedule seq1f1b-i --policy eager
 expect 0 "summary: 6 iterations" $tiny --schedule zb-h1 --model llama --k 1 --p 1
 expect 2 "--w expects an integer" --w many
+expect 0 "summary: 6 iterations" $tiny --recv blocking
+expect 1 "deadlock under rendezvous send/recv with blocking receives" $tiny --recv blocking --comm no-reversal
+expect 2 "--recv expects posted" --recv sometimes
 expect 2 "unknown schedule 'fast'" --schedule fast
 expect 2 "unknown or incomplete option" --bogus
 expect 1 "nearest valid m" $tiny --m 6
