@@ -52,11 +52,14 @@ static inline int schedule_dev(const bsipipe_schedule_t *s, int pipe, int chunk)
 /* Micro-batches of one basic unit (bidirectional schedules): w, or 2w when w
  * is odd so that both pipes get the same number; all m when m is not a
  * multiple of that. */
-/* BSIPipe with odd w: basic units of w micro-batches, split (w+1)/2 down
- * and (w-1)/2 up, then the other way round in the next unit. */
+/* BSIPipe with odd w and k >= 2: basic units of w micro-batches, split
+ * (w+1)/2 down and (w-1)/2 up, then the other way round in the next unit.
+ * At k = 1 odd w keeps units of 2w (two units of memory): with one, each
+ * junction costs idle time and the bubble stays near 10% whatever N_s
+ * (docs/schedules.md). */
 static inline int schedule_odd_units(const bsipipe_schedule_t *s)
 {
-    return s->pc.schedule == BSIPIPE_SCHED_BSIPIPE && s->pc.w % 2 && s->pc.m % (2 * s->pc.w) == 0;
+    return s->pc.schedule == BSIPIPE_SCHED_BSIPIPE && s->pc.w % 2 && s->pc.k >= 2 && s->pc.m % (2 * s->pc.w) == 0;
 }
 static inline int schedule_mb_group(const bsipipe_schedule_t *s)
 {

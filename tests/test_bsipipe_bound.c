@@ -11,7 +11,7 @@
  *
  *   tests/test_bsipipe_bound            the check grid
  *   tests/test_bsipipe_bound --table    the sweep table, w = 2..16, k = 1..4
- *   tests/test_bsipipe_bound --sweep    the held-out sweep, w up to 64, k up to 8 */
+ *   tests/test_bsipipe_bound --sweep [K]  the held-out sweep, w up to 64, k up to 8 (or k = K) */
 #include "graph/bsipipe_schedule.h"
 #include "graph/bsipipe_sim.h"
 #include "graph/bsipipe_error.h"
@@ -145,14 +145,14 @@ static void table(void)
 
 /* The held-out sweep of docs/schedules.md: w up to 64, k up to 8, N_s
  * from one to 16 basic units (minutes; not in make check). */
-static void sweep(void)
+static void sweep(int k_lo, int k_hi)
 {
     static const int ws[] = {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 20, 23, 24, 31, 32, 33, 48, 63, 64};
     static const int units_list[] = {1, 2, 4, 16};
     double worst[9] = {0}, worst_all = 0;
     int over[9] = {0}, n[9] = {0};
     for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-        for (int k = 1; k <= 8; k++)
+        for (int k = k_lo; k <= k_hi; k++)
             for (size_t u = 0; u < sizeof units_list / sizeof units_list[0]; u++) {
                 int w = ws[i], units = units_list[u];
                 if (w % 2 && units % 2)
@@ -173,7 +173,7 @@ static void sweep(void)
                 if (r > worst[k]) worst[k] = r;
                 if (r > worst_all) worst_all = r;
             }
-    for (int k = 1; k <= 8; k++)
+    for (int k = k_lo; k <= k_hi; k++)
         printf("k=%d: %d plans, %d above the bound, worst ratio %.3f\n", k, n[k], over[k], worst[k]);
     printf("worst ratio to the bound over the sweep: %.3f\n", worst_all);
 }
@@ -184,8 +184,9 @@ int main(int argc, char **argv)
         table();
         return 0;
     }
-    if (argc > 1 && strcmp(argv[1], "--sweep") == 0) {
-        sweep();
+    if (argc > 1 && strcmp(argv[1], "--sweep") == 0) { /* optional K: that k alone */
+        int k = argc > 2 ? atoi(argv[2]) : 0;
+        sweep(k >= 1 && k <= 8 ? k : 1, k >= 1 && k <= 8 ? k : 8);
         return 0;
     }
     /* Every plan: the pass never slows a plan down, never holds more. */
@@ -205,10 +206,11 @@ int main(int argc, char **argv)
                       "w=%d k=%d m=%d: the optimising pass raised peak memory %d -> %d", w, k, m,
                       p.peak_constructed, p.peak_optimised);
                 /* One basic unit of activations (2 k w subsequence-chunks),
-                 * odd w included, whatever N_s. */
-                CHECK(p.peak_constructed <= 2 * k * w && p.peak_optimised <= 2 * k * w,
-                      "w=%d k=%d m=%d: peak %d / %d stashes, above one basic unit (%d)", w, k, m,
-                      p.peak_constructed, p.peak_optimised, 2 * k * w);
+                 * odd w included, whatever N_s; two at k = 1 with odd w. */
+                int unit_mem = (k == 1 && w % 2 ? 2 : 1) * 2 * k * w;
+                CHECK(p.peak_constructed <= unit_mem && p.peak_optimised <= unit_mem,
+                      "w=%d k=%d m=%d: peak %d / %d stashes, above %d", w, k, m,
+                      p.peak_constructed, p.peak_optimised, unit_mem);
                 /* The bound: every w with k >= 2 as constructed; at k = 1 (see
                  * docs/schedules.md) w = 2, 4 and one basic unit of even w. */
                 if (k >= 2)
@@ -220,7 +222,7 @@ int main(int argc, char **argv)
                     CHECK(bad == 0, "w=%d k=%d m=%d: %d compute ops of the constructed plan have no mirror image",
                           w, k, m, bad);
                 }
-                if (w % 2 == 0 && (k >= 2 || w <= 4 || units == 1))
+                if (k >= 2 || w <= 4 || (w % 2 == 0 && units == 1) || (w % 2 && w <= 9))
                     CHECK(p.bubble_optimised <= p.bound + 1e-12, "w=%d k=%d m=%d: bubble %.5f above the bound %.5f",
                           w, k, m, p.bubble_optimised, p.bound);
             }
