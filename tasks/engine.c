@@ -503,6 +503,8 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
                                         "head dimension)");
     if (rc == 0 && o->plan)
         rc = plan_matches(o);
+    if (rc == 0) /* tensor parallelism: the kernels' rules, with the valid degrees */
+        rc = engine_tp_check_dims(&o->dims, o->pc.tp);
     if (rc == 0) /* before starpu_init: a policy that would crash or hang on this graph is refused */
         rc = engine_policy_check(o->policy ? o->policy : "bsipipe", o->unsupported_policy);
     if (rc == 0) /* before any setenv: a running StarPU is the application's, left as it is */

@@ -329,6 +329,9 @@ starpu_data_handle_t engine_mpi_sumsq(struct bsipipe_engine *e, int c);
  * piece; CPU devices in one process; no split backward, no emulation):
  * BSIPIPE_ECONFIG or -ENOTSUP with a sentence naming the fix. */
 int engine_tp_check(struct bsipipe_engine *e);
+/* The model's part of it, before planning (the planner's own check names
+ * fewer rules): D_t divides the heads, the FFN width and the vocabulary. */
+int engine_tp_check_dims(const bsipipe_model_dims_t *dims, int tp);
 /* After starpu_init: the rank workers (e->workerid[d] is rank 0's). */
 int engine_tp_workers(struct bsipipe_engine *e, const int *ids);
 /* The shard replicas (initial parameters cut from the seed's model), the TP

@@ -123,6 +123,20 @@ static starpu_data_handle_t comm_h(const struct bsipipe_engine *e, int b, int d,
     return e->tp->h[((long)b * e->W + d) * e->T + r];
 }
 
+int engine_tp_check_dims(const bsipipe_model_dims_t *dims, int tp)
+{
+    if (tp <= 1)
+        return 0;
+    bsipipe_tp_t t = {tp, 0};
+    int rc = bsipipe_tp_check(dims, &t, 0);
+    if (rc < 0) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", bsipipe_error_detail());
+        return bsipipe_error_set(rc, "%s (use another --tp, or change --heads, --ffn or --vocab)", why);
+    }
+    return 0;
+}
+
 int engine_tp_check(struct bsipipe_engine *e)
 {
     int T = e->T;

@@ -14,8 +14,15 @@
  * largest element (grad_error) and allowed 1e-4, the loss 1e-5 relative.
  * After ITERS AdamW steps each parameter moves by at most ~lr per step and
  * AdamW's normalisation can amplify a tiny gradient difference on elements
- * whose gradient is near zero up to a fraction of lr: parameters are allowed
- * an absolute 0.05 * lr * ITERS (the updates themselves are ~lr). */
+ * whose gradient is near zero: parameters are allowed an absolute
+ * 0.01 * lr * ITERS (1 % of the largest possible move).
+ * Measured (GPT and LLaMA, L=4 d=32 H=4, w=2 m=2 k=2, all three schedules,
+ * D_t = 2 and 4): loss <= 1.1e-9 relative, gradients <= 6.5e-7, parameters
+ * after 3 steps <= 6e-7 absolute: fp32 rounding, 2-3 orders of magnitude
+ * under the bounds. A real mistake is far above them: a collective summing
+ * one rank twice, a missing replicated-gradient all-reduce or a rank
+ * stepping with another rank's norm moves gradients or parameters by 1e-2
+ * to 1 relative. */
 #include "tasks/bsipipe_engine.h"
 #include "graph/bsipipe_error.h"
 #include "tests/check.h"
@@ -119,7 +126,50 @@ static void compare(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t ki
            fam, sk, policy, tp, r->loss0, ref->loss0, lerr, gerr, worst, ITERS, perr);
     CHECK(lerr <= 1e-5, "%s %s tp %d: loss differs by %.3e relative", fam, sk, tp, lerr);
     CHECK(gerr <= 1e-4, "%s %s tp %d: gradients differ by %.3e (%s)", fam, sk, tp, gerr, worst);
-    CHECK(perr <= 0.05 * lr * ITERS, "%s %s tp %d: parameters differ by %.3e", fam, sk, tp, perr);
+    CHECK(perr <= 0.01 * lr * ITERS, "%s %s tp %d: parameters differ by %.3e", fam, sk, tp, perr);
+}
+
+/* A config the engine must refuse before starting StarPU, with rc and a
+ * sentence holding `want`. */
+static void check_refused(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t kind, int tp, int k, int rc_want,
+                          const char *want)
+{
+    bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(kind);
+    pc.w = 2;
+    pc.m = 2;
+    pc.tp = tp;
+    pc.k = k;
+    bsipipe_engine_options_t o = bsipipe_engine_options_default(dims, &pc);
+    bsipipe_engine_t *e = NULL;
+    int rc = bsipipe_engine_create(&o, &e);
+    printf("refused: %s tp %d k %d: %s\n", bsipipe_schedule_kind_name(kind), tp, k, bsipipe_error_detail());
+    CHECK(rc == rc_want, "%s tp %d k %d: rc %d, want %d", bsipipe_schedule_kind_name(kind), tp, k, rc, rc_want);
+    CHECK(e == NULL, "no engine on a refused config");
+    CHECK_CONTAINS(bsipipe_error_detail(), want);
+    bsipipe_engine_destroy(e);
+}
+
+/* Checkpoints refuse TP with a sentence (not a wrong file). */
+static void check_checkpoint_refused(void)
+{
+    bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(BSIPIPE_SCHED_1F1B);
+    pc.w = 2;
+    pc.m = 2;
+    pc.tp = 2;
+    bsipipe_engine_options_t o = bsipipe_engine_options_default(&gpt, &pc);
+    bsipipe_engine_t *e;
+    int rc = bsipipe_engine_create(&o, &e);
+    CHECK(rc == 0, "create: %s", bsipipe_error_detail());
+    if (rc)
+        return;
+    rc = bsipipe_engine_save(e, "/nonexistent-bsipipe-tp-dir", 0);
+    CHECK(rc == -ENOTSUP, "save with tp: rc %d", rc);
+    CHECK_CONTAINS(bsipipe_error_detail(), "tensor parallelism");
+    long it;
+    rc = bsipipe_engine_load(e, "/nonexistent-bsipipe-tp-dir", &it);
+    CHECK(rc == -ENOTSUP, "load with tp: rc %d", rc);
+    CHECK_CONTAINS(bsipipe_error_detail(), "--tp 1");
+    bsipipe_engine_destroy(e);
 }
 
 static void check_equal(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t kind, const char *policy,
@@ -146,5 +196,22 @@ int main(int argc, char **argv)
         check_equal(&gpt, kinds[i], "bsipipe", both, 2);
         check_equal(&llama, kinds[i], "bsipipe", i == 0 ? both : two, i == 0 ? 2 : 1);
     }
+    /* A built-in policy: placement by worker masks, no plan order. */
+    check_equal(&gpt, BSIPIPE_SCHED_SEQ1F1B_I, "lws", two, 1);
+    /* Degrees that do not divide the model or the pieces, and what TP does
+     * not support yet. */
+    check_refused(&gpt, BSIPIPE_SCHED_1F1B, 3, 1, BSIPIPE_ECONFIG, "does not divide the number of heads (4)");
+    check_refused(&llama, BSIPIPE_SCHED_1F1B, 8, 1, BSIPIPE_ECONFIG, "valid D_t here: 1, 2, 4");
+    bsipipe_model_dims_t odd_ffn = gpt;
+    odd_ffn.ffn_hidden = 66;
+    check_refused(&odd_ffn, BSIPIPE_SCHED_1F1B, 4, 1, BSIPIPE_ECONFIG, "FFN width (66)");
+    bsipipe_model_dims_t odd_vocab = gpt;
+    odd_vocab.vocab = 66;
+    check_refused(&odd_vocab, BSIPIPE_SCHED_1F1B, 4, 1, BSIPIPE_ECONFIG, "vocabulary size (66)");
+    bsipipe_model_dims_t short_seq = gpt;
+    short_seq.seq_len = 30; /* the planner aligns pieces to D_t: S must be a multiple */
+    check_refused(&short_seq, BSIPIPE_SCHED_1F1B, 4, 1, BSIPIPE_ECONFIG, "nearest valid S: 28 or 32");
+    check_refused(&gpt, BSIPIPE_SCHED_ZB_H1, 2, 1, -ENOTSUP, "splits the backward");
+    check_checkpoint_refused();
     return check_finish("test_engine_tp");
 }
