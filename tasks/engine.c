@@ -1284,6 +1284,8 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
                     last = r->end_us;
             }
         }
+        if (e->T > 1) /* an op's span is not its ranks' work: their tasks' time, per rank */
+            e->busy[d] = engine_tp_busy_us(e, d);
     }
     /* Over the ranks: losses, busy and peak memory are per device (exact
      * sums), the span is the earliest start and the latest end. */

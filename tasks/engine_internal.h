@@ -347,6 +347,9 @@ int engine_tp_submit_reduce(struct bsipipe_engine *e, int dry_run);
 /* Around an iteration: per-rank records reset / merged into e->rec. */
 void engine_tp_iteration_begin(struct bsipipe_engine *e);
 void engine_tp_iteration_end(struct bsipipe_engine *e);
+/* Device d's busy time in the last iteration: the µs of its ranks' F/B
+ * segment and collective tasks, divided by T (a rank's mean). */
+double engine_tp_busy_us(const struct bsipipe_engine *e, int d);
 /* Whole-model parameters or gradients gathered from the shards. */
 int engine_tp_gather(struct bsipipe_engine *e, float *out, int grads);
 /* The op args that device d's rank-0 worker waits for at `slot` (watchdog),

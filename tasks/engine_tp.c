@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <time.h>
 
 enum { TP_MAX = 16, TP_DESCR = 2 * TP_MAX + 8, STEP_DESCR = 512 };
@@ -95,6 +96,8 @@ struct engine_tp {
     long n_tasks, cap_tasks;
     bsipipe_tp_tensor_info_t *ti;
     int nti;
+    pthread_mutex_t mem_lock;     /* the T workers of a device share its live-bytes counter */
+    double *busy;                 /* [device * T + rank]: µs of F/B tasks this iteration */
 };
 
 /* The communication buffers of a (device, rank). */
@@ -176,6 +179,7 @@ int engine_tp_check(struct bsipipe_engine *e)
     if (!(e->tp = calloc(1, sizeof *e->tp)))
         return bsipipe_error_set(-ENOMEM, "out of memory");
     e->tp->T = T;
+    pthread_mutex_init(&e->tp->mem_lock, NULL);
     return 0;
 }
 
@@ -184,7 +188,7 @@ int engine_tp_workers(struct bsipipe_engine *e, const int *ids)
     struct engine_tp *t = e->tp;
     int T = e->T;
     unsigned len = starpu_worker_get_count() / 32 + 1;
-    if (!ALLOC(t->worker, e->W * T) || !ALLOC(t->wmask, e->W * T) || !ALLOC(t->next_slot, e->W * T))
+    if (!ALLOC(t->busy, e->W * T) || !ALLOC(t->worker, e->W * T) || !ALLOC(t->wmask, e->W * T) || !ALLOC(t->next_slot, e->W * T))
         return bsipipe_error_set(-ENOMEM, "out of memory");
     for (int d = 0, j = 0; d < e->W; d++) {
         if (!engine_local(e, d))
@@ -370,7 +374,8 @@ void engine_tp_free(struct bsipipe_engine *e)
         free(t->tasks[x]);
     free(t->tasks);
     free(t->args); free(t->rec); free(t->slot_op); free(t->slot_n); free(t->slot_cap); free(t->slot0);
-    free(t->worker); free(t->wmask); free(t->next_slot); free(t->ti);
+    free(t->busy); free(t->worker); free(t->wmask); free(t->next_slot); free(t->ti);
+    pthread_mutex_destroy(&t->mem_lock);
     free(t);
     e->tp = NULL;
 }
@@ -384,6 +389,7 @@ void engine_tp_iteration_begin(struct bsipipe_engine *e)
     for (long x = 0; x < t->n_tasks; x++)
         free(t->tasks[x]);
     t->n_tasks = 0;
+    memset(t->busy, 0, sizeof(double) * (size_t)e->W * (size_t)e->T);
     for (long x = 0; x < (long)pipes * e->C * e->T; x++)
         if (t->rep[x].grads) {
             starpu_data_acquire(t->rep[x].h_grads, STARPU_W);
@@ -439,6 +445,14 @@ void engine_tp_iteration_end(struct bsipipe_engine *e)
                 out->seq = 0;
         }
     }
+}
+
+double engine_tp_busy_us(const struct bsipipe_engine *e, int d)
+{
+    double sum = 0;
+    for (int r = 0; r < e->T; r++)
+        sum += e->tp->busy[d * e->T + r];
+    return sum / e->T;
 }
 
 const op_args_t *engine_tp_op_args(struct bsipipe_engine *e, int d, int i)
@@ -521,6 +535,8 @@ static void tp_done(void *arg)
         a->ph[3] += starpu_timing_timespec_delay_us(&pi->start_time, &pi->end_time);
         a->ph[4] += starpu_timing_timespec_delay_us(&pi->release_data_start_time, &pi->release_data_end_time);
         a->ph_ok = 1;
+        if (a->op.kind <= BSIPIPE_OP_W) /* a rank's tasks run on its worker only: no two threads add here */
+            a->e->tp->busy[a->op.device * a->e->T + tt->rank] += f - s;
     }
     a->rec->seq = __atomic_fetch_add(&a->e->rec_seq, 1, __ATOMIC_SEQ_CST);
     __atomic_store_n(&a->running_since, 0LL, __ATOMIC_SEQ_CST);
@@ -1068,6 +1084,18 @@ int engine_tp_gather(struct bsipipe_engine *e, float *out, int grads)
 /* ---- codelets ---- */
 
 #define BUF(role, type) (tt->ix[role] >= 0 ? (type)STARPU_VECTOR_GET_PTR(buffers[tt->ix[role]]) : NULL)
+#define NX(role) (tt->ix[role] >= 0 ? (double)STARPU_VECTOR_GET_NX(buffers[tt->ix[role]]) : 0.0)
+
+/* Live activation bytes of the device, as without TP (cl_forward.c,
+ * cl_backward.c): every rank's stash from its forward's first segment to its
+ * backward's last, the KV cache from the first piece's forward and its
+ * gradient from the last piece's backward to the first piece's. */
+static void tp_mem(struct bsipipe_engine *e, int device, double bytes)
+{
+    pthread_mutex_lock(&e->tp->mem_lock);
+    engine_mem(e, device, bytes);
+    pthread_mutex_unlock(&e->tp->mem_lock);
+}
 
 static void tp_seg_cpu(void *buffers[], void *cl_arg)
 {
@@ -1102,6 +1130,16 @@ static void tp_seg_cpu(void *buffers[], void *cl_arg)
     double *HC = BUF(R_HC, double *);
     const int *tok = BUF(R_TOK, const int *), *tgt = BUF(R_TGT, const int *);
     long ls = len / T;
+    if (tt->kind == S_NORM1 && l == a->l0)
+        tp_mem(e, a->op.device, 4.0 * NX(R_ST));
+    if (tt->kind == S_ATTN && l == a->l0 && a->op.sub == 0)
+        tp_mem(e, a->op.device, 4.0 * NX(R_KV));
+    if (tt->kind == S_BATTN && tt->clear)
+        tp_mem(e, a->op.device, 4.0 * NX(R_DKV));
+    if (tt->kind == S_BNORM1 && l == a->l0)
+        tp_mem(e, a->op.device, -4.0 * NX(R_ST));
+    if (tt->kind == S_BATTN && l == a->l0 && a->op.sub == 0) /* the last use of the micro-batch's K/V here */
+        tp_mem(e, a->op.device, -4.0 * (NX(R_KV) + NX(R_DKV)));
     switch (tt->kind) {
     case S_EMB_VOCAB:
         rc = bsipipe_tp_embed_fwd_vocab(D, &tp, P, tok + a->start, len, PA);
