@@ -36,6 +36,9 @@ static void usage(FILE *out)
 "  --p N --k N       chunks per device / subsequences, applied to the schedules\n"
 "                    that allow them (default: p=2 where interleaved, k=2 where\n"
 "                    sequence-level, else 1)\n"
+"  --tp N            tensor-parallel degree (default 1): each device is N CPU\n"
+"                    workers (docs/tensor-parallel.md); a schedule that splits\n"
+"                    the backward (zb-h1) is then reported as failed\n"
 "  --policy NAME     bsipipe (default) or a StarPU policy from the list below\n"
 "  --devices cpu|cuda  StarPU CPU workers (default) or CUDA workers as devices\n"
 "                    (several per GPU); --gpus N: GPUs to use (default all)\n"
@@ -145,6 +148,8 @@ typedef struct row {
     double act_bytes[2], sync_bytes[2]; /* last iteration: inside / across ranks */
 } row_t;
 
+static int bench_tp = 1; /* --tp: the same degree for every row */
+
 static bsipipe_parallel_config_t make_pc(const variant_t *v, const config_t *c, int p, int k)
 {
     bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(v->kind);
@@ -152,6 +157,7 @@ static bsipipe_parallel_config_t make_pc(const variant_t *v, const config_t *c, 
     pc.w = c->w;
     pc.m = c->m;
     pc.comm = v->comm;
+    pc.tp = bench_tp;
     if (p > 0 && t.interleaved) pc.p = p;
     if (k > 0 && t.sequence_level) pc.k = k;
     return pc;
@@ -807,7 +813,7 @@ int main(int argc, char **argv)
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
     enum { O_SCHEDS = 256, O_REPS, O_WARMUP, O_ITERS, O_W, O_P, O_K, O_M, O_POLICY, O_COMM, O_WATCHDOG, O_MODEL,
            O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_SEED, O_EMULATE, O_TFLOPS, O_PRESET, O_CSV, O_SVG, O_TRACE,
-           O_MPI, O_DEVICES, O_GPUS, O_PRECISION, O_OVERHEAD };
+           O_MPI, O_DEVICES, O_GPUS, O_PRECISION, O_OVERHEAD, O_TP };
     static const struct option longopts[] = {
         {"schedules", 1, 0, O_SCHEDS}, {"reps", 1, 0, O_REPS}, {"warmup", 1, 0, O_WARMUP},
         {"iters", 1, 0, O_ITERS}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P}, {"k", 1, 0, O_K}, {"m", 1, 0, O_M},
@@ -816,7 +822,7 @@ int main(int argc, char **argv)
         {"heads", 1, 0, O_HEADS}, {"ffn", 1, 0, O_FFN}, {"seq", 1, 0, O_SEQ}, {"seed", 1, 0, O_SEED},
         {"emulate", 0, 0, O_EMULATE}, {"device-tflops", 1, 0, O_TFLOPS}, {"preset", 1, 0, O_PRESET},
         {"csv", 1, 0, O_CSV}, {"svg", 1, 0, O_SVG}, {"trace", 1, 0, O_TRACE}, {"mpi", 0, 0, O_MPI}, {"devices", 1, 0, O_DEVICES}, {"gpus", 1, 0, O_GPUS},
-        {"precision", 1, 0, O_PRECISION}, {"overhead", 0, 0, O_OVERHEAD},
+        {"precision", 1, 0, O_PRECISION}, {"overhead", 0, 0, O_OVERHEAD}, {"tp", 1, 0, O_TP},
         {"version", 0, 0, 'V'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
@@ -833,6 +839,7 @@ int main(int argc, char **argv)
         case O_P: bad = cli_parse_int(PROG, "--p", optarg, 1, 64, &p); break;
         case O_K: bad = cli_parse_int(PROG, "--k", optarg, 1, 4096, &k); break;
         case O_M: bad = cli_parse_int(PROG, "--m", optarg, 1, 4096, &m); set_m = 1; break;
+        case O_TP: bad = cli_parse_int(PROG, "--tp", optarg, 1, 64, &bench_tp); break;
         case O_POLICY: policy = optarg; break;
         case O_COMM:
             if (bsipipe_comm_order_parse(optarg, &comm) < 0) {

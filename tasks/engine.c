@@ -144,6 +144,7 @@ void bsipipe_engine_destroy(bsipipe_engine_t *e)
      * build crashed there on every early configuration error). */
     if (e->started)
         starpu_task_wait_for_all();
+    engine_tp_free(e);
     int n_rep = e->sched ? bsipipe_schedule_n_pipes(e->sched) * e->C : 0;
     for (int i = 0; e->rep && i < n_rep; i++) {
         replica_t *r = &e->rep[i];
@@ -223,8 +224,8 @@ static int create_buffers(bsipipe_engine_t *e)
             r->device = bsipipe_schedule_chunk_device(e->sched, (bsipipe_pipe_t)pipe, c);
             r->base = c == 0 ? 0 : engine_layer_offset(e, l0);
             r->n = (c == e->C - 1 ? total : engine_layer_offset(e, l1)) - r->base;
-            if (!engine_local(e, r->device))
-                continue; /* another rank holds it */
+            if (!engine_local(e, r->device) || e->T > 1)
+                continue; /* another rank holds it, or its TP shards do (engine_tp_buffers) */
             r->params = alloc_vector(r->n, &r->h_params);
             r->grads = alloc_vector(r->n, &r->h_grads);
             r->m = alloc_vector(r->n, &r->h_m);
@@ -234,22 +235,34 @@ static int create_buffers(bsipipe_engine_t *e)
             else
                 memcpy(r->params, init + r->base, sizeof(float) * (size_t)r->n);
         }
-    free(init);
-    if (rc)
+    if (rc) {
+        free(init);
         return rc;
+    }
 
-    long n_act = (long)e->m * e->k * e->C, n_kv = (long)e->m * e->C;
-    int nch = bsipipe_schedule_n_channels(e->sched);
+    /* With TP every entry below is T handles, one per rank (entry * T + rank). */
+    long T = e->T, n_act = (long)e->m * e->k * e->C * T, n_kv = (long)e->m * e->C * T;
+    int nch = bsipipe_schedule_n_channels(e->sched) * e->T;
     if (!ALLOC(e->n_x_out, n_act) || !ALLOC(e->n_stash, n_act) || !ALLOC(e->n_dx, n_act) || !ALLOC(e->n_dy, n_act) ||
         !ALLOC(e->n_wstash, n_act) || !ALLOC(e->h_wstash, n_act) ||
         !ALLOC(e->h_x_out, n_act) || !ALLOC(e->h_stash, n_act) || !ALLOC(e->h_dx, n_act) || !ALLOC(e->h_dy, n_act) ||
         !ALLOC(e->n_kv, n_kv) || !ALLOC(e->n_dkv, n_kv) || !ALLOC(e->h_kv, n_kv) || !ALLOC(e->h_dkv, n_kv) || !ALLOC(e->n_recv, nch) ||
         !ALLOC(e->h_recv, nch) || !ALLOC(e->uses, 5 * n_act + 2 * n_kv + nch) || !ALLOC(e->live_bytes, e->W) ||
         !ALLOC(e->peak_bytes, e->W) || !ALLOC(e->busy, e->W) || !ALLOC(e->post_notified, nch) ||
-        !ALLOC(e->send_tagged, nch))
+        !ALLOC(e->send_tagged, nch)) {
+        free(init);
         return -ENOMEM;
+    }
     e->n_channels = nch;
-    for (int mb = 0; mb < e->m; mb++)
+    if (e->T > 1) {
+        rc = engine_tp_buffers(e, init); /* shards, comm buffers, the sizes above */
+        free(init);
+        if (rc < 0)
+            return rc;
+    } else {
+        free(init);
+    }
+    for (int mb = 0; mb < e->m && e->T == 1; mb++)
         for (int c = 0; c < e->C; c++) {
             int l0, l1;
             bsipipe_schedule_chunk_layers(e->sched, c, &l0, &l1);
@@ -264,7 +277,7 @@ static int create_buffers(bsipipe_engine_t *e)
                 e->n_wstash[i] = e->split ? (uint32_t)((l1 - l0) * bsipipe_model_wstash_size(D, (int)len)) : 0;
             }
         }
-    for (int d = 0; d < e->W; d++) {
+    for (int d = 0; d < e->W && e->T == 1; d++) {
         int n;
         const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
         for (int i = 0; i < n; i++)
@@ -490,6 +503,8 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
                                         "head dimension)");
     if (rc == 0 && o->plan)
         rc = plan_matches(o);
+    if (rc == 0) /* tensor parallelism: the kernels' rules, with the valid degrees */
+        rc = engine_tp_check_dims(&o->dims, o->pc.tp);
     if (rc == 0) /* before starpu_init: a policy that would crash or hang on this graph is refused */
         rc = engine_policy_check(o->policy ? o->policy : "bsipipe", o->unsupported_policy);
     if (rc == 0) /* before any setenv: a running StarPU is the application's, left as it is */
@@ -523,6 +538,13 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
     e->S = o->dims.seq_len;
     e->d = o->dims.hidden;
     e->split = bsipipe_schedule_kind_traits(o->pc.schedule).split_backward;
+    e->T = o->pc.tp > 1 ? o->pc.tp : 1;
+    if (e->T > 1 && (rc = engine_tp_check(e)) < 0) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", bsipipe_error_detail());
+        bsipipe_engine_destroy(e);
+        return bsipipe_error_set(rc, "%s", why);
+    }
 
     /* Submission order: the simulator's resolution order respects every
      * dependency, so StarPU's sequential consistency sees each producer
@@ -598,8 +620,9 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
     blas_single_thread();
     starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
     if ((rc = create_buffers(e)) < 0 || (rc = create_args(e)) < 0 || (rc = plan_priorities(e)) < 0 ||
+        (e->T > 1 && (rc = engine_tp_args(e)) < 0) ||
         (rc = bsipipe_transport_create(bsipipe_schedule_n_channels(e->sched) > 0
-                                           ? bsipipe_schedule_n_channels(e->sched) : 1,
+                                           ? (long)bsipipe_schedule_n_channels(e->sched) * e->T : 1,
                                        e->o.watchdog_s, &e->transport)) < 0) {
         bsipipe_engine_destroy(e);
         return rc == -ENOMEM ? bsipipe_error_set(-ENOMEM, "engine: out of memory for the plan's buffers") : rc;
@@ -627,8 +650,8 @@ static starpu_data_handle_t input_handle(bsipipe_engine_t *e, const op_args_t *a
  * write); each handle's user data is its count of remaining uses. */
 static void register_iteration(bsipipe_engine_t *e)
 {
-    long u = 0, n_act = (long)e->m * e->k * e->C, n_kv = (long)e->m * e->C;
-    int nch = bsipipe_schedule_n_channels(e->sched);
+    long u = 0, n_act = (long)e->m * e->k * e->C * e->T, n_kv = (long)e->m * e->C * e->T;
+    int nch = bsipipe_schedule_n_channels(e->sched) * e->T;
 #define REG(h, n)                                                                 \
     do {                                                                          \
         (h) = NULL;                                                               \
@@ -663,8 +686,8 @@ static void register_iteration(bsipipe_engine_t *e)
  * registered; else those no submitted task will use (no uses counted). */
 static void release_iteration(bsipipe_engine_t *e, int all)
 {
-    long n_act = (long)e->m * e->k * e->C, n_kv = (long)e->m * e->C;
-    int nch = bsipipe_schedule_n_channels(e->sched);
+    long n_act = (long)e->m * e->k * e->C * e->T, n_kv = (long)e->m * e->C * e->T;
+    int nch = bsipipe_schedule_n_channels(e->sched) * e->T;
     starpu_data_handle_t *lists[] = {e->h_x_out, e->h_stash, e->h_dx, e->h_dy, e->h_wstash, e->h_kv, e->h_dkv,
                                      e->h_recv};
     long lens[] = {n_act, n_act, n_act, n_act, n_act, n_kv, n_kv, nch};
@@ -688,6 +711,8 @@ static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
         return handled < 0 ? handled : 0;
     if (!engine_local(e, d))
         return 0; /* another rank's op */
+    if (e->T > 1)
+        return engine_tp_submit_op(e, d, i, step, dry_run);
     op_args_t *a = &e->args[d][i];
     const bsipipe_op_t *op = &a->op;
     struct starpu_data_descr descr[MAX_DESCR];
@@ -1076,6 +1101,9 @@ int bsipipe_engine_floor_iteration(bsipipe_engine_t *e, int flags, bsipipe_engin
         return bsipipe_error_set(-EINVAL, "engine: no engine");
     if (e->mpi || e->gpu)
         return bsipipe_error_set(-ENOTSUP, "engine: the floor runs on CPU devices in one process only");
+    if (e->T > 1)
+        return bsipipe_error_set(-ENOTSUP, "engine: the floor is not measured with tensor parallelism (tp %d); "
+                                           "run it with --tp 1", e->T);
     int rc = floor_buffers(e);
     if (rc < 0)
         return rc;
@@ -1161,6 +1189,8 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
             set_vector(e->rep[r].h_grads, NULL, sizeof(float) * (size_t)e->rep[r].n);
     for (int d = 0; d < e->W; d++)
         set_vector(e->h_loss[d], NULL, sizeof(double));
+    if (e->T > 1)
+        engine_tp_iteration_begin(e); /* the shards' gradients zeroed, per-rank records reset */
     for (int mb = 0; mb < e->m; mb++) {
         set_vector(e->h_tokens[mb], tokens + (long)mb * e->S, sizeof(int) * (size_t)e->S);
         set_vector(e->h_targets[mb], targets + (long)mb * e->S, sizeof(int) * (size_t)e->S);
@@ -1201,6 +1231,8 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
     }
     if (rc == 0)
         rc = engine_mpi_submit_norms(e);
+    if (rc == 0 && e->T > 1) /* replicated gradients summed over the TP ranks before any STEP reads them */
+        rc = engine_tp_submit_reduce(e, 0);
     for (int d = 0; d < e->W && rc == 0; d++) {
         int n;
         const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
@@ -1227,6 +1259,8 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
     rc = engine_mpi_iteration_end(e, rc); /* every task and message of every rank */
     engine_watchdog_stop(e);
     engine_tags_end(e);
+    if (e->T > 1)
+        engine_tp_iteration_end(e); /* the ranks' records merged per op */
     overhead_end(e, t0, t_sub, starpu_timing_now());
     for (int d = 0; d < e->W; d++) {
         int n;
@@ -1268,6 +1302,8 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
                     last = r->end_us;
             }
         }
+        if (e->T > 1) /* an op's span is not its ranks' work: their tasks' time, per rank */
+            e->busy[d] = engine_tp_busy_us(e, d);
     }
     /* Over the ranks: losses, busy and peak memory are per device (exact
      * sums), the span is the earliest start and the latest end. */
@@ -1404,6 +1440,8 @@ static int gather(bsipipe_engine_t *e, float *out, int grads)
 {
     if (!out)
         return bsipipe_error_set(-EINVAL, "engine: no output buffer");
+    if (e->T > 1)
+        return engine_tp_gather(e, out, grads);
     if (e->mpi)
         memset(out, 0, sizeof(float) * (size_t)bsipipe_model_params(&e->dims));
     for (int c = 0; c < e->C; c++) {

@@ -1,6 +1,6 @@
 # tasks/engine.mk: the engine — every op of a plan a StarPU task (codelets
 # one file per op kind), and its tests.
-libbsipipe_la_SOURCES += tasks/engine.c tasks/engine_devices.c tasks/engine_emulate.c tasks/engine_watchdog.c tasks/engine_policy.c tasks/engine_perfmodel.c tasks/cl_forward.c \
+libbsipipe_la_SOURCES += tasks/engine.c tasks/engine_tp.c tasks/engine_devices.c tasks/engine_emulate.c tasks/engine_watchdog.c tasks/engine_policy.c tasks/engine_perfmodel.c tasks/cl_forward.c \
 	tasks/cl_backward.c tasks/cl_transfer.c \
 	tasks/cl_sync.c tasks/cl_step.c tasks/cl_wgrad.c
 nobase_pkginclude_HEADERS += tasks/bsipipe_engine.h
@@ -36,3 +36,8 @@ tests_test_policy_equiv_LDADD = libbsipipe.la $(STARPU_LIBS)
 # starpu_perfmodel_display lists and shows.
 TESTS += tests/test_perfmodel.sh
 EXTRA_DIST += tests/test_perfmodel.sh
+# test_engine_tp: tensor parallelism in the engine (D_t = 2, 4 equal the
+# D_t = 1 run: loss, gradients, parameters after a few steps; bad degrees).
+check_PROGRAMS += tests/test_engine_tp
+TESTS += tests/test_engine_tp
+tests_test_engine_tp_LDADD = libbsipipe.la $(STARPU_LIBS)

@@ -339,6 +339,10 @@ int bsipipe_engine_save(bsipipe_engine_t *e, const char *dir, long iteration)
 {
     if (!e || !dir || !*dir)
         return bsipipe_error_set(-EINVAL, "checkpoint: no engine or no directory");
+    if (e->T > 1)
+        return bsipipe_error_set(-ENOTSUP, "checkpoint: not supported with tensor parallelism yet (tp %d): the "
+                                 "shards would have to be gathered into the full vector; run with --tp 1 to "
+                                 "save or resume", e->T);
     int rc = save_checks(e, dir, iteration);
     if (e->mpi)
         return save_ranks(e, dir, iteration, rc);
@@ -1072,6 +1076,10 @@ int bsipipe_engine_load(bsipipe_engine_t *e, const char *dir, long *iteration)
 {
     if (!e || !dir || !*dir)
         return bsipipe_error_set(-EINVAL, "checkpoint: no engine or no directory");
+    if (e->T > 1)
+        return bsipipe_error_set(-ENOTSUP, "checkpoint: not supported with tensor parallelism yet (tp %d): the "
+                                 "shards would have to be cut from the full vector; run with --tp 1 to save or "
+                                 "resume", e->T);
     char *path = join(dir, CKPT_FILE);
     if (!path)
         return bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");

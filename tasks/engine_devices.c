@@ -191,7 +191,7 @@ int engine_devices_configure(struct bsipipe_engine *e, struct starpu_conf *conf)
                                  e->o.precision);
     conf->nopencl = 0;
     if (e->o.devices == BSIPIPE_DEVICES_CPU) {
-        conf->ncpus = e->n_local;
+        conf->ncpus = e->n_local * e->T; /* a worker per TP rank of each device */
         conf->ncuda = 0;
         return 0;
     }
@@ -278,7 +278,7 @@ int engine_devices_start(struct bsipipe_engine *e)
     if (!(e->workerid = calloc((size_t)e->W, sizeof *e->workerid)))
         return bsipipe_error_set(-ENOMEM, "out of memory");
     if (e->o.devices == BSIPIPE_DEVICES_CPU) {
-        int n = e->n_local, *ids = calloc((size_t)(n > 0 ? n : 1), sizeof *ids);
+        int n = e->n_local * e->T, *ids = calloc((size_t)(n > 0 ? n : 1), sizeof *ids);
         if (!ids)
             return bsipipe_error_set(-ENOMEM, "out of memory");
         if ((int)starpu_cpu_worker_get_count() != n) {
@@ -294,10 +294,13 @@ int engine_devices_start(struct bsipipe_engine *e)
         /* This rank's devices, in order, get the workers in order (the
          * others' entries stay 0 and are never used). */
         for (int d = 0, j = 0; d < e->W; d++)
-            if (engine_local(e, d))
-                e->workerid[d] = ids[j++];
+            if (engine_local(e, d)) {
+                e->workerid[d] = ids[j];
+                j += e->T;
+            }
+        int rc = e->T > 1 ? engine_tp_workers(e, ids) : 0; /* rank r of device d: ids[d * T + r] */
         free(ids);
-        return 0;
+        return rc;
     }
 #ifndef BSIPIPE_HAVE_CUDA
     return bsipipe_error_set(-ENODEV, "no CUDA device found; run with --devices cpu");

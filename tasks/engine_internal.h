@@ -117,6 +117,14 @@ struct bsipipe_engine {
     struct starpu_task **floor_recv;   /* per channel: the floor RECV task its SEND releases */
     starpu_data_handle_t *fl_x_out, *fl_stash, *fl_dx, *fl_dy, *fl_wstash, *fl_kv, *fl_dkv, *fl_recv;
     float *fl_mem;                     /* one float per floor handle */
+    /* Tensor parallelism (engine_tp.c, docs/tensor-parallel.md): each device
+     * is T = o.pc.tp StarPU workers, one per TP rank. With T > 1 the
+     * per-iteration buffer arrays above hold T handles per entry (index
+     * entry * T + rank), the channels are ch * T + rank, e->rep keeps the
+     * replicas' layout (no vectors) and the shards live in tp. T = 1: none
+     * of this, the engine as it was. */
+    int T;
+    struct engine_tp *tp;
 };
 #define ENGINE_FLOOR_ACTIVE 0x100
 
@@ -316,6 +324,40 @@ int engine_mpi_sum_floats(struct bsipipe_engine *e, float *v, long n);
 int engine_mpi_max(struct bsipipe_engine *e, double *v, int n);
 /* Handle of chunk c's squared gradient norm (MPI), NULL without MPI. */
 starpu_data_handle_t engine_mpi_sumsq(struct bsipipe_engine *e, int c);
+
+/* ---- Tensor parallelism (engine_tp.c) ---- */
+/* Before StarPU: the rules D_t must follow (heads, FFN, vocabulary, every
+ * piece; CPU devices in one process; no split backward, no emulation):
+ * BSIPIPE_ECONFIG or -ENOTSUP with a sentence naming the fix. */
+int engine_tp_check(struct bsipipe_engine *e);
+/* The model's part of it, before planning (the planner's own check names
+ * fewer rules): D_t divides the heads, the FFN width and the vocabulary. */
+int engine_tp_check_dims(const bsipipe_model_dims_t *dims, int tp);
+/* After starpu_init: the rank workers (e->workerid[d] is rank 0's). */
+int engine_tp_workers(struct bsipipe_engine *e, const int *ids);
+/* The shard replicas (initial parameters cut from the seed's model), the TP
+ * ranks' communication buffers and the per-iteration buffer sizes. */
+int engine_tp_buffers(struct bsipipe_engine *e, const float *init);
+/* Per-rank copies of every op's arguments (after create_args). */
+int engine_tp_args(struct bsipipe_engine *e);
+/* Op i of device d as the TP group's tasks (segments on each rank's worker,
+ * collectives as tasks over every rank's buffers); dry_run: count uses. */
+int engine_tp_submit_op(struct bsipipe_engine *e, int d, int i, int step, int dry_run);
+/* Before the STEPs: the all-reduce of every replica's replicated gradients. */
+int engine_tp_submit_reduce(struct bsipipe_engine *e, int dry_run);
+/* Around an iteration: per-rank records reset / merged into e->rec. */
+void engine_tp_iteration_begin(struct bsipipe_engine *e);
+void engine_tp_iteration_end(struct bsipipe_engine *e);
+/* Device d's busy time in the last iteration: the µs of its ranks' F/B
+ * segment and collective tasks, divided by T (a rank's mean). */
+double engine_tp_busy_us(const struct bsipipe_engine *e, int d);
+/* Whole-model parameters or gradients gathered from the shards. */
+int engine_tp_gather(struct bsipipe_engine *e, float *out, int grads);
+/* The op args that device d's rank-0 worker waits for at `slot` (watchdog),
+ * or NULL; and op i's rank-0 arguments. */
+const op_args_t *engine_tp_slot_op(struct bsipipe_engine *e, int d, long slot);
+const op_args_t *engine_tp_op_args(struct bsipipe_engine *e, int d, int i);
+void engine_tp_free(struct bsipipe_engine *e);
 
 extern struct starpu_codelet bsipipe_cl_mpi_marker, bsipipe_cl_mpi_send, bsipipe_cl_mpi_sync_up, bsipipe_cl_norm;
 

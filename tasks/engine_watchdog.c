@@ -90,6 +90,8 @@ static void release_all_posts(struct bsipipe_engine *e)
 static const op_args_t *next_op(struct bsipipe_engine *e, int d, long *slot)
 {
     *slot = bsipipe_policy_next_slot(e->workerid[d]);
+    if (e->T > 1) /* TP: several tasks per op on each rank's worker; rank 0's map */
+        return engine_tp_slot_op(e, d, *slot);
     long i = *slot - e->slot_base[d];
     int n;
     bsipipe_schedule_device_ops(e->sched, d, &n);
@@ -110,9 +112,10 @@ static const op_args_t *longest_running(struct bsipipe_engine *e, double *since)
         int n;
         bsipipe_schedule_device_ops(e->sched, d, &n);
         for (int i = 0; i < n && engine_local(e, d); i++) {
-            double t = 1e-9 * (double)__atomic_load_n(&e->args[d][i].running_since, __ATOMIC_SEQ_CST);
+            const op_args_t *a = e->T > 1 ? engine_tp_op_args(e, d, i) : &e->args[d][i];
+            double t = 1e-9 * (double)__atomic_load_n(&a->running_since, __ATOMIC_SEQ_CST);
             if (t > 0 && (!found || t < *since)) {
-                found = &e->args[d][i];
+                found = a;
                 *since = t;
             }
         }
@@ -183,7 +186,7 @@ static void *watchdog_main(void *arg)
                     int n;
                     bsipipe_schedule_device_ops(e->sched, d, &n);
                     for (int i = 0; i < n && engine_local(e, d); i++) {
-                        const op_args_t *a = &e->args[d][i];
+                        const op_args_t *a = e->T > 1 ? engine_tp_op_args(e, d, i) : &e->args[d][i];
                         if (held_send(e, a)) { /* a SEND that ran had its post */
                             held = 1;
                             bsipipe_transport_note_held(e->transport, a->op.channel, d, a->name + 5,

@@ -21,6 +21,12 @@ expect 1 "cannot write" $tiny --schedules 1f1b --csv "$tmp/no/such/dir.csv"
 expect 2 "--trace is not supported with --mpi" --mpi --trace "$tmp/tr"
 expect 2 "unknown device kind 'tpu'" --devices tpu
 OMPI_COMM_WORLD_SIZE=2 expect 2 "without --mpi" $tiny
+expect 2 "--tp expects an integer in 1..64" --tp 100
+# Tensor parallelism: measured rows with --tp 2; a schedule TP cannot run
+# (split backward) is a failed row with the reason, the others still run.
+"$bench" $tiny --reps 1 --tp 2 --schedules 1f1b,zb-h1 >"$tmp/tp" 2>&1 || fail "--tp 2 run: $(tail -3 "$tmp/tp")"
+if grep -qE "^\| 1f1b \| [0-9]+ \| [0-9]+ \| real \| [0-9]+ \(" "$tmp/tp"; then ok; else fail "no measured 1f1b row with --tp 2"; fi
+grep -q "zb-h1 failed.*splits the backward" "$tmp/tp" && ok || fail "zb-h1 with --tp 2 not refused with its reason"
 
 # Real compute: three schedules, CSV and SVG.
 "$bench" $tiny --schedules seq1f1b,seq1f1b-i,bsipipe --csv "$tmp/b.csv" --svg "$tmp/b.svg" >"$tmp/out" 2>&1 ||
