@@ -5,9 +5,12 @@
  * renamed over the previous checkpoint, and DIR is fsync'ed, so a crash at
  * any point leaves either the old or the new checkpoint, never a mix.
  * Loading reads and checks the whole file (size, magic, version, CRC-32,
- * configuration) before it writes anything into the engine.
- * The format is described in docs/checkpoint.md. */
+ * layout, then configuration) before it writes anything into the engine.
+ * The format is described in docs/checkpoint.md; its encoding and every
+ * check of the bytes read back are in checkpoint_format.c (no StarPU, so
+ * fuzz/fuzz_checkpoint.c runs them too). */
 #include "tasks/engine_internal.h"
+#include "tasks/checkpoint_format.h"
 #include "graph/bsipipe_error.h"
 
 #include <dirent.h>
@@ -21,96 +24,11 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
-#define CKPT_MAGIC "BSIPCKPT"
-#define CKPT_FILE "checkpoint.bin"
 #define CKPT_LOCK ".checkpoint.lock"
-#define PART_MAGIC "BSIPPART"
 enum {
-    CKPT_VERSION = 1,         /* one file: every replica */
-    CKPT_VERSION_MANIFEST = 2, /* across ranks: a manifest naming one part per rank */
-    MAN_FIXED_BYTES = 176,    /* manifest: the v1 fixed header, then n_parts, nranks, nonce */
-    MAN_REPLICA_BYTES = 40,   /* i32 pipe, chunk, device, part; i64 base, n; u64 offset in the part */
-    MAN_PART_BYTES = 80,      /* char name[64]; u64 bytes; u32 crc; u32 rank */
-    MAN_NAME_BYTES = 64,
-    PART_FIXED_BYTES = 48,    /* magic, version, rank, file_bytes, iteration, nonce, n_replicas, 0 */
-    PART_REPLICA_BYTES = 32,  /* i32 pipe, chunk, device, 0; i64 base, n */
-    CKPT_FIXED_BYTES = 160,   /* header before the replica table */
-    CKPT_REPLICA_BYTES = 32,  /* one replica table entry */
-    CKPT_CRC_BYTES = 4,
     CKPT_BUF = 1 << 20,       /* write buffer */
-    CKPT_MAX_COUNT = 0x7fffffff, /* iteration counter and step count: 0..INT_MAX */
 };
-
-/* ---- CRC-32/ISO-HDLC (zlib's crc32: reflected 0xEDB88320, init and xorout ~0) ---- */
-
-typedef struct ckpt_crc {
-    uLong crc;
-} ckpt_crc_t;
-
-static void ckpt_crc_init(ckpt_crc_t *c) { c->crc = crc32_z(0L, Z_NULL, 0); }
-
-static void ckpt_crc_update(ckpt_crc_t *c, const void *data, size_t n)
-{
-    c->crc = crc32_z(c->crc, data, n); /* crc32_z: a size_t length (crc32's is 32-bit) */
-}
-
-static uint32_t ckpt_crc_final(const ckpt_crc_t *c) { return (uint32_t)c->crc; }
-
-/* The CRC of one buffer. */
-static uint32_t ckpt_crc_of(const void *data, size_t n)
-{
-    ckpt_crc_t c;
-    ckpt_crc_init(&c);
-    ckpt_crc_update(&c, data, n);
-    return ckpt_crc_final(&c);
-}
-
-/* ---- little-endian fields ---- */
-
-static void put_u32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put_u64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put_f64(unsigned char *p, double v)
-{
-    uint64_t u;
-    memcpy(&u, &v, sizeof u);
-    put_u64(p, u);
-}
-
-static uint32_t get_u32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get_u64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static int32_t get_i32(const unsigned char *p) { return (int32_t)get_u32(p); }
-static int64_t get_i64(const unsigned char *p) { return (int64_t)get_u64(p); }
-
-static double get_f64(const unsigned char *p)
-{
-    uint64_t u = get_u64(p);
-    double v;
-    memcpy(&v, &u, sizeof v);
-    return v;
-}
 
 /* n floats as little-endian binary32 into dst (memcpy on little-endian hosts). */
 static void floats_to_le(unsigned char *dst, const float *src, size_t n)
@@ -121,7 +39,7 @@ static void floats_to_le(unsigned char *dst, const float *src, size_t n)
     for (size_t i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, &src[i], 4);
-        put_u32(dst + 4 * i, u);
+        ckpt_put_u32(dst + 4 * i, u);
     }
 #endif
 }
@@ -132,94 +50,53 @@ static void floats_from_le(float *dst, const unsigned char *src, size_t n)
     memcpy(dst, src, n * sizeof(float));
 #else
     for (size_t i = 0; i < n; i++) {
-        uint32_t u = get_u32(src + 4 * i);
+        uint32_t u = ckpt_get_u32(src + 4 * i);
         memcpy(&dst[i], &u, 4);
     }
 #endif
 }
 
-/* ---- the header: fixed part and replica table ---- */
-
-/* Offsets in the fixed part (docs/checkpoint.md has the table). */
-enum {
-    OFF_MAGIC = 0, OFF_VERSION = 8, OFF_HEADER_BYTES = 12, OFF_FILE_BYTES = 16,
-    OFF_DIMS = 24,   /* 7 x i32: family, n_layers, hidden, n_heads, ffn_hidden, vocab, seq_len */
-    OFF_PC = 52,     /* 7 x i32: schedule, w, p, k, m, tp, partition */
-    OFF_OPT = 80,    /* 6 x f64: lr, beta1, beta2, eps, weight_decay, grad_clip */
-    OFF_SEED = 128, OFF_STEPS = 136, OFF_ITER = 144, OFF_PIPES = 152, OFF_CHUNKS = 156,
-};
+/* ---- the header ---- */
 
 static int n_replicas(const bsipipe_engine_t *e)
 {
     return bsipipe_schedule_n_pipes(e->sched) * e->C;
 }
 
-static uint64_t header_bytes(const bsipipe_engine_t *e)
+/* The version-1 header of engine e at `iteration` (the one its load
+ * expects, and its save writes); rep is allocated: ckpt_header_clear. */
+static int engine_header(const bsipipe_engine_t *e, long iteration, ckpt_header_t *h)
 {
-    return CKPT_FIXED_BYTES + (uint64_t)n_replicas(e) * CKPT_REPLICA_BYTES;
-}
-
-static uint64_t file_bytes(const bsipipe_engine_t *e)
-{
-    uint64_t floats = 0;
-    for (int i = 0; i < n_replicas(e); i++)
-        floats += 3 * (uint64_t)e->rep[i].n;
-    return header_bytes(e) + 4 * floats + CKPT_CRC_BYTES;
-}
-
-static void dims_fields(const bsipipe_model_dims_t *d, int32_t v[7])
-{
-    v[0] = (int32_t)d->family; v[1] = d->n_layers; v[2] = d->hidden; v[3] = d->n_heads;
-    v[4] = d->ffn_hidden; v[5] = d->vocab; v[6] = d->seq_len;
-}
-
-static void pc_fields(const bsipipe_parallel_config_t *pc, int32_t v[7])
-{
-    v[0] = (int32_t)pc->schedule; v[1] = pc->w; v[2] = pc->p; v[3] = pc->k;
-    v[4] = pc->m; v[5] = pc->tp; v[6] = (int32_t)pc->partition;
-}
-
-static void opt_fields(const bsipipe_adamw_t *o, double v[6])
-{
-    v[0] = o->lr; v[1] = o->beta1; v[2] = o->beta2; v[3] = o->eps; v[4] = o->weight_decay; v[5] = o->grad_clip;
-}
-
-static const char *const dims_names[7] = {"family", "n_layers", "hidden", "n_heads", "ffn_hidden", "vocab", "seq_len"};
-static const char *const pc_names[7] = {"schedule", "w", "p", "k", "m", "tp", "partition"};
-static const char *const opt_names[6] = {"lr", "beta1", "beta2", "eps", "weight_decay", "grad_clip"};
-
-/* Header of engine e (buffer of header_bytes(e)). */
-static void build_header(const bsipipe_engine_t *e, long iteration, unsigned char *h)
-{
-    memset(h, 0, header_bytes(e));
-    memcpy(h + OFF_MAGIC, CKPT_MAGIC, 8);
-    put_u32(h + OFF_VERSION, CKPT_VERSION);
-    put_u32(h + OFF_HEADER_BYTES, (uint32_t)header_bytes(e));
-    put_u64(h + OFF_FILE_BYTES, file_bytes(e));
-    int32_t iv[7];
-    dims_fields(&e->dims, iv);
-    for (int i = 0; i < 7; i++)
-        put_u32(h + OFF_DIMS + 4 * i, (uint32_t)iv[i]);
-    pc_fields(&e->o.pc, iv);
-    for (int i = 0; i < 7; i++)
-        put_u32(h + OFF_PC + 4 * i, (uint32_t)iv[i]);
-    double dv[6];
-    opt_fields(&e->o.opt, dv);
-    for (int i = 0; i < 6; i++)
-        put_f64(h + OFF_OPT + 8 * i, dv[i]);
-    put_u64(h + OFF_SEED, (uint64_t)e->o.seed);
-    put_u64(h + OFF_STEPS, (uint64_t)(int64_t)e->steps);
-    put_u64(h + OFF_ITER, (uint64_t)(int64_t)iteration);
-    put_u32(h + OFF_PIPES, (uint32_t)bsipipe_schedule_n_pipes(e->sched));
-    put_u32(h + OFF_CHUNKS, (uint32_t)e->C);
+    memset(h, 0, sizeof *h);
+    h->version = CKPT_VERSION;
+    const bsipipe_model_dims_t *d = &e->dims;
+    int32_t dims[7] = {(int32_t)d->family, d->n_layers, d->hidden, d->n_heads, d->ffn_hidden, d->vocab, d->seq_len};
+    const bsipipe_parallel_config_t *pc = &e->o.pc;
+    int32_t pcv[7] = {(int32_t)pc->schedule, pc->w, pc->p, pc->k, pc->m, pc->tp, (int32_t)pc->partition};
+    const bsipipe_adamw_t *o = &e->o.opt;
+    double opt[6] = {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->grad_clip};
+    memcpy(h->dims, dims, sizeof dims);
+    memcpy(h->pc, pcv, sizeof pcv);
+    memcpy(h->opt, opt, sizeof opt);
+    h->seed = (uint64_t)e->o.seed;
+    h->steps = (int64_t)e->steps;
+    h->iteration = (int64_t)iteration;
+    h->pipes = (uint32_t)bsipipe_schedule_n_pipes(e->sched);
+    h->chunks = (uint32_t)e->C;
+    if (!(h->rep = calloc((size_t)n_replicas(e), sizeof *h->rep)))
+        return bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
+    uint64_t off = CKPT_FIXED_BYTES + (uint64_t)n_replicas(e) * CKPT_REPLICA_BYTES;
     for (int i = 0; i < n_replicas(e); i++) {
-        unsigned char *r = h + CKPT_FIXED_BYTES + (size_t)i * CKPT_REPLICA_BYTES;
-        put_u32(r + 0, (uint32_t)(i / e->C));
-        put_u32(r + 4, (uint32_t)(i % e->C));
-        put_u32(r + 8, (uint32_t)e->rep[i].device);
-        put_u64(r + 16, (uint64_t)e->rep[i].base);
-        put_u64(r + 24, (uint64_t)e->rep[i].n);
+        ckpt_replica_t *r = &h->rep[i];
+        r->pipe = i / e->C;
+        r->chunk = i % e->C;
+        r->device = e->rep[i].device;
+        r->base = e->rep[i].base;
+        r->n = e->rep[i].n;
+        r->offset = off;
+        off += 12 * (uint64_t)r->n;
     }
+    return 0;
 }
 
 /* DIR/checkpoint.bin (or another name in DIR); caller frees. */
@@ -333,7 +210,7 @@ static int save_checks(bsipipe_engine_t *e, const char *dir, long iteration)
 
 static int save_single(bsipipe_engine_t *e, const char *dir, long iteration);
 static int save_ranks(bsipipe_engine_t *e, const char *dir, long iteration, int rc);
-static void remove_parts(const char *dir, const unsigned char *manifest, uint32_t n_parts);
+static void remove_parts(const char *dir, const ckpt_header_t *manifest);
 
 int bsipipe_engine_save(bsipipe_engine_t *e, const char *dir, long iteration)
 {
@@ -347,7 +224,7 @@ int bsipipe_engine_save(bsipipe_engine_t *e, const char *dir, long iteration)
     if (e->mpi)
         return save_ranks(e, dir, iteration, rc);
     if (rc == 0 && (rc = save_single(e, dir, iteration)) == 0)
-        remove_parts(dir, NULL, 0); /* the parts of a multi-rank checkpoint it replaced */
+        remove_parts(dir, NULL); /* the parts of a multi-rank checkpoint it replaced */
     return rc;
 }
 
@@ -357,8 +234,9 @@ static int save_single(bsipipe_engine_t *e, const char *dir, long iteration)
     snprintf(tmpname, sizeof tmpname, "." CKPT_FILE ".%ld.tmp", (long)getpid());
     char *final = join(dir, CKPT_FILE), *tmp = join(dir, tmpname);
     writer_t w = {.fd = -1, .path = tmp, .buf = malloc(CKPT_BUF)};
-    unsigned char *hdr = malloc(header_bytes(e));
-    int rc = 0, fd;
+    ckpt_header_t h;
+    int rc = engine_header(e, iteration, &h), fd;
+    unsigned char *hdr = rc == 0 ? malloc((size_t)ckpt_header_bytes(&h)) : NULL;
     const char *what = "";
     if (!final || !tmp || !w.buf || !hdr) {
         rc = bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
@@ -377,9 +255,9 @@ static int save_single(bsipipe_engine_t *e, const char *dir, long iteration)
         goto fail;
     }
     ckpt_crc_init(&w.crc);
-    build_header(e, iteration, hdr);
+    ckpt_header_encode(&h, hdr);
     what = "cannot write";
-    if ((rc = writer_put(&w, hdr, header_bytes(e), 0)) < 0)
+    if ((rc = writer_put(&w, hdr, (size_t)ckpt_header_bytes(&h), 0)) < 0)
         goto fail;
     /* Pipe-major replicas; params, m, v of each. */
     for (int i = 0; i < n_replicas(e); i++) {
@@ -389,7 +267,7 @@ static int save_single(bsipipe_engine_t *e, const char *dir, long iteration)
             goto fail;
     }
     unsigned char crc[4];
-    put_u32(crc, ckpt_crc_final(&w.crc));
+    ckpt_put_u32(crc, ckpt_crc_final(&w.crc));
     if ((rc = writer_put(&w, crc, sizeof crc, 1)) < 0 || (rc = writer_flush(&w)) < 0)
         goto fail;
     what = "cannot sync";
@@ -423,6 +301,7 @@ fail:
     rc = bsipipe_error_set(rc, "checkpoint: %s %s: %s (the previous checkpoint, if any, is intact)", what, tmp,
                            strerror(-rc));
 out:
+    ckpt_header_clear(&h);
     free(hdr);
     free(w.buf);
     free(tmp);
@@ -483,21 +362,21 @@ static int write_part(bsipipe_engine_t *e, const char *dir, const char *name, lo
         goto fail;
     }
     memcpy(h, PART_MAGIC, 8);
-    put_u32(h + 8, 1);
-    put_u32(h + 12, (uint32_t)e->rank);
-    put_u64(h + 16, total);
-    put_u64(h + 24, (uint64_t)(int64_t)iteration);
-    put_u64(h + 32, nonce);
-    put_u32(h + 40, (uint32_t)k);
+    ckpt_put_u32(h + 8, 1);
+    ckpt_put_u32(h + 12, (uint32_t)e->rank);
+    ckpt_put_u64(h + 16, total);
+    ckpt_put_u64(h + 24, (uint64_t)(int64_t)iteration);
+    ckpt_put_u64(h + 32, nonce);
+    ckpt_put_u32(h + 40, (uint32_t)k);
     for (int i = 0, j = 0; i < n_replicas(e); i++) {
         if (!engine_local(e, e->rep[i].device))
             continue;
         unsigned char *t = h + PART_FIXED_BYTES + (size_t)j++ * PART_REPLICA_BYTES;
-        put_u32(t, (uint32_t)(i / e->C));
-        put_u32(t + 4, (uint32_t)(i % e->C));
-        put_u32(t + 8, (uint32_t)e->rep[i].device);
-        put_u64(t + 16, (uint64_t)e->rep[i].base);
-        put_u64(t + 24, (uint64_t)e->rep[i].n);
+        ckpt_put_u32(t, (uint32_t)(i / e->C));
+        ckpt_put_u32(t + 4, (uint32_t)(i % e->C));
+        ckpt_put_u32(t + 8, (uint32_t)e->rep[i].device);
+        ckpt_put_u64(t + 16, (uint64_t)e->rep[i].base);
+        ckpt_put_u64(t + 24, (uint64_t)e->rep[i].n);
     }
     ckpt_crc_init(&w.crc);
     what = "cannot write";
@@ -512,7 +391,7 @@ static int write_part(bsipipe_engine_t *e, const char *dir, const char *name, lo
     }
     uint32_t crc = ckpt_crc_final(&w.crc);
     unsigned char c4[4];
-    put_u32(c4, crc);
+    ckpt_put_u32(c4, crc);
     if ((rc = writer_put(&w, c4, 4, 1)) < 0 || (rc = writer_flush(&w)) < 0)
         goto fail;
     what = "cannot sync";
@@ -616,52 +495,47 @@ static int commit_manifest(bsipipe_engine_t *e, const char *dir, long iteration,
                            int *renamed)
 {
     int nrep = n_replicas(e), np = e->nranks;
-    size_t hb = MAN_FIXED_BYTES + (size_t)nrep * MAN_REPLICA_BYTES + (size_t)np * MAN_PART_BYTES;
-    unsigned char *b = calloc(1, hb + CKPT_CRC_BYTES), *v1 = malloc(header_bytes(e));
-    uint64_t *off = calloc((size_t)np, sizeof *off);
+    ckpt_header_t h;
+    int rc = engine_header(e, iteration, &h);
     *renamed = 0;
-    if (!b || !v1 || !off) {
-        free(b); free(v1); free(off);
+    if (rc < 0)
+        return rc;
+    h.version = CKPT_VERSION_MANIFEST;
+    h.n_parts = (uint32_t)np;
+    h.nranks = (uint32_t)e->nranks;
+    h.nonce = nonce;
+    h.part = calloc((size_t)np, sizeof *h.part);
+    uint64_t *off = calloc((size_t)np, sizeof *off);
+    size_t hb = (size_t)ckpt_header_bytes(&h);
+    unsigned char *b = malloc(hb + CKPT_CRC_BYTES);
+    if (!b || !h.part || !off) {
+        free(b);
+        free(off);
+        ckpt_header_clear(&h);
         return bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
     }
-    build_header(e, iteration, v1);
-    memcpy(b, v1, CKPT_FIXED_BYTES);
-    free(v1);
-    put_u32(b + OFF_VERSION, CKPT_VERSION_MANIFEST);
-    put_u32(b + OFF_HEADER_BYTES, (uint32_t)hb);
-    put_u64(b + OFF_FILE_BYTES, hb + CKPT_CRC_BYTES);
-    put_u32(b + CKPT_FIXED_BYTES, (uint32_t)np);
-    put_u32(b + CKPT_FIXED_BYTES + 4, (uint32_t)e->nranks);
-    put_u64(b + CKPT_FIXED_BYTES + 8, nonce);
     for (int r = 0; r < np; r++) {
         int k;
         part_bytes(e, r, &k);
         off[r] = PART_FIXED_BYTES + (uint64_t)k * PART_REPLICA_BYTES;
+        part_name(h.part[r].name, MAN_NAME_BYTES, iteration, nonce, r);
+        h.part[r].bytes = (uint64_t)g[3 * r + 1];
+        h.part[r].crc = (uint32_t)g[3 * r + 2];
+        h.part[r].rank = (uint32_t)r;
     }
-    for (int i = 0; i < nrep; i++) {
-        unsigned char *t = b + MAN_FIXED_BYTES + (size_t)i * MAN_REPLICA_BYTES;
+    for (int i = 0; i < nrep; i++) { /* each rank's part: its replicas in table order */
         int r = e->dev_rank[e->rep[i].device];
-        put_u32(t, (uint32_t)(i / e->C));
-        put_u32(t + 4, (uint32_t)(i % e->C));
-        put_u32(t + 8, (uint32_t)e->rep[i].device);
-        put_u32(t + 12, (uint32_t)r);
-        put_u64(t + 16, (uint64_t)e->rep[i].base);
-        put_u64(t + 24, (uint64_t)e->rep[i].n);
-        put_u64(t + 32, off[r]);
+        h.rep[i].part = r;
+        h.rep[i].offset = off[r];
         off[r] += 12 * (uint64_t)e->rep[i].n;
     }
-    for (int r = 0; r < np; r++) {
-        unsigned char *t = b + MAN_FIXED_BYTES + (size_t)nrep * MAN_REPLICA_BYTES + (size_t)r * MAN_PART_BYTES;
-        part_name((char *)t, MAN_NAME_BYTES, iteration, nonce, r);
-        put_u64(t + MAN_NAME_BYTES, (uint64_t)g[3 * r + 1]);
-        put_u32(t + MAN_NAME_BYTES + 8, (uint32_t)g[3 * r + 2]);
-        put_u32(t + MAN_NAME_BYTES + 12, (uint32_t)r);
-    }
     free(off);
-    put_u32(b + hb, ckpt_crc_of(b, hb));
-    int rc = commit_file(dir, b, hb + CKPT_CRC_BYTES, renamed);
+    ckpt_header_encode(&h, b);
+    ckpt_put_u32(b + hb, ckpt_crc_of(b, hb));
+    rc = commit_file(dir, b, hb + CKPT_CRC_BYTES, renamed);
     if (*renamed)
-        remove_parts(dir, b, (uint32_t)np); /* the previous checkpoint's, and any of saves that crashed */
+        remove_parts(dir, &h); /* the previous checkpoint's, and any of saves that crashed */
+    ckpt_header_clear(&h);
     free(b);
     return rc;
 }
@@ -756,21 +630,18 @@ static int save_ranks(bsipipe_engine_t *e, const char *dir, long iteration, int 
 }
 
 /* Removes DIR's parts that the manifest (NULL: none) does not name. */
-static void remove_parts(const char *dir, const unsigned char *manifest, uint32_t n_parts)
+static void remove_parts(const char *dir, const ckpt_header_t *manifest)
 {
     DIR *d = opendir(dir);
     if (!d)
         return;
-    const unsigned char *table = NULL;
-    if (manifest)
-        table = manifest + get_u32(manifest + OFF_HEADER_BYTES) - (size_t)n_parts * MAN_PART_BYTES;
     struct dirent *de;
     while ((de = readdir(d))) {
         if (!is_part_name(de->d_name))
             continue;
         int named = 0;
-        for (uint32_t p = 0; table && p < n_parts && !named; p++)
-            named = strncmp((const char *)table + (size_t)p * MAN_PART_BYTES, de->d_name, MAN_NAME_BYTES) == 0;
+        for (uint32_t p = 0; manifest && p < manifest->n_parts && !named; p++)
+            named = strcmp(manifest->part[p].name, de->d_name) == 0;
         if (named)
             continue;
         char *path = join(dir, de->d_name);
@@ -783,293 +654,11 @@ static void remove_parts(const char *dir, const unsigned char *manifest, uint32_
 
 /* ---- load ---- */
 
-static int read_file(const char *path, unsigned char **out, uint64_t *size)
-{
-    /* O_NONBLOCK: opening a FIFO (or a device) must not wait for a writer;
-     * anything but a regular file is refused below, before any read. */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
-        int err = errno;
-        if (err == ENOENT)
-            return bsipipe_error_set(-ENOENT, "checkpoint: no checkpoint at %s (file or directory missing)", path);
-        return bsipipe_error_set(-err, "checkpoint: cannot open %s: %s", path, strerror(err));
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int err = errno;
-        close(fd);
-        return bsipipe_error_set(-err, "checkpoint: cannot stat %s: %s", path, strerror(err));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return bsipipe_error_set(-EINVAL, "checkpoint: %s is not a regular file (a %s); remove it or point "
-                                 "--checkpoint at the directory of a real checkpoint", path,
-                                 S_ISFIFO(st.st_mode) ? "FIFO" : S_ISDIR(st.st_mode) ? "directory"
-                                 : S_ISSOCK(st.st_mode) ? "socket" : "device or special file");
-    }
-    int fl = fcntl(fd, F_GETFL);
-    if (fl >= 0)
-        (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-    uint64_t n = (uint64_t)st.st_size;
-    unsigned char *buf = malloc(n > 0 ? (size_t)n : 1);
-    if (!buf || n != (uint64_t)(size_t)n) {
-        free(buf);
-        close(fd);
-        return bsipipe_error_set(-ENOMEM, "checkpoint: no memory to read %s (%llu bytes)", path,
-                                 (unsigned long long)n);
-    }
-    uint64_t got = 0;
-    while (got < n) {
-        ssize_t r = read(fd, buf + got, (size_t)(n - got));
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            int err = errno;
-            free(buf);
-            close(fd);
-            return bsipipe_error_set(-err, "checkpoint: cannot read %s: %s", path, strerror(err));
-        }
-        if (r == 0)
-            break; /* shrank while reading: checked as truncation below */
-        got += (uint64_t)r;
-    }
-    close(fd);
-    *out = buf;
-    *size = got;
-    return 0;
-}
-
-static const char *enum_name(int field, int32_t v, char *buf, size_t n)
-{
-    if (field == 0) /* family */
-        return v == BSIPIPE_MODEL_GPT ? "gpt" : v == BSIPIPE_MODEL_LLAMA ? "llama" : (snprintf(buf, n, "%d", v), buf);
-    if (field == 1) /* schedule */
-        return v >= 0 && v < BSIPIPE_SCHED_COUNT ? bsipipe_schedule_kind_name((bsipipe_schedule_kind_t)v)
-                                                 : (snprintf(buf, n, "%d", v), buf);
-    /* partition */
-    return v == BSIPIPE_PARTITION_BALANCED ? "balanced"
-           : v == BSIPIPE_PARTITION_EVEN   ? "even"
-                                           : (snprintf(buf, n, "%d", v), buf);
-}
-
-static int check_manifest(const bsipipe_engine_t *e, const char *path, const unsigned char *b, uint64_t size);
-static int part_path_ok(const char *name);
-
-/* Checks a checkpoint image against engine e; 0 or BSIPIPE_EFORMAT with a detail. */
-static int check_image(const bsipipe_engine_t *e, const char *path, const unsigned char *b, uint64_t size)
-{
-    const uint64_t min = CKPT_FIXED_BYTES + CKPT_CRC_BYTES;
-    if (size >= 8 && memcmp(b + OFF_MAGIC, CKPT_MAGIC, 8) != 0)
-        return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s is not a bsipipe checkpoint (bad magic)", path);
-    if (size < OFF_FILE_BYTES + 8)
-        return bsipipe_error_set(BSIPIPE_EFORMAT,
-                                 "checkpoint: %s is truncated: %llu bytes, a checkpoint has at least %llu", path,
-                                 (unsigned long long)size, (unsigned long long)min);
-    uint32_t version = get_u32(b + OFF_VERSION);
-    if (version != CKPT_VERSION && version != CKPT_VERSION_MANIFEST)
-        return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s has format version %u, this build reads versions %d "
-                                 "(one file) and %d (a manifest of parts, written across MPI ranks)",
-                                 path, version, CKPT_VERSION, CKPT_VERSION_MANIFEST);
-    uint64_t expect = get_u64(b + OFF_FILE_BYTES);
-    if (size < expect)
-        return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s is truncated: expected %llu bytes, found %llu", path,
-                                 (unsigned long long)expect, (unsigned long long)size);
-    if (size > expect)
-        return bsipipe_error_set(BSIPIPE_EFORMAT,
-                                 "checkpoint: %s is corrupted: expected %llu bytes, found %llu (trailing data)", path,
-                                 (unsigned long long)expect, (unsigned long long)size);
-    if (size < min)
-        return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s is corrupted: %llu bytes, a checkpoint has at least %llu",
-                                 path, (unsigned long long)size, (unsigned long long)min);
-    uint32_t got = ckpt_crc_of(b, (size_t)(size - CKPT_CRC_BYTES)), want = get_u32(b + size - CKPT_CRC_BYTES);
-    if (got != want)
-        return bsipipe_error_set(BSIPIPE_EFORMAT,
-                                 "checkpoint: %s is corrupted: CRC-32 mismatch (stored %08x, computed %08x)", path,
-                                 want, got);
-
-    /* Intact: now compare its configuration with this engine's. */
-    char bc[32], be[32];
-    int32_t ce[7];
-    dims_fields(&e->dims, ce);
-    for (int i = 0; i < 7; i++) {
-        int32_t c = get_i32(b + OFF_DIMS + 4 * i);
-        if (c != ce[i])
-            return bsipipe_error_set(BSIPIPE_EFORMAT,
-                                     "checkpoint: %s is of another model: checkpoint has %s=%s, this run has %s=%s",
-                                     path, dims_names[i], i == 0 ? enum_name(0, c, bc, sizeof bc) : (snprintf(bc, sizeof bc, "%d", c), bc),
-                                     dims_names[i], i == 0 ? enum_name(0, ce[i], be, sizeof be) : (snprintf(be, sizeof be, "%d", ce[i]), be));
-    }
-    pc_fields(&e->o.pc, ce);
-    for (int i = 0; i < 7; i++) {
-        int32_t c = get_i32(b + OFF_PC + 4 * i);
-        int en = i == 0 ? 1 : i == 6 ? 2 : -1;
-        if (c != ce[i])
-            return bsipipe_error_set(
-                BSIPIPE_EFORMAT, "checkpoint: %s is of another parallel config: checkpoint has %s=%s, this run has %s=%s",
-                path, pc_names[i], en >= 0 ? enum_name(en, c, bc, sizeof bc) : (snprintf(bc, sizeof bc, "%d", c), bc),
-                pc_names[i], en >= 0 ? enum_name(en, ce[i], be, sizeof be) : (snprintf(be, sizeof be, "%d", ce[i]), be));
-    }
-    double de[6];
-    opt_fields(&e->o.opt, de);
-    for (int i = 0; i < 6; i++) {
-        double c = get_f64(b + OFF_OPT + 8 * i);
-        if (memcmp(&c, &de[i], sizeof c) != 0)
-            return bsipipe_error_set(BSIPIPE_EFORMAT,
-                                     "checkpoint: %s has other optimizer settings: checkpoint has %s=%.17g, this run "
-                                     "has %s=%.17g",
-                                     path, opt_names[i], c, opt_names[i], de[i]);
-    }
-    uint64_t seed = get_u64(b + OFF_SEED);
-    if (seed != (uint64_t)e->o.seed)
-        return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s has another seed: checkpoint has seed=%llu, this run "
-                                 "has seed=%llu", path, (unsigned long long)seed, (unsigned long long)e->o.seed);
-    /* Counters in range before anyone uses them: a caller's int loop index
-     * must not wrap (the limit is far beyond any real run). */
-    int64_t steps = get_i64(b + OFF_STEPS), iter = get_i64(b + OFF_ITER);
-    if (iter < 0 || iter > CKPT_MAX_COUNT)
-        return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s has iteration counter %lld, outside 0..%d: "
-                                 "corrupted or not written by this program", path, (long long)iter, CKPT_MAX_COUNT);
-    if (steps < 0 || steps > CKPT_MAX_COUNT)
-        return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s has step count %lld, outside 0..%d: "
-                                 "corrupted or not written by this program", path, (long long)steps, CKPT_MAX_COUNT);
-    uint32_t pipes = get_u32(b + OFF_PIPES), chunks = get_u32(b + OFF_CHUNKS);
-    if (pipes != (uint32_t)bsipipe_schedule_n_pipes(e->sched) || chunks != (uint32_t)e->C)
-        return bsipipe_error_set(BSIPIPE_EFORMAT,
-                                 "checkpoint: %s has %u pipes x %u chunks of replicas, this run has %d x %d", path,
-                                 pipes, chunks, bsipipe_schedule_n_pipes(e->sched), e->C);
-    if (version == CKPT_VERSION_MANIFEST)
-        return check_manifest(e, path, b, size);
-    if (get_u32(b + OFF_HEADER_BYTES) != header_bytes(e) || expect != file_bytes(e))
-        return bsipipe_error_set(BSIPIPE_EFORMAT,
-                                 "checkpoint: %s has a layout of %llu bytes (header %u), this run needs %llu (header "
-                                 "%llu)", path, (unsigned long long)expect, get_u32(b + OFF_HEADER_BYTES),
-                                 (unsigned long long)file_bytes(e), (unsigned long long)header_bytes(e));
-    for (int i = 0; i < n_replicas(e); i++) {
-        const unsigned char *r = b + CKPT_FIXED_BYTES + (size_t)i * CKPT_REPLICA_BYTES;
-        int64_t base = get_i64(r + 16), n = get_i64(r + 24);
-        if (get_u32(r + 0) != (uint32_t)(i / e->C) || get_u32(r + 4) != (uint32_t)(i % e->C) ||
-            base != e->rep[i].base || n != e->rep[i].n)
-            return bsipipe_error_set(BSIPIPE_EFORMAT,
-                                     "checkpoint: %s: replica %d (pipe %d, chunk %d) holds elements [%lld, +%lld), this "
-                                     "run's holds [%ld, +%ld)", path, i, i / e->C, i % e->C, (long long)base,
-                                     (long long)n, e->rep[i].base, e->rep[i].n);
-    }
-    return 0;
-}
-
-/* A version-2 image (its CRC and configuration already checked): the
- * replica table matches this engine and points inside the listed parts. */
-static int check_manifest(const bsipipe_engine_t *e, const char *path, const unsigned char *b, uint64_t size)
-{
-    int nrep = n_replicas(e);
-    if (size < MAN_FIXED_BYTES + CKPT_CRC_BYTES)
-        return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s is a manifest of %llu bytes, too short", path,
-                                 (unsigned long long)size);
-    uint32_t np = get_u32(b + CKPT_FIXED_BYTES);
-    uint64_t hb = MAN_FIXED_BYTES + (uint64_t)nrep * MAN_REPLICA_BYTES + (uint64_t)np * MAN_PART_BYTES;
-    if (np == 0 || np > 1u << 20 || get_u32(b + OFF_HEADER_BYTES) != hb || size != hb + CKPT_CRC_BYTES)
-        return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s lists %u parts in %llu bytes; with this run's %d "
-                                 "replicas it needs %llu", path, np, (unsigned long long)size, nrep,
-                                 (unsigned long long)(hb + CKPT_CRC_BYTES));
-    const unsigned char *parts = b + MAN_FIXED_BYTES + (size_t)nrep * MAN_REPLICA_BYTES;
-    for (uint32_t p = 0; p < np; p++)
-        if (!part_path_ok((const char *)parts + (size_t)p * MAN_PART_BYTES))
-            return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s: part %u has no valid file name (a manifest "
-                                     "names files of its own directory only)", path, p);
-    for (int i = 0; i < nrep; i++) {
-        const unsigned char *t = b + MAN_FIXED_BYTES + (size_t)i * MAN_REPLICA_BYTES;
-        int64_t base = get_i64(t + 16), n = get_i64(t + 24);
-        uint32_t p = get_u32(t + 12);
-        if (get_u32(t) != (uint32_t)(i / e->C) || get_u32(t + 4) != (uint32_t)(i % e->C) || base != e->rep[i].base ||
-            n != e->rep[i].n)
-            return bsipipe_error_set(BSIPIPE_EFORMAT,
-                                     "checkpoint: %s: replica %d (pipe %d, chunk %d) holds elements [%lld, +%lld), this "
-                                     "run's holds [%ld, +%ld)", path, i, i / e->C, i % e->C, (long long)base,
-                                     (long long)n, e->rep[i].base, e->rep[i].n);
-        uint64_t off = get_u64(t + 32), pbytes = p < np ? get_u64(parts + (size_t)p * MAN_PART_BYTES + MAN_NAME_BYTES) : 0;
-        if (p >= np || off < PART_FIXED_BYTES || pbytes < CKPT_CRC_BYTES || off > pbytes - CKPT_CRC_BYTES ||
-            (uint64_t)n * 12 > pbytes - CKPT_CRC_BYTES - off)
-            return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s: replica %d lies outside its part (part %u, "
-                                     "offset %llu)", path, i, p, (unsigned long long)off);
-    }
-    return 0;
-}
-
 static void set_handle(starpu_data_handle_t h, const unsigned char *src, long n)
 {
     starpu_data_acquire(h, STARPU_W);
     floats_from_le((float *)starpu_data_get_local_ptr(h), src, (size_t)n);
     starpu_data_release(h);
-}
-
-/* Where each replica's data comes from: the image itself (one file), or
- * the parts of a manifest, read and checked whole before anything is set. */
-typedef struct load_src {
-    unsigned char **part;   /* per part: its bytes (only parts with a replica of this rank) */
-    uint32_t n_parts;
-} load_src_t;
-
-static int part_path_ok(const char *name)
-{
-    /* A manifest names files in DIR only: no path, no hidden name. */
-    return name[0] && name[0] != '.' && !strchr(name, '/') && memchr(name, '\0', MAN_NAME_BYTES);
-}
-
-/* Reads and checks (size, magic, CRC against the manifest's, iteration and
- * nonce) every part that holds a replica this rank runs. */
-static int load_parts(const bsipipe_engine_t *e, const char *dir, const unsigned char *b, load_src_t *src)
-{
-    uint32_t n_parts = get_u32(b + CKPT_FIXED_BYTES);
-    int nrep = n_replicas(e);
-    const unsigned char *parts = b + MAN_FIXED_BYTES + (size_t)nrep * MAN_REPLICA_BYTES;
-    src->n_parts = n_parts;
-    if (!(src->part = calloc(n_parts, sizeof *src->part)))
-        return bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
-    for (int i = 0; i < nrep; i++) {
-        if (!engine_local(e, e->rep[i].device))
-            continue;
-        uint32_t p = get_u32(b + MAN_FIXED_BYTES + (size_t)i * MAN_REPLICA_BYTES + 12);
-        if (src->part[p])
-            continue;
-        const unsigned char *pe = parts + (size_t)p * MAN_PART_BYTES;
-        char name[MAN_NAME_BYTES];
-        memcpy(name, pe, MAN_NAME_BYTES);
-        char *path = join(dir, name);
-        if (!path)
-            return bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
-        uint64_t size = 0, want = get_u64(pe + MAN_NAME_BYTES);
-        int rc = read_file(path, &src->part[p], &size);
-        if (rc == -ENOENT)
-            rc = bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s/checkpoint.bin names the part %s, which is "
-                                   "missing: the checkpoint is incomplete (a part was deleted)", dir, path);
-        if (rc == 0 && size != want)
-            rc = bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: part %s is %s: expected %llu bytes, found %llu",
-                                   path, size < want ? "truncated" : "corrupted", (unsigned long long)want,
-                                   (unsigned long long)size);
-        if (rc == 0) {
-            const unsigned char *q = src->part[p];
-            uint32_t got = ckpt_crc_of(q, (size_t)(size - CKPT_CRC_BYTES)),
-                     stored = get_u32(q + size - CKPT_CRC_BYTES), listed = get_u32(pe + MAN_NAME_BYTES + 8);
-            if (got != stored || got != listed)
-                rc = bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: part %s is corrupted: CRC-32 %08x, the part "
-                                       "stores %08x and the manifest lists %08x", path, got, stored, listed);
-            else if (memcmp(q, PART_MAGIC, 8) != 0 || get_u64(q + 24) != get_u64(b + OFF_ITER) ||
-                     get_u64(q + 32) != get_u64(b + 168))
-                rc = bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: part %s does not belong to %s/checkpoint.bin "
-                                       "(another save's iteration or nonce)", path, dir);
-        }
-        free(path);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
-}
-
-static void load_src_free(load_src_t *src)
-{
-    for (uint32_t p = 0; src->part && p < src->n_parts; p++)
-        free(src->part[p]);
-    free(src->part);
 }
 
 int bsipipe_engine_load(bsipipe_engine_t *e, const char *dir, long *iteration)
@@ -1080,46 +669,37 @@ int bsipipe_engine_load(bsipipe_engine_t *e, const char *dir, long *iteration)
         return bsipipe_error_set(-ENOTSUP, "checkpoint: not supported with tensor parallelism yet (tp %d): the "
                                  "shards would have to be cut from the full vector; run with --tp 1 to save or "
                                  "resume", e->T);
-    char *path = join(dir, CKPT_FILE);
-    if (!path)
-        return bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
-    unsigned char *b = NULL;
-    uint64_t size = 0;
-    load_src_t src = {0};
-    /* Every rank reads DIR/checkpoint.bin and the parts holding its own
-     * replicas, and checks them all; the ranks agree before any touches its
-     * engine, so a refusal leaves every rank's engine as it was. */
-    int rc = read_file(path, &b, &size);
-    if (rc == 0)
-        rc = check_image(e, path, b, size);
-    int manifest = rc == 0 && get_u32(b + OFF_VERSION) == CKPT_VERSION_MANIFEST;
-    if (rc == 0 && manifest)
-        rc = load_parts(e, dir, b, &src);
+    /* Every rank reads DIR/checkpoint.bin and checks it on its own, then
+     * against this engine, then reads and checks the parts holding its own
+     * replicas; the ranks agree before any touches its engine, so a refusal
+     * leaves every rank's engine as it was. */
+    ckpt_load_t l;
+    ckpt_header_t want;
+    int rc = ckpt_load_open(dir, &l);
+    if (rc == 0 && (rc = engine_header(e, 0, &want)) == 0) {
+        rc = ckpt_header_match(l.path, &want, &l.h);
+        ckpt_header_clear(&want);
+    }
+    for (int i = 0; rc == 0 && i < n_replicas(e); i++)
+        if (engine_local(e, e->rep[i].device))
+            rc = ckpt_load_part(&l, (uint32_t)l.h.rep[i].part);
     rc = engine_mpi_agree_named(e, rc, "could not read the checkpoint");
     if (rc == 0) { /* everything checked: only now touch the engine */
         starpu_task_wait_for_all();
-        const unsigned char *p = b + header_bytes(e);
         for (int i = 0; i < n_replicas(e); i++) {
             replica_t *r = &e->rep[i];
-            if (manifest) {
-                const unsigned char *t = b + MAN_FIXED_BYTES + (size_t)i * MAN_REPLICA_BYTES;
-                p = engine_local(e, r->device) ? src.part[get_u32(t + 12)] + get_u64(t + 32) : NULL;
-            }
-            if (engine_local(e, r->device)) { /* another rank's replica: that rank sets it */
-                set_handle(r->h_params, p, r->n);
-                set_handle(r->h_m, p + 4 * (size_t)r->n, r->n);
-                set_handle(r->h_v, p + 8 * (size_t)r->n, r->n);
-            }
-            if (!manifest)
-                p += 12 * (size_t)r->n;
+            if (!engine_local(e, r->device))
+                continue; /* another rank's replica: that rank sets it */
+            const unsigned char *p = ckpt_load_replica(&l, (size_t)i);
+            set_handle(r->h_params, p, r->n);
+            set_handle(r->h_m, p + 4 * (size_t)r->n, r->n);
+            set_handle(r->h_v, p + 8 * (size_t)r->n, r->n);
         }
-        e->steps = (long)get_i64(b + OFF_STEPS);
+        e->steps = (long)l.h.steps;
         if (iteration)
-            *iteration = (long)get_i64(b + OFF_ITER);
+            *iteration = (long)l.h.iteration;
     }
-    load_src_free(&src);
-    free(b);
-    free(path);
+    ckpt_load_close(&l);
     return rc;
 }
 

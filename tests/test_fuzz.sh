@@ -21,7 +21,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/bsipipe-fuzz.XXXXXX") || exit 99
 trap 'rm -rf "$work"' EXIT
 cap=${FUZZ_SMOKE_CAP:-60}
 status=0
-for t in ${FUZZ_ALL:-config cli topology}; do
+for t in ${FUZZ_ALL:-config cli topology checkpoint import}; do
     prog="$top/fuzz/fuzz_$t"
     corpus="$src/fuzz/corpus/$t"
     if [ ! -x "$prog" ]; then
@@ -33,6 +33,7 @@ for t in ${FUZZ_ALL:-config cli topology}; do
     case $t in
     cli) runs=400000 ;;
     checkpoint) runs=60000 ;;
+    import) runs=20000 ;;
     config) runs=8000 ;;
     *) runs=6000 ;;
     esac

@@ -70,6 +70,39 @@ st=$?
 if [ $st -ne 1 ] || ! grep -q "which is missing" "$tmp/out"; then
     fail "a manifest naming a missing part: exit $st, want 1 naming the part"; tail -3 "$tmp/out" >&2
 fi
+# A manifest that disagrees with its part (a replica's offset one float further, the
+# manifest's CRC made valid) is refused naming both, not loaded shifted (fuzz/fuzz_checkpoint,
+# docs/fuzzing.md finding 9).
+if command -v python3 >/dev/null 2>&1; then
+    cp -r "$tmp/ck" "$tmp/ck3"
+    python3 - "$tmp/ck3/checkpoint.bin" <<'PY' || fail "could not shift a replica in the manifest"
+import struct, sys, zlib
+path = sys.argv[1]
+b = bytearray(open(path, "rb").read())
+pipes, chunks = struct.unpack_from("<II", b, 152)
+nrep, nparts = pipes * chunks, struct.unpack_from("<I", b, 160)[0]
+parts = 176 + 40 * nrep
+for i in range(nrep):  # a replica with data after it in its part: the shift stays inside the part
+    t = 176 + 40 * i
+    part, n, off = struct.unpack_from("<i", b, t + 12)[0], struct.unpack_from("<q", b, t + 24)[0], struct.unpack_from("<Q", b, t + 32)[0]
+    pbytes = struct.unpack_from("<Q", b, parts + 80 * part + 64)[0]
+    if off + 12 * n + 4 <= pbytes - 4:
+        struct.pack_into("<Q", b, t + 32, off + 4)
+        break
+else:
+    sys.exit(1)
+struct.pack_into("<I", b, len(b) - 4, zlib.crc32(bytes(b[:-4])) & 0xffffffff)
+open(path, "wb").write(b)
+PY
+    timeout 120 "${MPIRUN[@]}" -np 2 "$train" --mpi "${tiny[@]}" --iters 20 --checkpoint "$tmp/ck3" --resume >"$tmp/out" 2>&1
+    st=$?
+    if [ $st -ne 1 ] || ! grep -q "the manifest and the part disagree" "$tmp/out"; then
+        fail "a manifest whose replica offset disagrees with its part: exit $st, want 1 naming both"
+        tail -3 "$tmp/out" >&2
+    fi
+else
+    echo "test_mpi_checkpoint: no python3: the manifest-part disagreement check is skipped"
+fi
 
 # ---- crashes during saves ----
 seed=${BSIPIPE_TEST_SEED:-$(( $(date +%s) % 100000 ))}
