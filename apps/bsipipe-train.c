@@ -76,6 +76,35 @@ static unsigned long long params_digest(bsipipe_engine_t *e, long *n)
     return h;
 }
 
+/* Names the first tensor, in layout order, holding a non-finite value: in
+ * the parameters (a diverged or corrupt state) or else in the gradients of
+ * the last backward. Under --mpi every rank calls it (the reads gather). */
+static void first_nonfinite(bsipipe_engine_t *e, const bsipipe_model_dims_t *dims, char *out, size_t size)
+{
+    snprintf(out, size, "no tensor could be read");
+    long n = bsipipe_engine_n_params(e);
+    int nt = bsipipe_model_tensors(dims, NULL, 0);
+    float *v = n > 0 ? malloc(sizeof(float) * (size_t)n) : NULL;
+    bsipipe_tensor_info_t *ti = nt > 0 ? malloc(sizeof *ti * (size_t)nt) : NULL;
+    if (v && ti && bsipipe_model_tensors(dims, ti, nt) == nt)
+        for (int pass = 0; pass < 2; pass++) {
+            if ((pass == 0 ? bsipipe_engine_params(e, v) : bsipipe_engine_grads(e, v)) < 0)
+                continue;
+            for (int t = 0; t < nt; t++)
+                for (long j = 0; j < (long)ti[t].rows * ti[t].cols; j++)
+                    if (ti[t].offset + j < n && !isfinite(v[ti[t].offset + j])) {
+                        snprintf(out, size, "first non-finite %s: %s [%d x %d], element %ld = %g",
+                                 pass == 0 ? "parameter" : "gradient", ti[t].name, ti[t].rows, ti[t].cols, j,
+                                 (double)v[ti[t].offset + j]);
+                        goto done;
+                    }
+            snprintf(out, size, "every %s finite", pass == 0 ? "parameter" : "parameter and gradient");
+        }
+done:
+    free(v);
+    free(ti);
+}
+
 static void usage(FILE *out)
 {
     fputs(
@@ -803,11 +832,13 @@ int main(int argc, char **argv)
          * computes no loss.) Every rank sees the same summed loss and
          * global gradient norm, so under --mpi all ranks stop together. */
         if (!emulate && (!isfinite(loss) || !isfinite(gnorm))) {
-            fprintf(stderr, "bsipipe-train: iteration %d: the %s not finite (loss %g, gradient norm %g): "
+            char where[160];
+            first_nonfinite(e, &dims, where, sizeof where);
+            fprintf(stderr, "bsipipe-train: iteration %d: the %s not finite (loss %g, gradient norm %g; %s): "
                             "training diverged; this step is not saved%s. Lower --lr (now %g), or check the "
                             "data and the checkpoint resumed from\n", it + 1,
                     !isfinite(loss) && !isfinite(gnorm) ? "loss and the gradient norm are"
-                    : !isfinite(loss) ? "loss is" : "gradient norm is", loss, gnorm,
+                    : !isfinite(loss) ? "loss is" : "gradient norm is", loss, gnorm, where,
                     ckpt ? " (the checkpoint keeps the previous iteration)" : "", lr);
             rc = -EDOM;
             break;

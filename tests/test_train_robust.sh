@@ -94,6 +94,9 @@ PY
     cp "$tmp/nan/checkpoint.bin" "$tmp/nan.bin"
     expect 1 "iteration 3: the loss and the gradient norm are not finite" $tiny --iters 5 --checkpoint "$tmp/nan" --resume
     grep -q "^iter" "$tmp/out" && fail "an iteration with a non-finite loss was printed as normal" || ok
+    # The first non-finite tensor is named: replica 0's parameters start with the embedding.
+    grep -q "first non-finite parameter: wte" "$tmp/out" && ok ||
+        fail "the first non-finite tensor is not named: $(grep 'not finite' "$tmp/out")"
     cmp -s "$tmp/nan/checkpoint.bin" "$tmp/nan.bin" && ok || fail "a diverged step was saved over the checkpoint"
 else
     echo "test_train_robust: no python3: the divergence check is skipped"
