@@ -478,7 +478,7 @@ int ckpt_header_match(const char *path, const ckpt_header_t *want, const ckpt_he
 
 /* ---- a directory ---- */
 
-static char *join(const char *dir, const char *name)
+char *ckpt_path_join(const char *dir, const char *name)
 {
     size_t n = strlen(dir) + strlen(name) + 2;
     char *p = malloc(n);
@@ -490,7 +490,7 @@ static char *join(const char *dir, const char *name)
 int ckpt_load_open(const char *dir, ckpt_load_t *l)
 {
     memset(l, 0, sizeof *l);
-    if (!(l->dir = strdup(dir)) || !(l->path = join(dir, CKPT_FILE))) {
+    if (!(l->dir = strdup(dir)) || !(l->path = ckpt_path_join(dir, CKPT_FILE))) {
         ckpt_load_close(l);
         return bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
     }
@@ -516,7 +516,7 @@ int ckpt_load_part(ckpt_load_t *l, uint32_t p)
         return bsipipe_error_set(-EINVAL, "checkpoint: %s has no part %u", l->path, p);
     if (l->part[p])
         return 0;
-    char *path = join(l->dir, l->h.part[p].name);
+    char *path = ckpt_path_join(l->dir, l->h.part[p].name);
     if (!path)
         return bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
     unsigned char *q = NULL;

@@ -91,6 +91,10 @@ static inline double ckpt_get_f64(const unsigned char *p)
 
 /* ---- CRC-32/ISO-HDLC (zlib's crc32: reflected 0xEDB88320, init and xorout ~0) ---- */
 
+/* "DIR/NAME" (checkpoint.bin, a part, a temp file); caller frees; NULL when
+ * out of memory. */
+char *ckpt_path_join(const char *dir, const char *name);
+
 typedef struct ckpt_crc {
     unsigned long crc; /* zlib's uLong */
 } ckpt_crc_t;

@@ -99,15 +99,6 @@ static int engine_header(const bsipipe_engine_t *e, long iteration, ckpt_header_
     return 0;
 }
 
-/* DIR/checkpoint.bin (or another name in DIR); caller frees. */
-static char *join(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    if (p)
-        snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
 
 /* ---- save ---- */
 
@@ -232,7 +223,7 @@ static int save_single(bsipipe_engine_t *e, const char *dir, long iteration)
 {
     char tmpname[64];
     snprintf(tmpname, sizeof tmpname, "." CKPT_FILE ".%ld.tmp", (long)getpid());
-    char *final = join(dir, CKPT_FILE), *tmp = join(dir, tmpname);
+    char *final = ckpt_path_join(dir, CKPT_FILE), *tmp = ckpt_path_join(dir, tmpname);
     writer_t w = {.fd = -1, .path = tmp, .buf = malloc(CKPT_BUF)};
     ckpt_header_t h;
     int rc = engine_header(e, iteration, &h), fd;
@@ -346,7 +337,7 @@ static uint64_t part_bytes(const bsipipe_engine_t *e, int r, int *n_rep)
 static int write_part(bsipipe_engine_t *e, const char *dir, const char *name, long iteration, uint64_t nonce,
                       uint64_t *bytes, uint32_t *crc_out)
 {
-    char *path = join(dir, name);
+    char *path = ckpt_path_join(dir, name);
     writer_t w = {.fd = -1, .path = path, .buf = malloc(CKPT_BUF)};
     int k, rc = 0;
     uint64_t total = part_bytes(e, e->rank, &k);
@@ -434,7 +425,7 @@ static int commit_file(const char *dir, const unsigned char *buf, size_t len, in
 {
     char tmpname[64];
     snprintf(tmpname, sizeof tmpname, "." CKPT_FILE ".%ld.tmp", (long)getpid());
-    char *final = join(dir, CKPT_FILE), *tmp = join(dir, tmpname);
+    char *final = ckpt_path_join(dir, CKPT_FILE), *tmp = ckpt_path_join(dir, tmpname);
     int rc = 0, fd = -1;
     const char *what = "cannot create";
     *renamed = 0;
@@ -592,7 +583,7 @@ static int save_ranks(bsipipe_engine_t *e, const char *dir, long iteration, int 
     for (int r = 0; r < n && arc == 0 && failed < 0; r++)
         if (g[3 * r])
             failed = r;
-    char *mine = join(dir, name);
+    char *mine = ckpt_path_join(dir, name);
     if (arc < 0 || failed >= 0) {
         if (mine && rc == 0)
             unlink(mine); /* no manifest will name it */
@@ -644,7 +635,7 @@ static void remove_parts(const char *dir, const ckpt_header_t *manifest)
             named = strcmp(manifest->part[p].name, de->d_name) == 0;
         if (named)
             continue;
-        char *path = join(dir, de->d_name);
+        char *path = ckpt_path_join(dir, de->d_name);
         if (path)
             unlink(path);
         free(path);
@@ -709,7 +700,7 @@ int bsipipe_checkpoint_exists(const char *dir)
 {
     if (!dir || !*dir)
         return bsipipe_error_set(-EINVAL, "checkpoint: no directory");
-    char *path = join(dir, CKPT_FILE);
+    char *path = ckpt_path_join(dir, CKPT_FILE);
     if (!path)
         return bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
     struct stat st;
@@ -741,7 +732,7 @@ static int remove_stale_temps(const char *dir)
             continue;
         if (pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno != ESRCH))
             continue; /* alive (or not ours to probe): its save may be under way */
-        char *p = join(dir, de->d_name);
+        char *p = ckpt_path_join(dir, de->d_name);
         if (p && unlink(p) == 0)
             removed++;
         free(p);
@@ -756,7 +747,7 @@ int bsipipe_checkpoint_lock(const char *dir, bsipipe_checkpoint_lock_t **out)
     if (!dir || !*dir)
         return bsipipe_error_set(-EINVAL, "checkpoint: no directory");
     bsipipe_checkpoint_lock_t *l = calloc(1, sizeof *l);
-    if (!l || !(l->path = join(dir, CKPT_LOCK))) {
+    if (!l || !(l->path = ckpt_path_join(dir, CKPT_LOCK))) {
         free(l);
         return bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
     }

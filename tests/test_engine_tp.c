@@ -26,6 +26,7 @@
 #include "tasks/bsipipe_engine.h"
 #include "graph/bsipipe_error.h"
 #include "tests/check.h"
+#include "tests/test_data.h"
 #include "tests/grad_check.h"
 
 #include <stdlib.h>
@@ -34,23 +35,6 @@ enum { ITERS = 3 };
 
 static const bsipipe_model_dims_t gpt = {BSIPIPE_MODEL_GPT, 4, 32, 4, 64, 64, 32};
 static const bsipipe_model_dims_t llama = {BSIPIPE_MODEL_LLAMA, 4, 32, 4, 48, 64, 32};
-
-static void make_data(int m, int S, int V, unsigned seed, int *tokens, int *targets)
-{
-    unsigned x = seed * 2654435761u + 12345u;
-    for (int mb = 0; mb < m; mb++) {
-        int prev = 0;
-        for (int i = 0; i <= S; i++) {
-            x = x * 1664525u + 1013904223u;
-            int t = (int)((x >> 8) % (unsigned)V);
-            if (i > 0) {
-                tokens[mb * S + i - 1] = prev;
-                targets[mb * S + i - 1] = t;
-            }
-            prev = t;
-        }
-    }
-}
 
 typedef struct run {
     double loss0, loss[ITERS];
@@ -79,13 +63,13 @@ static int run_one(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t kin
     long np = bsipipe_engine_n_params(e);
     out->grads = malloc(sizeof(float) * (size_t)np);
     out->params = malloc(sizeof(float) * (size_t)np);
-    make_data(pc.m, S, dims->vocab, 7, tokens, targets);
+    test_data_make(pc.m, S, dims->vocab, 7, tokens, targets);
     rc = bsipipe_engine_forward_backward(e, tokens, targets, &out->loss0);
     CHECK(rc == 0, "forward_backward %s tp %d: %s", bsipipe_schedule_kind_name(kind), tp, bsipipe_error_detail());
     if (rc == 0)
         rc = bsipipe_engine_grads(e, out->grads);
     for (int it = 0; it < ITERS && rc == 0; it++) {
-        make_data(pc.m, S, dims->vocab, 11 + (unsigned)it, tokens, targets);
+        test_data_make(pc.m, S, dims->vocab, 11 + (unsigned)it, tokens, targets);
         rc = bsipipe_engine_iteration(e, tokens, targets, &out->loss[it], NULL);
         CHECK(rc == 0, "iteration %d %s tp %d: %s", it, bsipipe_schedule_kind_name(kind), tp, bsipipe_error_detail());
     }
