@@ -234,7 +234,7 @@ static int generate_bsipipe(bsipipe_schedule_t *s)
     double *end = malloc(sizeof(double) * (size_t)compute_index_count(s));
     if (!alt.ops || !alt.n_ops || !alt.cap_ops || !end)
         rc = bsipipe_error_set(-ENOMEM, "out of memory");
-    int bitpipe = s->pc.k == 1 && s->pc.w % 2 == 0 && s->pc.m % s->pc.w == 0;
+    int bitpipe = s->pc.k == 1 && s->pc.w % 2 == 0 && s->pc.m % s->pc.w == 0 && schedule_mb_group(s) == s->pc.w;
     long placed = 0, per_plan = 2L * compute_index_count(s) / 3; /* F and B */
     double best = -1;
     for (int i = 0; rc == 0 && i < n_cand + bitpipe; i++) {

@@ -53,17 +53,22 @@ static inline int schedule_dev(const bsipipe_schedule_t *s, int pipe, int chunk)
  * is odd so that both pipes get the same number; all m when m is not a
  * multiple of that. */
 /* BSIPipe with odd w and k >= 2: basic units of w micro-batches, split
- * (w+1)/2 down and (w-1)/2 up, then the other way round in the next unit.
- * At k = 1 odd w keeps units of 2w (two units of memory): with one, each
- * junction costs idle time and the bubble stays near 10% whatever N_s
- * (docs/schedules.md). */
+ * (w+1)/2 down and (w-1)/2 up, then the other way round in the next unit. */
 static inline int schedule_odd_units(const bsipipe_schedule_t *s)
 {
     return s->pc.schedule == BSIPIPE_SCHED_BSIPIPE && s->pc.w % 2 && s->pc.k >= 2 && s->pc.m % (2 * s->pc.w) == 0;
 }
+/* BSIPipe at k = 1 with m a multiple of 2w: groups of 2w micro-batches (w
+ * down, then w up), two basic units of memory. With one unit each k = 1
+ * junction costs idle time and the bubble stays near 7-10% whatever N_s;
+ * with two it falls with N_s under the paper's bound (docs/schedules.md). */
+static inline int schedule_k1_pairs(const bsipipe_schedule_t *s)
+{
+    return s->pc.schedule == BSIPIPE_SCHED_BSIPIPE && s->pc.k == 1 && s->pc.m % (2 * s->pc.w) == 0;
+}
 static inline int schedule_mb_group(const bsipipe_schedule_t *s)
 {
-    int group = s->pc.w % 2 && !schedule_odd_units(s) ? 2 * s->pc.w : s->pc.w;
+    int group = (s->pc.w % 2 && !schedule_odd_units(s)) || schedule_k1_pairs(s) ? 2 * s->pc.w : s->pc.w;
     return s->pc.m % group ? s->pc.m : group;
 }
 static inline int schedule_mb_pipe(const bsipipe_schedule_t *s, int mb)
