@@ -263,6 +263,24 @@ static int generate_bsipipe(bsipipe_schedule_t *s)
     return rc;
 }
 
+/* How a bidirectional schedule groups its micro-batches between the pipes
+ * (schedule_mb_pipe): groups of w, or 2w when w is odd so that both pipes
+ * get the same number; all m when m is not a multiple of that. BSIPipe
+ * differs twice. With odd w and k >= 2 it runs groups of w, (w+1)/2 down
+ * and (w-1)/2 up alternating (one basic unit of memory). At k = 1 with m a
+ * multiple of 2w it runs groups of 2w (two units of memory): with one unit
+ * each k = 1 junction costs idle time and the bubble stays near 7-10%
+ * whatever N_s; with two it falls under the paper's bound
+ * (docs/schedules.md). */
+static void mb_grouping(const bsipipe_parallel_config_t *pc, int *group, int *alternate)
+{
+    int bsi = pc->schedule == BSIPIPE_SCHED_BSIPIPE, pairs = pc->m % (2 * pc->w) == 0;
+    *alternate = bsi && pc->w % 2 && pc->k >= 2 && pairs;
+    *group = (pc->w % 2 && !*alternate) || (bsi && pc->k == 1 && pairs) ? 2 * pc->w : pc->w;
+    if (pc->m % *group)
+        *group = pc->m;
+}
+
 /* Ops per iteration must stay addressable by int per device. */
 enum { MAX_COMPUTE_OPS = 1 << 26 };
 
@@ -283,6 +301,7 @@ int schedule_alloc(const bsipipe_parallel_config_t *pc, const bsipipe_model_dims
     if (!s)
         return bsipipe_error_set(-ENOMEM, "out of memory");
     s->pc = *pc;
+    mb_grouping(pc, &s->mb_group, &s->mb_alternate);
     if (dims) {
         s->dims = *dims;
     } else { /* a nominal model: one layer per chunk, k tokens per piece */

@@ -41,7 +41,7 @@ typedef struct greedy {
     int *pipe_mbs[2];   /* micro-batches of each pipe, in order */
     int pipe_n_mb[2];
     int *pos;         /* micro-batch -> its position in its pipe's order */
-    int group;        /* micro-batches per basic unit */
+    int group;        /* micro-batches per group (schedule_mb_group) */
     int cap;          /* bidirectional: forwards of one basic unit on one device */
     int subunit;      /* subsequences of one pipe per sub-unit */
     int n_sub_units;

@@ -14,6 +14,7 @@ struct bsipipe_schedule {
     int *n_ops, *cap_ops;
     bsipipe_op_t **ops; /* per device, in order */
     int n_channels;
+    int mb_group, mb_alternate; /* micro-batch grouping: schedule_mb_pipe */
 };
 
 /* A schedule of pc (validated against dims; dims NULL: the nominal model)
@@ -49,40 +50,22 @@ static inline int schedule_dev(const bsipipe_schedule_t *s, int pipe, int chunk)
 {
     return s->chunk_dev[pipe * s->n_chunks + chunk];
 }
-/* Micro-batches of one basic unit (bidirectional schedules): w, or 2w when w
- * is odd so that both pipes get the same number; all m when m is not a
- * multiple of that. */
-/* BSIPipe with odd w and k >= 2: basic units of w micro-batches, split
- * (w+1)/2 down and (w-1)/2 up, then the other way round in the next unit. */
-static inline int schedule_odd_units(const bsipipe_schedule_t *s)
-{
-    return s->pc.schedule == BSIPIPE_SCHED_BSIPIPE && s->pc.w % 2 && s->pc.k >= 2 && s->pc.m % (2 * s->pc.w) == 0;
-}
-/* BSIPipe at k = 1 with m a multiple of 2w: groups of 2w micro-batches (w
- * down, then w up), two basic units of memory. With one unit each k = 1
- * junction costs idle time and the bubble stays near 7-10% whatever N_s;
- * with two it falls with N_s under the paper's bound (docs/schedules.md). */
-static inline int schedule_k1_pairs(const bsipipe_schedule_t *s)
-{
-    return s->pc.schedule == BSIPIPE_SCHED_BSIPIPE && s->pc.k == 1 && s->pc.m % (2 * s->pc.w) == 0;
-}
+/* Micro-batches of one group (bidirectional schedules; set once by
+ * schedule_alloc, bsipipe_schedule.c says how it is chosen): the first half
+ * of each group goes down, the second half up; with mb_alternate (BSIPipe,
+ * odd w, groups of w) (w+1)/2 down in even groups and (w-1)/2 in odd ones. */
 static inline int schedule_mb_group(const bsipipe_schedule_t *s)
 {
-    int group = (s->pc.w % 2 && !schedule_odd_units(s)) || schedule_k1_pairs(s) ? 2 * s->pc.w : s->pc.w;
-    return s->pc.m % group ? s->pc.m : group;
+    return s->mb_group;
 }
 static inline int schedule_mb_pipe(const bsipipe_schedule_t *s, int mb)
 {
-    /* Bidirectional schedules give the first half of each group of micro-
-     * batches to the down pipe and the second half to the up pipe. */
     if (s->n_pipes == 1)
         return 0;
-    int group = schedule_mb_group(s);
-    if (schedule_odd_units(s)) {
-        int down = (mb / group) % 2 ? group / 2 : group / 2 + 1;
-        return (mb % group) >= down;
-    }
-    return (mb % group) >= group / 2;
+    int group = s->mb_group, down = group / 2;
+    if (s->mb_alternate && (mb / group) % 2 == 0)
+        down++;
+    return (mb % group) >= down;
 }
 
 /* Compute-order generators: fill the per-device lists with F/B/W ops. */

@@ -13,20 +13,25 @@
 
 static const bsipipe_model_dims_t gpt = {BSIPIPE_MODEL_GPT, 8, 32, 2, 64, 64, 32};
 
-static bsipipe_engine_t *make_m(bsipipe_comm_order_t comm, double watchdog, int m)
+/* unchecked: run a plan the validator would refuse up front. */
+static bsipipe_engine_t *make_plan(bsipipe_comm_order_t comm, double watchdog, int m, int unchecked)
 {
-    int unchecked = comm == BSIPIPE_COMM_NAIVE;
     bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(BSIPIPE_SCHED_BSIPIPE);
     pc.w = 4;
     pc.m = m;
     pc.comm = comm;
     bsipipe_engine_options_t o = bsipipe_engine_options_default(&gpt, &pc);
     o.watchdog_s = watchdog;
-    o.unchecked_plan = unchecked; /* the validator would refuse the naive order up front */
+    o.unchecked_plan = unchecked;
     bsipipe_engine_t *e = NULL;
     int rc = bsipipe_engine_create(&o, &e);
     CHECK(rc == 0, "create: %s", bsipipe_error_detail());
     return e;
+}
+
+static bsipipe_engine_t *make_m(bsipipe_comm_order_t comm, double watchdog, int m)
+{
+    return make_plan(comm, watchdog, m, comm == BSIPIPE_COMM_NAIVE); /* naive: refused up front */
 }
 
 static bsipipe_engine_t *make(bsipipe_comm_order_t comm, double watchdog)
@@ -184,26 +189,16 @@ int main(void)
         CHECK_CONTAINS(bsipipe_error_detail(), "blocking receives");
         bsipipe_engine_destroy(e);
     }
-    {
-        bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(BSIPIPE_SCHED_BSIPIPE);
-        pc.w = 4;
-        pc.m = 4;
-        pc.comm = BSIPIPE_COMM_NO_REVERSAL;
-        bsipipe_engine_options_t o = bsipipe_engine_options_default(&gpt, &pc);
-        o.watchdog_s = 1.0;
-        o.unchecked_plan = 1;
-        e = NULL;
-        CHECK(bsipipe_engine_create(&o, &e) == 0, "create: %s", bsipipe_error_detail());
-        if (e) {
-            CHECK(bsipipe_engine_set_blocking_recv(e, 1) == 0, "unchecked: %s", bsipipe_error_detail());
-            double loss;
-            int rc = bsipipe_engine_forward_backward(e, tokens, targets, &loss);
-            const char *why = bsipipe_error_detail();
-            printf("no-reversal, blocking receives, unchecked: %s\n", why);
-            CHECK(rc == BSIPIPE_EDEADLOCK, "no-reversal, blocking receives, unchecked: rc %d", rc);
-            CHECK_CONTAINS(why, "device");
-            bsipipe_engine_destroy(e);
-        }
+    e = make_plan(BSIPIPE_COMM_NO_REVERSAL, 1.0, 4, 1);
+    if (e) {
+        CHECK(bsipipe_engine_set_blocking_recv(e, 1) == 0, "unchecked: %s", bsipipe_error_detail());
+        double loss;
+        int rc = bsipipe_engine_forward_backward(e, tokens, targets, &loss);
+        const char *why = bsipipe_error_detail();
+        printf("no-reversal, blocking receives, unchecked: %s\n", why);
+        CHECK(rc == BSIPIPE_EDEADLOCK, "no-reversal, blocking receives, unchecked: rc %d", rc);
+        CHECK_CONTAINS(why, "device");
+        bsipipe_engine_destroy(e);
     }
 
     /* 3. Training follows the reference, iteration by iteration. */
