@@ -46,6 +46,11 @@ static void usage(FILE *out)
 "                    bf16 or bf16s (docs/cuda.md)\n"
 "  --comm ORDER      transfer order bsipipe (default), ordered, naive\n"
 "  --watchdog S      seconds a send may wait (default 30; ablation preset 2)\n"
+"  --idle-spin LIST  how long a worker waiting for its next op spins before it\n"
+"                    sleeps: comma-separated 'auto' (default: 1000 µs when every\n"
+"                    worker has a core, else none) or µs (0: sleep at once);\n"
+"                    several values run every schedule once per value, side by\n"
+"                    side (e.g. --idle-spin auto,0)\n"
 "Model (real compute: CPU kernels):\n"
 "  --model gpt|llama --layers N --hidden N --heads N --ffn N --seq N\n"
 "                    (defaults gpt, 8, 128, 4, 4*hidden, 256; vocabulary 256)\n"
@@ -69,7 +74,8 @@ static void usage(FILE *out)
 "                    paper's w/o F-B overlap), ordered, naive, then bsipipe and\n"
 "                    no-reversal with blocking receives; ordered, naive and\n"
 "                    no-reversal with blocking receives deadlock and are caught\n"
-"                    by a 2 s watchdog; then\n"
+"                    by a 2 s watchdog; then bsipipe with every receive posted\n"
+"                    where it stands (no posting ahead); then\n"
 "                    topology-aware against naive mapping on 2 simulated nodes,\n"
 "                    predicted only (one node here: nothing to measure);\n"
 "                    under --mpi: topology-aware against naive mapping across\n"
@@ -97,6 +103,35 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+#define MAX_SPINS 4
+
+/* --idle-spin LIST -> options.idle_spin_us values (0 auto, -1 sleep, > 0 µs);
+ * the count, or -1 after printing the error. */
+static int parse_spins(const char *list, int *out)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", list);
+    int n = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int us = 0;
+        if (n == MAX_SPINS) {
+            fprintf(stderr, PROG ": --idle-spin: at most %d values\n", MAX_SPINS);
+            return -1;
+        }
+        if (strcmp(t, "auto") != 0) {
+            if (cli_parse_int(PROG, "--idle-spin", t, 0, 1000000, &us))
+                return -1;
+            if (us == 0)
+                us = -1;
+        }
+        out[n++] = us;
+    }
+    if (n == 0)
+        fprintf(stderr, PROG ": --idle-spin expects 'auto' or microseconds, comma-separated (e.g. auto,0)\n");
+    return n ? n : -1;
+}
+
 /* Median of n values (sorted in place); NAN when n == 0. */
 static double median(double *v, int n)
 {
@@ -113,7 +148,9 @@ typedef struct variant {
     bsipipe_comm_order_t comm;
     int naive_mapping;       /* --mpi: consecutive devices per rank */
     int blocking_recv;       /* receives hold their device (bsipipe_engine_set_blocking_recv) */
-    char label[48];
+    int idle_spin_us;        /* options.idle_spin_us: 0 auto, < 0 sleep at once, > 0 µs */
+    int recv_in_place;       /* options.recv_in_place: no posting ahead */
+    char label[64];
 } variant_t;
 
 typedef struct config {
@@ -141,6 +178,7 @@ typedef struct row {
     double busy_flops;       /* total F/B/W FLOPs of the plan (sum over devices) */
     long n_ops;
     int n_samples;
+    int spin_us;             /* the idle spin the engine chose (bsipipe_engine_idle_spin_us) */
     double *tok, *bubble, *makespan, *busy; /* [reps * iters] */
     double *rep_tok;         /* [reps] mean tokens/s of the repetition, NAN if none */
     double peak[3];          /* MiB min, median, max over devices (last iteration) */
@@ -186,6 +224,7 @@ static void plan_row(row_t *r, const config_t *c)
     r->n_ops = bsipipe_schedule_n_ops(s);
     bsipipe_cost_model_t unit = bsipipe_cost_model_unit(), fl = free_flops_cost(1.0);
     unit.blocking_recv = fl.blocking_recv = r->v.blocking_recv;
+    unit.recv_in_place = fl.recv_in_place = r->v.recv_in_place;
     bsipipe_sim_result_t *sim = NULL;
     int rc = bsipipe_simulate(s, &unit, &sim);
     if (rc == 0)
@@ -252,6 +291,8 @@ static bsipipe_engine_options_t engine_options(const row_t *r, const config_t *c
     o.gpus = c->gpus;
     o.precision = c->precision;
     o.naive_mapping = r->v.naive_mapping;
+    o.idle_spin_us = r->v.idle_spin_us;
+    o.recv_in_place = r->v.recv_in_place;
     return o;
 }
 
@@ -267,6 +308,7 @@ static void run_row(row_t *r, const config_t *c, const char *policy, int warmup,
         snprintf(r->error, sizeof r->error, "engine: %s", bsipipe_error_detail());
         return;
     }
+    r->spin_us = bsipipe_engine_idle_spin_us(e);
     if (r->v.blocking_recv && bsipipe_engine_set_blocking_recv(e, 1) < 0) {
         r->status = 2;
         snprintf(r->error, sizeof r->error, "engine: %s", bsipipe_error_detail());
@@ -791,7 +833,7 @@ static int run_overhead(const config_t *c, const row_t *r, const char *policy, i
 
 /* ---- main ------------------------------------------------------------------------------- */
 
-#define MAX_VARIANTS 16
+#define MAX_VARIANTS 32
 #define MAX_CONFIGS 4
 
 int main(int argc, char **argv)
@@ -806,6 +848,7 @@ int main(int argc, char **argv)
     int w = 4, p = -1, k = -1, m = 8, reps = 3, warmup = 1, iters = 1, seed = 1, emulate = 0;
     int set_w = 0, set_m = 0, set_layers = 0, set_seq = 0, set_watchdog = 0, mpi = 0, gpus = 0;
     int set_reps = 0, set_iters = 0, overhead = 0;
+    int spins[MAX_SPINS] = {0}, nspin = 1; /* --idle-spin: options.idle_spin_us per row set */
     bsipipe_engine_devices_t devices = BSIPIPE_DEVICES_CPU;
     double tflops = 0.01, watchdog = 30;
     const char *policy = "bsipipe", *csv = NULL, *svg = NULL, *preset = NULL, *schedules = NULL,
@@ -813,7 +856,7 @@ int main(int argc, char **argv)
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
     enum { O_SCHEDS = 256, O_REPS, O_WARMUP, O_ITERS, O_W, O_P, O_K, O_M, O_POLICY, O_COMM, O_WATCHDOG, O_MODEL,
            O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_SEED, O_EMULATE, O_TFLOPS, O_PRESET, O_CSV, O_SVG, O_TRACE,
-           O_MPI, O_DEVICES, O_GPUS, O_PRECISION, O_OVERHEAD, O_TP };
+           O_MPI, O_DEVICES, O_GPUS, O_PRECISION, O_OVERHEAD, O_TP, O_IDLE_SPIN };
     static const struct option longopts[] = {
         {"schedules", 1, 0, O_SCHEDS}, {"reps", 1, 0, O_REPS}, {"warmup", 1, 0, O_WARMUP},
         {"iters", 1, 0, O_ITERS}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P}, {"k", 1, 0, O_K}, {"m", 1, 0, O_M},
@@ -822,7 +865,7 @@ int main(int argc, char **argv)
         {"heads", 1, 0, O_HEADS}, {"ffn", 1, 0, O_FFN}, {"seq", 1, 0, O_SEQ}, {"seed", 1, 0, O_SEED},
         {"emulate", 0, 0, O_EMULATE}, {"device-tflops", 1, 0, O_TFLOPS}, {"preset", 1, 0, O_PRESET},
         {"csv", 1, 0, O_CSV}, {"svg", 1, 0, O_SVG}, {"trace", 1, 0, O_TRACE}, {"mpi", 0, 0, O_MPI}, {"devices", 1, 0, O_DEVICES}, {"gpus", 1, 0, O_GPUS},
-        {"precision", 1, 0, O_PRECISION}, {"overhead", 0, 0, O_OVERHEAD}, {"tp", 1, 0, O_TP},
+        {"precision", 1, 0, O_PRECISION}, {"overhead", 0, 0, O_OVERHEAD}, {"tp", 1, 0, O_TP}, {"idle-spin", 1, 0, O_IDLE_SPIN},
         {"version", 0, 0, 'V'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
@@ -840,6 +883,10 @@ int main(int argc, char **argv)
         case O_K: bad = cli_parse_int(PROG, "--k", optarg, 1, 4096, &k); break;
         case O_M: bad = cli_parse_int(PROG, "--m", optarg, 1, 4096, &m); set_m = 1; break;
         case O_TP: bad = cli_parse_int(PROG, "--tp", optarg, 1, 64, &bench_tp); break;
+        case O_IDLE_SPIN:
+            if ((nspin = parse_spins(optarg, spins)) < 0)
+                return 2;
+            break;
         case O_POLICY: policy = optarg; break;
         case O_COMM:
             if (bsipipe_comm_order_parse(optarg, &comm) < 0) {
@@ -986,18 +1033,21 @@ int main(int argc, char **argv)
         }
         static const bsipipe_comm_order_t orders[] = {BSIPIPE_COMM_BSIPIPE, BSIPIPE_COMM_NO_REVERSAL,
                                                       BSIPIPE_COMM_ORDERED, BSIPIPE_COMM_NAIVE,
-                                                      BSIPIPE_COMM_BSIPIPE, BSIPIPE_COMM_NO_REVERSAL};
+                                                      BSIPIPE_COMM_BSIPIPE, BSIPIPE_COMM_NO_REVERSAL,
+                                                      BSIPIPE_COMM_BSIPIPE};
         static const char *const labels[] = {"bsipipe (early receive + reversal)", "bsipipe, no reversal (w/o F-B overlap)",
                                              "bsipipe, ordered (no early receive)", "bsipipe, naive (sends first)",
-                                             "bsipipe, blocking receives", "no reversal, blocking receives"};
+                                             "bsipipe, blocking receives", "no reversal, blocking receives",
+                                             "bsipipe, receives posted in place"};
         /* Across ranks: the mapping, measured (the transfer-order rows need
          * the rendezvous transport of one process). */
         static const char *const map_labels[] = {"bsipipe, topology-aware mapping", "bsipipe, naive mapping"};
-        for (int i = 0; i < (mpi ? 2 : 6); i++) {
+        for (int i = 0; i < (mpi ? 2 : 7); i++) {
             var[nv].kind = BSIPIPE_SCHED_BSIPIPE;
             var[nv].comm = mpi ? BSIPIPE_COMM_BSIPIPE : orders[i];
             var[nv].naive_mapping = mpi && i == 1;
-            var[nv].blocking_recv = !mpi && i >= 4;
+            var[nv].blocking_recv = !mpi && (i == 4 || i == 5);
+            var[nv].recv_in_place = !mpi && i == 6;
             snprintf(var[nv].label, sizeof var[nv].label, "%s", mpi ? map_labels[i] : labels[i]);
             nv++;
         }
@@ -1036,6 +1086,30 @@ int main(int argc, char **argv)
             snprintf(var[nv].label, sizeof var[nv].label, "%s", bsipipe_schedule_kind_name(var[nv].kind));
             nv++;
         }
+    }
+
+    /* One row per (variant, idle spin) with several --idle-spin values. */
+    if (nspin > 1 || spins[0] != 0) {
+        if (nv * nspin > MAX_VARIANTS) {
+            fprintf(stderr, PROG ": %d schedules x %d --idle-spin values is more than %d rows; name fewer "
+                            "schedules\n", nv, nspin, MAX_VARIANTS);
+            return 2;
+        }
+        variant_t base_var[MAX_VARIANTS];
+        memcpy(base_var, var, sizeof base_var);
+        int n = 0;
+        for (int i = 0; i < nv; i++)
+            for (int j = 0; j < nspin; j++) {
+                var[n] = base_var[i];
+                var[n].idle_spin_us = spins[j];
+                char sp[24];
+                if (spins[j] == 0) snprintf(sp, sizeof sp, "spin auto");
+                else if (spins[j] < 0) snprintf(sp, sizeof sp, "sleep");
+                else snprintf(sp, sizeof sp, "spin %d us", spins[j]);
+                snprintf(var[n].label, sizeof var[n].label, "%s [%s]", base_var[i].label, sp);
+                n++;
+            }
+        nv = n;
     }
 
     /* Configurations. */
@@ -1189,6 +1263,12 @@ int main(int argc, char **argv)
                     rows[i].speedup[b] = median(ratio, n);
                 }
             }
+            for (int i = 0; i < nv; i++)
+                if (rows[i].v.idle_spin_us == 0 && rows[i].n_samples > 0) {
+                    printf("\nidle spin (auto): %d us per wait for the next op%s\n", rows[i].spin_us,
+                           rows[i].spin_us ? " (every worker has a core)" : " (more workers than cores: sleep at once)");
+                    break;
+                }
             print_table(cf, rows, nv, reps, iters);
             if (is_ablation && mpi)
                 print_traffic(rows, nv);

@@ -37,8 +37,10 @@ static void usage(FILE *out)
 "                     bytes then moving on the link meanwhile (NCCL, MPI)\n"
 "  --nic per-device|shared  inter-node links: one per device (default) or one per\n"
 "                     node shared by its devices (transfers and syncs queue)\n"
-"  --recv posted|blocking  receive semantics of the simulation and the deadlock\n"
-"                     check (posted: the engine's; blocking: a RECV holds its\n"
+"  --recv posted|in-place|blocking  receive semantics of the simulation and the\n"
+"                     deadlock check (posted: the engine's, the receives right\n"
+"                     behind a compute op posted before it starts; in-place:\n"
+"                     each posted where it stands; blocking: a RECV holds its\n"
 "                     device until the data arrives, rendezvous both ways)\n"
 "  --no-optimise      bsipipe: the constructed order, without the optimising\n"
 "                     pass (by default both bubbles are printed under the table)\n"
@@ -76,7 +78,7 @@ static int die(const char *what)
 }
 
 typedef struct options {
-    int all, draw, width, json, paper, w, p, k, m, tp, dpn, concat, optimise, unit_cost, blocking_recv;
+    int all, draw, width, json, paper, w, p, k, m, tp, dpn, concat, optimise, unit_cost, blocking_recv, recv_in_place;
     int async_send, shared_nic;
     int set_p, set_k, set_m, set_w;
     unsigned set; /* CLI_SET_* bits of every flag given (--plan checks them against the file) */
@@ -392,6 +394,7 @@ static int run(const options_t *o)
     bsipipe_cost_model_t flops = bsipipe_cost_model_flops(o->tflops * 1e12);
     unit.devices_per_node = flops.devices_per_node = o->dpn;
     unit.blocking_recv = flops.blocking_recv = o->blocking_recv;
+    unit.recv_in_place = flops.recv_in_place = o->recv_in_place;
     unit.async_send = flops.async_send = o->async_send > 0;
     unit.shared_nic = flops.shared_nic = o->shared_nic;
     const bsipipe_cost_model_t *cost = o->unit_cost ? &unit : &flops;
@@ -514,10 +517,12 @@ int main(int argc, char **argv)
         case O_NOCONCAT: o.concat = 0; o.set |= CLI_SET_NO_CONCAT; break;
         case O_NOOPT: o.optimise = 0; break;
         case O_RECV:
-            if (strcmp(optarg, "posted") == 0) o.blocking_recv = 0;
-            else if (strcmp(optarg, "blocking") == 0) o.blocking_recv = 1;
+            if (strcmp(optarg, "posted") == 0) o.blocking_recv = o.recv_in_place = 0;
+            else if (strcmp(optarg, "in-place") == 0) { o.blocking_recv = 0; o.recv_in_place = 1; }
+            else if (strcmp(optarg, "blocking") == 0) { o.blocking_recv = 1; o.recv_in_place = 0; }
             else return die("--recv expects posted (a RECV posts its buffer and the device goes on, "
-                            "the engine's transports) or blocking (a RECV holds its device until the data "
+                            "the engine's transports; posted ahead of the compute op before it), in-place "
+                            "(posted where it stands) or blocking (a RECV holds its device until the data "
                             "has arrived)");
             break;
         case O_SEND:

@@ -139,9 +139,11 @@ static void usage(FILE *out)
 "  --eval-every N    validation loss on the held-out text every N iterations and\n"
 "                    after the last (default 10; 0: none)\n"
 "  --comm ORDER      bsipipe (default), no-reversal, ordered or naive transfer order\n"
-"  --recv posted|blocking  a RECV posts its buffer and its device goes on\n"
-"                    (default), or holds its device until the data has landed\n"
-"                    (NCCL-like; the plan is proved deadlock-free under it first)\n"
+"  --recv posted|in-place|blocking  a RECV posts its buffer and its device goes\n"
+"                    on, the receives right behind a compute op posted before it\n"
+"                    starts (default); in-place: each posted where it stands in\n"
+"                    the plan; blocking: it holds its device until the data has\n"
+"                    landed (NCCL-like; the plan is proved deadlock-free under it)\n"
 "  --plan FILE       run a plan from JSON (bsipipe-plan --format json, or written\n"
 "                    by hand: docs/plan-json.md) instead of a preset: its config\n"
 "                    (schedule, w, p, k, m, comm) and its model, if it has one,\n"
@@ -430,7 +432,7 @@ int main(int argc, char **argv)
     const char *policy = getenv("BSIPIPE_POLICY") ? getenv("BSIPIPE_POLICY") : "bsipipe";
     const char *data = NULL;
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
-    int blocking_recv = 0;
+    int blocking_recv = 0, recv_in_place = 0;
     enum { O_SCHED = 256, O_POLICY, O_W, O_P, O_K, O_M, O_MODEL, O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_ITERS,
            O_SEED, O_LR, O_WARMUP, O_DECAY, O_DECAY_ITERS, O_MINLR, O_EVAL, O_DATA, O_COMM, O_RECV, O_WATCHDOG, O_UNCHECKED, O_EMULATE, O_TFLOPS, O_CKPT, O_RESUME, O_TRACE,
            O_MPI, O_NAIVE_MAPPING, O_DEVICES, O_GPUS, O_TRANSPORT, O_PRECISION, O_OVERWRITE, O_MEMLIMIT, O_PLAN, O_TP };
@@ -506,11 +508,13 @@ int main(int argc, char **argv)
             given.set |= CLI_SET_COMM;
             break;
         case O_RECV:
-            if (strcmp(optarg, "posted") == 0) blocking_recv = 0;
-            else if (strcmp(optarg, "blocking") == 0) blocking_recv = 1;
+            if (strcmp(optarg, "posted") == 0) blocking_recv = recv_in_place = 0;
+            else if (strcmp(optarg, "in-place") == 0) { blocking_recv = 0; recv_in_place = 1; }
+            else if (strcmp(optarg, "blocking") == 0) { blocking_recv = 1; recv_in_place = 0; }
             else {
                 fprintf(stderr, "bsipipe-train: --recv expects posted (a RECV posts its buffer and its device goes "
-                                "on) or blocking (it holds its device until the data has landed), got '%s'\n",
+                                "on, posted ahead of the compute op before it), in-place (posted where it stands) "
+                                "or blocking (it holds its device until the data has landed), got '%s'\n",
                         optarg);
                 bad = 1;
             }
@@ -678,6 +682,7 @@ int main(int argc, char **argv)
     o.policy = policy;
     o.watchdog_s = watchdog;
     o.unchecked_plan = unchecked;
+    o.recv_in_place = recv_in_place;
     o.emulate_flops = emulate ? tflops * 1e12 : 0;
     o.mpi = mpi;
     o.naive_mapping = naive_mapping;
@@ -725,6 +730,8 @@ int main(int argc, char **argv)
         cost.intra_bandwidth = cost.inter_bandwidth = 0;
         cost.intra_latency = cost.inter_latency = 0;
     }
+    cost.blocking_recv = blocking_recv;
+    cost.recv_in_place = recv_in_place;
     bsipipe_sim_result_t *plan = NULL;
     double planned = bsipipe_simulate(s, &cost, &plan) == 0 ? plan->bubble_ratio : -1;
     bsipipe_sim_result_destroy(plan);

@@ -220,6 +220,14 @@ static int advance(sim_t *m, int d)
         double start = m->now[d], end;
         switch (op->kind) {
         case BSIPIPE_OP_F: case BSIPIPE_OP_B: case BSIPIPE_OP_W: {
+            /* Posted receives right behind this op go before it (the engine's
+             * posting ahead: a post never blocks, so it need not wait for the
+             * compute op to end). */
+            for (int j = i + 1; !m->c->blocking_recv && !m->c->recv_in_place && j < s->n_ops[d] &&
+                                s->ops[d][j].kind == BSIPIPE_OP_RECV;
+                 j++)
+                if (m->posted[s->ops[d][j].channel] < 0)
+                    m->posted[s->ops[d][j].channel] = start;
             double ready = inputs_ready(m, op);
             if (ready < 0)
                 return done;
@@ -235,7 +243,8 @@ static int advance(sim_t *m, int d)
             break;
         }
         case BSIPIPE_OP_RECV:
-            m->posted[op->channel] = start; /* same value on every retry: now[d] waits */
+            if (m->posted[op->channel] < 0) /* posted ahead, or now (same value on every retry) */
+                m->posted[op->channel] = start;
             end = start;
             if (m->c->blocking_recv) {
                 double got = m->arrived[op->channel];

@@ -1,7 +1,9 @@
 /* bsipipe_sim.h: discrete-event simulation of a schedule under a cost model.
  *
  * The execution model is the engine's: every device runs its op list in
- * order; a RECV posts a buffer and the device goes on; a SEND blocks its
+ * order; a RECV posts a buffer and the device goes on, and the RECVs right
+ * behind a compute op are posted when the device reaches that op, before it
+ * starts (posting ahead: a post never blocks); a SEND blocks its
  * device until the matching RECV is posted, then occupies it for the transfer
  * time; a SYNC waits for the other replica's SYNC (all-reduce); compute ops
  * wait for their inputs. With cost->blocking_recv a RECV also blocks its
@@ -40,6 +42,9 @@ typedef struct bsipipe_cost_model {
                                engine's model); 1: a RECV blocks its device until the
                                data has arrived (rendezvous both ways, a transport that
                                cannot post ahead) */
+    int recv_in_place;      /* 1: a posted RECV is posted where it stands in the list,
+                               not ahead of the compute op before it (the engine's
+                               bsipipe_engine_options.recv_in_place; the ablation) */
 } bsipipe_cost_model_t;
 
 /* Unit costs of the paper's analysis: F = 1, B = 2 per subsequence and chunk

@@ -5,6 +5,9 @@
  *   - one queue per StarPU worker: a binary min-heap of (slot, task) plus
  *     `next`, the slot the worker waits for. Only the heap top with
  *     slot == next may be popped; then next becomes slot + 1.
+ *   - tasks that may run ahead (pos->ahead = j > 0) wait in a small unsorted
+ *     list instead, poppable once next >= slot - j; one popped before its
+ *     turn sets bit slot - next of `skip`, and next jumps over it later.
  *   - one shared FIFO for tasks without a plan position (sched_data NULL) or
  *     with an unusable one (worker out of range, worker unable to run it,
  *     slot already passed). Any worker able to run the task pops it.
@@ -21,10 +24,17 @@
  *
  * Wake-ups: a push wakes the target worker only when the pushed slot is the
  * one it waits for; a FIFO push wakes every worker that can run the task.
- * pop_task never blocks: it returns NULL and StarPU puts the worker to sleep
- * (or lets it poll with non-blocking drivers); starpu_wake_worker_relax_light
- * sets the worker's keep-awake flag if it is between pop and sleep, so no
- * wake-up is lost.
+ * pop_task returns NULL when the worker's slot is not there and StarPU puts
+ * the worker to sleep (or lets it poll with non-blocking drivers);
+ * starpu_wake_worker_relax_light sets the worker's keep-awake flag if it is
+ * between pop and sleep, so no wake-up is lost.
+ *
+ * Idle spin (bsipipe_policy_set_idle_spin): sleeping costs a thread wake-up
+ * per hand-off (50-120 µs on a shared VM, the whole bubble gap at w = 2 on
+ * real compute), so when every worker has a core of its own, pop first
+ * spins up to the budget on the queue's `ready` flag (an atomic copy of
+ * "the heap top is the slot we wait for", kept under q->lock) and the FIFO
+ * count, relaxed so that StarPU may lock the worker meanwhile, then sleeps.
  */
 #include "policies/bsipipe_policy.h"
 #include "graph/bsipipe_error.h"
@@ -36,11 +46,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define POLICY_NAME "bsipipe"
 
 struct slot_entry {
     long slot;
+    long from; /* early list: poppable once next >= from */
     struct starpu_task *task;
 };
 
@@ -49,6 +61,10 @@ struct worker_queue {
     long next;               /* slot this worker waits for */
     struct slot_entry *heap; /* min-heap on slot */
     size_t n, cap;
+    struct slot_entry *early; /* tasks that may run ahead, unsorted */
+    size_t n_early, cap_early;
+    unsigned long long skip;  /* bit b: slot next + b already ran ahead */
+    int ready;                /* something is poppable; written under lock, read atomically by spinners */
 };
 
 struct policy_data {
@@ -57,7 +73,11 @@ struct policy_data {
     pthread_mutex_t fifo_lock;
     struct starpu_task_list fifo;
     unsigned long nfifo; /* tasks in fifo, read unlocked as a hint */
+    long spin_ns;        /* idle spin budget per pop (0: sleep at once) */
 };
+
+/* Idle spin for the next policy instance (bsipipe_policy_set_idle_spin). */
+static long idle_spin_us;
 
 /* The policy instance in use (one StarPU context); NULL when inactive. */
 static struct policy_data *active_data;
@@ -86,6 +106,46 @@ static int heap_push(struct worker_queue *q, long slot, struct starpu_task *task
     q->heap[i].slot = slot;
     q->heap[i].task = task;
     return 0;
+}
+
+static int early_push(struct worker_queue *q, long slot, long from, struct starpu_task *task)
+{
+    if (q->n_early == q->cap_early) {
+        size_t cap = q->cap_early ? 2 * q->cap_early : 16;
+        struct slot_entry *l = realloc(q->early, cap * sizeof(*l));
+        if (!l)
+            return -ENOMEM;
+        q->early = l;
+        q->cap_early = cap;
+    }
+    q->early[q->n_early].slot = slot;
+    q->early[q->n_early].from = from;
+    q->early[q->n_early++].task = task;
+    return 0;
+}
+
+/* Index of the lowest-slot early task poppable now, or -1. */
+static long early_find(const struct worker_queue *q)
+{
+    long best = -1;
+    for (size_t i = 0; i < q->n_early; i++)
+        if (q->early[i].from <= q->next && (best < 0 || q->early[i].slot < q->early[best].slot))
+            best = (long)i;
+    return best;
+}
+
+/* The worker passed slot next: go on, over the slots that ran ahead. */
+static void queue_advance(struct worker_queue *q)
+{
+    do {
+        q->next++;
+        q->skip >>= 1;
+    } while (q->skip & 1);
+}
+
+static int queue_ready(const struct worker_queue *q)
+{
+    return (q->n > 0 && q->heap[0].slot <= q->next) || early_find(q) >= 0;
 }
 
 static struct starpu_task *heap_pop(struct worker_queue *q)
@@ -122,6 +182,7 @@ static void init_bsipipe(unsigned sched_ctx_id)
         abort(); /* init_sched cannot report an error to StarPU */
     }
     d->nworkers = n;
+    d->spin_ns = __atomic_load_n(&idle_spin_us, __ATOMIC_RELAXED) * 1000L;
     for (unsigned w = 0; w < n; w++)
         pthread_mutex_init(&d->queues[w].lock, NULL);
     pthread_mutex_init(&d->fifo_lock, NULL);
@@ -146,12 +207,13 @@ static void deinit_bsipipe(unsigned sched_ctx_id)
 
     for (unsigned w = 0; w < d->nworkers; w++) {
         struct worker_queue *q = &d->queues[w];
-        if (q->n > 0)
+        if (q->n + q->n_early > 0)
             fprintf(stderr,
                     "bsipipe policy: at shutdown worker %u still holds %zu task(s) "
                     "(lowest slot %ld) while waiting for slot %ld, which was never pushed\n",
-                    w, q->n, q->heap[0].slot, q->next);
+                    w, q->n + q->n_early, q->n ? q->heap[0].slot : q->early[0].slot, q->next);
         free(q->heap);
+        free(q->early);
         pthread_mutex_destroy(&q->lock);
     }
     if (!starpu_task_list_empty(&d->fifo))
@@ -235,7 +297,8 @@ static int push_bsipipe(struct starpu_task *task)
     starpu_worker_relax_on();
     pthread_mutex_lock(&q->lock);
     starpu_worker_relax_off();
-    if (slot < q->next) {
+    int ahead = pos->ahead < 0 ? 0 : pos->ahead > BSIPIPE_POLICY_MAX_AHEAD ? BSIPIPE_POLICY_MAX_AHEAD : pos->ahead;
+    if (slot < q->next || (slot > q->next && slot - q->next < 64 && (q->skip >> (slot - q->next) & 1))) {
         long next = q->next;
         pthread_mutex_unlock(&q->lock);
         fprintf(stderr,
@@ -244,13 +307,15 @@ static int push_bsipipe(struct starpu_task *task)
                 task_label(task), slot, worker, next);
         return push_fifo(d, task);
     }
-    if (heap_push(q, slot, task) != 0) {
+    if ((ahead ? early_push(q, slot, slot - ahead, task) : heap_push(q, slot, task)) != 0) {
         pthread_mutex_unlock(&q->lock);
         fprintf(stderr, "bsipipe policy: task %s: out of memory queueing slot %ld of worker %d; "
                         "running it on any worker\n", task_label(task), slot, worker);
         return push_fifo(d, task);
     }
-    int wake = (slot == q->next);
+    int wake = slot - ahead <= q->next;
+    if (wake)
+        __atomic_store_n(&q->ready, 1, __ATOMIC_RELEASE);
     starpu_push_task_end(task);
     pthread_mutex_unlock(&q->lock);
 
@@ -282,25 +347,29 @@ static struct starpu_task *pop_fifo(struct policy_data *d, unsigned workerid)
     return chosen;
 }
 
-static struct starpu_task *pop_bsipipe(unsigned sched_ctx_id)
+/* Pops the worker's next slot (or a duplicate of a passed one); NULL when absent. */
+static struct starpu_task *pop_slot(struct worker_queue *q, unsigned workerid)
 {
-    struct policy_data *d = starpu_sched_ctx_get_policy_data(sched_ctx_id);
-    int id = starpu_worker_get_id();
-    if (!d || id < 0 || (unsigned)id >= d->nworkers)
-        return NULL;
-    unsigned workerid = (unsigned)id;
-    struct worker_queue *q = &d->queues[workerid];
     struct starpu_task *task = NULL;
     long dup_slot = -1, dup_next = -1;
 
     starpu_worker_relax_on();
     pthread_mutex_lock(&q->lock);
     starpu_worker_relax_off();
-    if (q->n > 0) {
+    long e = early_find(q);
+    if (e >= 0) {
+        struct slot_entry got = q->early[e];
+        q->early[e] = q->early[--q->n_early];
+        task = got.task;
+        if (got.slot == q->next)
+            queue_advance(q);
+        else
+            q->skip |= 1ULL << (got.slot - q->next); /* 0 < slot - next <= MAX_AHEAD */
+    } else if (q->n > 0) {
         long top = q->heap[0].slot;
         if (top == q->next) {
             task = heap_pop(q);
-            q->next++;
+            queue_advance(q);
         } else if (top < q->next) {
             /* a second task with a slot this worker already ran: run it rather than
              * keep it forever; the plan is broken, say so */
@@ -309,6 +378,7 @@ static struct starpu_task *pop_bsipipe(unsigned sched_ctx_id)
             dup_next = q->next;
         }
     }
+    __atomic_store_n(&q->ready, queue_ready(q), __ATOMIC_RELAXED);
     pthread_mutex_unlock(&q->lock);
 
     if (dup_slot >= 0)
@@ -320,9 +390,56 @@ static struct starpu_task *pop_bsipipe(unsigned sched_ctx_id)
         unsigned impl;
         if (starpu_worker_can_execute_task_first_impl(workerid, task, &impl))
             starpu_task_set_implementation(task, impl);
-        return task;
     }
+    return task;
+}
+
+static long now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long)t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause(); /* lets the sibling hyperthread run, saves power */
+#else
+    __asm__ __volatile__("" ::: "memory");
+#endif
+}
+
+/* Waits up to d->spin_ns for the worker's slot or an unplanned task. */
+static void idle_spin(struct policy_data *d, struct worker_queue *q)
+{
+    long end = now_ns() + d->spin_ns;
+    starpu_worker_relax_on();
+    while (!__atomic_load_n(&q->ready, __ATOMIC_ACQUIRE) && __atomic_load_n(&d->nfifo, __ATOMIC_RELAXED) == 0 &&
+           now_ns() < end) {
+        for (int i = 0; i < 32; i++)
+            cpu_relax();
+    }
+    starpu_worker_relax_off();
+}
+
+static struct starpu_task *pop_bsipipe(unsigned sched_ctx_id)
+{
+    struct policy_data *d = starpu_sched_ctx_get_policy_data(sched_ctx_id);
+    int id = starpu_worker_get_id();
+    if (!d || id < 0 || (unsigned)id >= d->nworkers)
+        return NULL;
+    unsigned workerid = (unsigned)id;
+    struct worker_queue *q = &d->queues[workerid];
+    struct starpu_task *task = pop_slot(q, workerid);
+    if (task)
+        return task;
     /* Waiting for our next slot: unplanned tasks may run meanwhile. */
+    if ((task = pop_fifo(d, workerid)) != NULL || d->spin_ns <= 0)
+        return task;
+    idle_spin(d, q);
+    if ((task = pop_slot(q, workerid)) != NULL)
+        return task;
     return pop_fifo(d, workerid);
 }
 
@@ -397,6 +514,11 @@ int bsipipe_policy_configure(struct starpu_conf *conf, const char *name)
         conf->sched_policy_name = NULL;
     }
     return 0;
+}
+
+void bsipipe_policy_set_idle_spin(long usec)
+{
+    __atomic_store_n(&idle_spin_us, usec > 0 ? usec : 0, __ATOMIC_RELAXED);
 }
 
 long bsipipe_policy_next_slot(int worker)

@@ -29,7 +29,15 @@ extern "C" {
 typedef struct bsipipe_plan_pos {
     int worker;  /* StarPU worker id that must run the task */
     long slot;   /* position in that worker's order, from 0, no gaps */
+    int ahead;   /* 0: strictly in order. j > 0 (at most BSIPIPE_POLICY_MAX_AHEAD):
+                    the task may run as soon as the worker has reached slot - j,
+                    before the j tasks in between (which keep their order), and
+                    the order skips it later. For receive posts, which never block:
+                    the engine posts the receives behind a compute op before
+                    running it (docs/policies.md, "Posting ahead"). */
 } bsipipe_plan_pos_t;
+
+#define BSIPIPE_POLICY_MAX_AHEAD 63
 
 /* The in-order policy (policy_name "bsipipe"). */
 extern struct starpu_sched_policy bsipipe_sched_policy;
@@ -44,6 +52,13 @@ int bsipipe_policy_configure(struct starpu_conf *conf, const char *name);
 
 /* 1 if `name` is the in-order policy, 0 for a built-in one. */
 int bsipipe_policy_is_inorder(const char *name);
+
+/* How long (µs) a worker of the in-order policy whose next slot is not
+ * ready spins before StarPU puts it to sleep; 0 (default): sleep at once.
+ * Read when the policy starts (starpu_init). Spinning saves a thread
+ * wake-up per hand-off when every worker has a core; with more workers
+ * than cores it takes time from the worker that has work. */
+void bsipipe_policy_set_idle_spin(long usec);
 
 /* Number of tasks the in-order policy has run on each worker so far (the next
  * slot it waits for); -1 if the policy is not active. For tests and stats. */

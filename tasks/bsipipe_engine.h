@@ -52,6 +52,15 @@ typedef struct bsipipe_engine_options {
                                  memory, and the stash in bf16: about half the activation
                                  memory); process-wide while the engine lives. cpu: "fp32" */
     double watchdog_s;        /* a send waiting longer fails the run (default 30 s when 0) */
+    int recv_in_place;        /* bsipipe policy, local transport: 1 = every RECV posts at its
+                                 place in the device's list; 0 (default) = the receives right
+                                 behind a compute op are posted before it starts (posting
+                                 never blocks, so a neighbour's send need not wait for that op;
+                                 docs/transport.md, "Posting ahead") */
+    int idle_spin_us;         /* bsipipe policy: a worker whose next op is not ready spins this
+                                 long before it sleeps, saving a thread wake-up per hand-off.
+                                 0: auto — env BSIPIPE_IDLE_SPIN_US, else 1000 when every CPU
+                                 worker of this node has a core of its own, else none; < 0: never */
     int unchecked_plan;       /* 1: run the plan even if the validator finds a deadlock
                                  (to watch the watchdog catch it at run time) */
     double emulate_flops;     /* > 0: emulated device time — F, B and W tasks sleep for
@@ -203,6 +212,9 @@ int bsipipe_engine_set_blocking_send(bsipipe_engine_t *e, int on);
  * in one process (-ENOTSUP otherwise, with the reason), -EINVAL for no
  * engine. Off by default (receives are posted). */
 int bsipipe_engine_set_blocking_recv(bsipipe_engine_t *e, int on);
+
+/* The idle spin in µs the engine chose (options.idle_spin_us resolved); 0: none. */
+int bsipipe_engine_idle_spin_us(const bsipipe_engine_t *e);
 enum { BSIPIPE_FLOOR_PROFILE = 1, BSIPIPE_FLOOR_FRESH = 2, BSIPIPE_FLOOR_EMULATE = 4,
        BSIPIPE_FLOOR_STARPU_POLL = 8 /* StarPU's last awake worker polls, as StarPU 1.3 ships (engine_devices.c) */ };
 int bsipipe_engine_floor_iteration(bsipipe_engine_t *e, int flags, bsipipe_engine_overhead_t *out);

@@ -550,6 +550,7 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
      * dependency, so StarPU's sequential consistency sees each producer
      * before its consumers. */
     bsipipe_cost_model_t unit = bsipipe_cost_model_unit();
+    unit.recv_in_place = o->recv_in_place;
     bsipipe_sim_result_t *sim;
     if ((rc = bsipipe_simulate(e->sched, &unit, &sim)) < 0 && !(o->unchecked_plan && rc == BSIPIPE_EDEADLOCK)) {
         bsipipe_engine_destroy(e);
@@ -582,6 +583,8 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
     e->no_poll = engine_starpu_poll_set(!e->mpi && e->o.devices == BSIPIPE_DEVICES_CPU);
     if (rc >= 0)
         rc = bsipipe_policy_configure(&conf, e->o.policy);
+    if (rc >= 0 && (rc = engine_idle_spin_resolve(e, e->o.devices == BSIPIPE_DEVICES_CPU ? (int)conf.ncpus : 0)) >= 0)
+        bsipipe_policy_set_idle_spin(e->idle_spin_us);
     /* A rank may fail here alone (no GPU on its node, too few GPUs): all stop. */
     if ((rc = engine_mpi_agree_setup(e, rc)) < 0) {
         char why[1024];
@@ -878,6 +881,31 @@ static struct starpu_codelet engine_cl_floor = {
     .name = "floor",
 };
 
+/* How many slots early the op i of device d may run (bsipipe_plan_pos_t.ahead).
+ * A posted receive of the local transport goes before the compute op it
+ * follows (and the receives between them): posting never blocks, so the
+ * device posts it before it starts computing and a neighbour whose send is
+ * ready meanwhile finds the receive posted instead of waiting for the
+ * compute op to end (the simulator's model, graph/bsipipe_sim.h). Sends,
+ * syncs and the relative order of transfers stay as planned: the plan's
+ * send/recv order and its deadlocks are unchanged. Blocking receives wait
+ * for their data, so they stay in place; MPI and NCCL transfers too. */
+static int recv_ahead(const bsipipe_engine_t *e, int d, int i)
+{
+    if (e->o.recv_in_place || e->blocking_recv || e->mpi || e->o.devices != BSIPIPE_DEVICES_CPU)
+        return 0;
+    int n;
+    const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
+    if (i >= n || ops[i].kind != BSIPIPE_OP_RECV)
+        return 0;
+    int k = i - 1;
+    while (k >= 0 && ops[k].kind == BSIPIPE_OP_RECV)
+        k--;
+    if (k < 0 || ops[k].kind > BSIPIPE_OP_W || i - k > BSIPIPE_POLICY_MAX_AHEAD)
+        return 0;
+    return i - k;
+}
+
 int engine_task_submit(bsipipe_engine_t *e, int d, int i, struct starpu_codelet *cl, struct starpu_data_descr *descr,
                        int n)
 {
@@ -909,6 +937,7 @@ int engine_task_submit(bsipipe_engine_t *e, int d, int i, struct starpu_codelet 
     if (e->inorder && a) {
         e->pos[d][i].worker = e->workerid[d];
         e->pos[d][i].slot = e->slot_base[d] + i;
+        e->pos[d][i].ahead = recv_ahead(e, d, i);
         t->sched_data = &e->pos[d][i];
     } else if (!e->inorder) { /* built-in policies order the tasks; placement kept to the device */
         t->workerids = e->wmask[d];
@@ -1024,6 +1053,11 @@ int bsipipe_engine_set_blocking_send(bsipipe_engine_t *e, int on)
         return bsipipe_error_set(-EINVAL, "engine: no engine");
     e->blocking_send = on != 0;
     return 0;
+}
+
+int bsipipe_engine_idle_spin_us(const bsipipe_engine_t *e)
+{
+    return e ? e->idle_spin_us : 0;
 }
 
 int bsipipe_engine_set_blocking_recv(bsipipe_engine_t *e, int on)

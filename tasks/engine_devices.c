@@ -3,10 +3,12 @@
  * STARPU_NWORKER_PER_CUDA) — and what CUDA workers need around them: cuBLAS
  * handles and, with the nccl transport, NCCL communicators. Across MPI ranks
  * only this rank's devices (e->n_local of them) get workers. */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT: the cores this process may use */
 #include "tasks/engine_internal.h"
 #include "graph/bsipipe_error.h"
 #include "kernels/cuda/bsipipe_cuda_probe.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,6 +95,46 @@ int engine_starpu_poll_set(int cpu_only)
     else
         unsetenv("STARPU_NO_LAST_WORKER_POLL");
     return off;
+}
+
+/* ---- idle spin ---------------------------------------------------------------------------
+ * A worker that sleeps when its next op is not ready pays a thread wake-up
+ * (futex, then the OS scheduler: 50-120 µs on this VM) at every hand-off
+ * from another device, about one per op at w = 2 on real compute. StarPU's
+ * non-blocking drivers would spin forever, which only pays when every
+ * worker has a core; the policy's bounded spin gets the same hand-off
+ * latency without a second StarPU build and falls back to sleeping after
+ * the budget, so a worker with a long wait gives its core back. Auto: on
+ * when this node's CPU workers (all local ranks') fit the cores this
+ * process may run on, off when oversubscribed (emulating many devices on
+ * few cores, where spinning takes time from the worker that has work).
+ * Sets e->idle_spin_us; -EINVAL on a bad BSIPIPE_IDLE_SPIN_US. */
+int engine_idle_spin_resolve(bsipipe_engine_t *e, int cpu_workers)
+{
+    enum { AUTO_SPIN_US = 1000, MAX_SPIN_US = 1000000 };
+    int us = e->o.idle_spin_us;
+    const char *env = getenv("BSIPIPE_IDLE_SPIN_US");
+    if (us == 0 && env && env[0]) {
+        char *end;
+        long v = strtol(env, &end, 10);
+        if (*end || v < 0 || v > MAX_SPIN_US)
+            return bsipipe_error_set(-EINVAL,
+                                     "BSIPIPE_IDLE_SPIN_US='%s' is not a number of microseconds in 0..%d "
+                                     "(0: workers sleep at once; unset it for the automatic choice)",
+                                     env, MAX_SPIN_US);
+        us = v > 0 ? (int)v : -1;
+    }
+    if (us == 0) {
+        const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        int ranks = local && atoi(local) > 0 ? atoi(local) : 1;
+        cpu_set_t set;
+        int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+        us = cpu_workers > 0 && (long)cpu_workers * ranks <= cores ? AUTO_SPIN_US : -1;
+    }
+    if (us > MAX_SPIN_US)
+        us = MAX_SPIN_US;
+    e->idle_spin_us = us > 0 ? us : 0;
+    return 0;
 }
 
 /* ---- StarPU already running -------------------------------------------------------------

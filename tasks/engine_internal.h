@@ -111,6 +111,7 @@ struct bsipipe_engine {
     /* Overhead measurement (bsipipe_engine_last_overhead, _floor_iteration). */
     bsipipe_engine_overhead_t ovh;
     int no_poll;                       /* StarPU's last awake worker does not poll (engine_starpu_poll_set) */
+    int idle_spin_us;                  /* resolved options.idle_spin_us (engine_idle_spin_resolve) */
     int blocking_send;                 /* bsipipe_engine_set_blocking_send */
     int blocking_recv;                 /* bsipipe_engine_set_blocking_recv */
     int floor_flags;                   /* nonzero (with FLOOR_ACTIVE) during a floor iteration */
@@ -229,6 +230,7 @@ int engine_starpu_check_not_running(const char *policy);
  * devices in one process; BSIPIPE_STARPU_POLL=1 keeps the poll); 0 restores
  * StarPU's behaviour. Returns 1 when the poll is off. engine_devices.c. */
 int engine_starpu_poll_set(int cpu_only);
+int engine_idle_spin_resolve(bsipipe_engine_t *e, int cpu_workers);
 /* Runs init(arg) (starpu_init or starpu_mpi_init_conf), dropping StarPU's
  * FxT-compiled-in warning when FxT will not trace. Returns init's value. */
 int engine_starpu_init_quiet(int (*init)(void *), void *arg);

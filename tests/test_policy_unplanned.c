@@ -96,10 +96,10 @@ int main(void)
     /* unusable positions: each is reported on stderr and runs anyway */
     fprintf(stderr, "test_policy_unplanned: the next 'bsipipe policy:' errors are expected\n");
     static bsipipe_plan_pos_t bad[] = {
-        {99, 0},  /* worker out of range */
-        {-1, 0},  /* negative worker */
-        {0, -5},  /* negative slot */
-        {1, 0},   /* worker 1 already passed slot 0 */
+        {99, 0, 0},  /* worker out of range */
+        {-1, 0, 0},  /* negative worker */
+        {0, -5, 0},  /* negative slot */
+        {1, 0, 0},   /* worker 1 already passed slot 0 */
     };
     int nbad = (int)(sizeof(bad) / sizeof(*bad));
     for (int i = 0; i < nbad; i++)
@@ -110,9 +110,9 @@ int main(void)
     /* a slot given to two tasks: both run, the plan goes on */
     static bsipipe_plan_pos_t dup[3];
     long s = nslots[2];
-    dup[0] = (bsipipe_plan_pos_t){2, s};
-    dup[1] = (bsipipe_plan_pos_t){2, s};
-    dup[2] = (bsipipe_plan_pos_t){2, s + 1};
+    dup[0] = (bsipipe_plan_pos_t){2, s, 0};
+    dup[1] = (bsipipe_plan_pos_t){2, s, 0};
+    dup[2] = (bsipipe_plan_pos_t){2, s + 1, 0};
     atomic_store(&ran_bad, 0);
     for (int i = 2; i >= 0; i--)
         submit(&cl_bad, NULL, &dup[i]);
