@@ -20,6 +20,8 @@ expect 2 "unexpected argument 'extra'" extra
 expect 1 "cannot write" $tiny --schedules 1f1b --csv "$tmp/no/such/dir.csv"
 expect 2 "--trace is not supported with --mpi" --mpi --trace "$tmp/tr"
 expect 2 "unknown device kind 'tpu'" --devices tpu
+expect 2 "--idle-spin expects" --idle-spin fast
+expect 2 "at most 4 values" --idle-spin 1,2,3,4,5
 OMPI_COMM_WORLD_SIZE=2 expect 2 "without --mpi" $tiny
 expect 2 "--tp expects an integer in 1..64" --tp 100
 # Tensor parallelism: measured rows with --tp 2; a schedule TP cannot run
@@ -64,6 +66,12 @@ expect 0 "skipping 1f1b-i" --emulate $tiny --w 4 --m 6 --layers 8 --schedules 1f
 if grep -qE '^\| 1f1b \| .* emulated \| [0-9]+ \(' "$tmp/out" && grep -q "EMULATED" "$tmp/out"; then ok; else
     fail "emulated 1f1b row missing after the skip"; fi
 
+# --idle-spin auto,0: each schedule once per value, labelled, and what auto chose.
+expect 0 "idle spin (auto):" $tiny --schedules bsipipe --idle-spin auto,0
+if grep -qE '^\| bsipipe \[spin auto\] \|.* \| [0-9]+ \(' "$tmp/out" &&
+    grep -qE '^\| bsipipe \[sleep\] \|.* \| [0-9]+ \(' "$tmp/out"; then ok; else
+    fail "--idle-spin auto,0: the two bsipipe rows are missing"; fi
+
 # Every schedule refused by the planner: nothing measured is an error, not a silent exit 0.
 expect 1 "nothing was measured" --schedules bitpipe --w 3 --emulate --layers 12 --hidden 32 --heads 2 --seq 32 --m 6 \
     --reps 1
@@ -79,6 +87,9 @@ if grep -qE '^\| bsipipe, blocking receives .* \| emulated \| [0-9]+ \(' "$tmp/o
     fail "ablation: the blocking-receive row did not run"; fi
 if grep -qE '^\| no reversal, blocking receives .*DEADLOCK: .*deadlock' "$tmp/out"; then ok; else
     fail "ablation: no-reversal with blocking receives not reported as a deadlock"; fi
+# Posting ahead turned off: the default order still runs with receives in place.
+if grep -qE '^\| bsipipe, receives posted in place .* \| emulated \| [0-9]+ \(' "$tmp/out"; then ok; else
+    fail "ablation: the receives-in-place row did not run"; fi
 # ... and the mapping rows are predictions, said so, with a number each.
 if grep -q "PREDICTED ONLY" "$tmp/out" && grep -qE '^\| topology-aware .*\| [0-9.]+% \| [0-9.e-]+ \|' "$tmp/out" &&
     grep -qE '^\| naive \(consecutive .*\| [0-9.]+% \| [0-9.e-]+ \|' "$tmp/out"; then ok; else
