@@ -46,6 +46,8 @@ static void usage(FILE *out)
 "                    bf16 or bf16s (docs/cuda.md)\n"
 "  --comm ORDER      transfer order bsipipe (default), ordered, naive\n"
 "  --watchdog S      seconds a send may wait (default 30; ablation preset 2)\n"
+"  --recv MODE       posted (default: the receives behind a compute op are\n"
+"                    posted before it), in-place or blocking (docs/policies.md)\n"
 "  --idle-spin LIST  how long a worker waiting for its next op spins before it\n"
 "                    sleeps: comma-separated 'auto' (default: 1000 µs when every\n"
 "                    worker has a core, else none) or µs (0: sleep at once);\n"
@@ -849,6 +851,7 @@ int main(int argc, char **argv)
     int set_w = 0, set_m = 0, set_layers = 0, set_seq = 0, set_watchdog = 0, mpi = 0, gpus = 0;
     int set_reps = 0, set_iters = 0, overhead = 0;
     int spins[MAX_SPINS] = {0}, nspin = 1; /* --idle-spin: options.idle_spin_us per row set */
+    int recv_blocking = 0, recv_in_place = 0, set_recv = 0; /* --recv */
     bsipipe_engine_devices_t devices = BSIPIPE_DEVICES_CPU;
     double tflops = 0.01, watchdog = 30;
     const char *policy = "bsipipe", *csv = NULL, *svg = NULL, *preset = NULL, *schedules = NULL,
@@ -856,7 +859,7 @@ int main(int argc, char **argv)
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
     enum { O_SCHEDS = 256, O_REPS, O_WARMUP, O_ITERS, O_W, O_P, O_K, O_M, O_POLICY, O_COMM, O_WATCHDOG, O_MODEL,
            O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_SEED, O_EMULATE, O_TFLOPS, O_PRESET, O_CSV, O_SVG, O_TRACE,
-           O_MPI, O_DEVICES, O_GPUS, O_PRECISION, O_OVERHEAD, O_TP, O_IDLE_SPIN };
+           O_MPI, O_DEVICES, O_GPUS, O_PRECISION, O_OVERHEAD, O_TP, O_IDLE_SPIN, O_RECV };
     static const struct option longopts[] = {
         {"schedules", 1, 0, O_SCHEDS}, {"reps", 1, 0, O_REPS}, {"warmup", 1, 0, O_WARMUP},
         {"iters", 1, 0, O_ITERS}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P}, {"k", 1, 0, O_K}, {"m", 1, 0, O_M},
@@ -865,7 +868,7 @@ int main(int argc, char **argv)
         {"heads", 1, 0, O_HEADS}, {"ffn", 1, 0, O_FFN}, {"seq", 1, 0, O_SEQ}, {"seed", 1, 0, O_SEED},
         {"emulate", 0, 0, O_EMULATE}, {"device-tflops", 1, 0, O_TFLOPS}, {"preset", 1, 0, O_PRESET},
         {"csv", 1, 0, O_CSV}, {"svg", 1, 0, O_SVG}, {"trace", 1, 0, O_TRACE}, {"mpi", 0, 0, O_MPI}, {"devices", 1, 0, O_DEVICES}, {"gpus", 1, 0, O_GPUS},
-        {"precision", 1, 0, O_PRECISION}, {"overhead", 0, 0, O_OVERHEAD}, {"tp", 1, 0, O_TP}, {"idle-spin", 1, 0, O_IDLE_SPIN},
+        {"precision", 1, 0, O_PRECISION}, {"overhead", 0, 0, O_OVERHEAD}, {"tp", 1, 0, O_TP}, {"idle-spin", 1, 0, O_IDLE_SPIN}, {"recv", 1, 0, O_RECV},
         {"version", 0, 0, 'V'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
@@ -883,6 +886,17 @@ int main(int argc, char **argv)
         case O_K: bad = cli_parse_int(PROG, "--k", optarg, 1, 4096, &k); break;
         case O_M: bad = cli_parse_int(PROG, "--m", optarg, 1, 4096, &m); set_m = 1; break;
         case O_TP: bad = cli_parse_int(PROG, "--tp", optarg, 1, 64, &bench_tp); break;
+        case O_RECV:
+            set_recv = 1;
+            if (strcmp(optarg, "posted") == 0) recv_blocking = recv_in_place = 0;
+            else if (strcmp(optarg, "in-place") == 0) { recv_blocking = 0; recv_in_place = 1; }
+            else if (strcmp(optarg, "blocking") == 0) { recv_blocking = 1; recv_in_place = 0; }
+            else {
+                fprintf(stderr, PROG ": --recv expects posted (default: receives posted ahead of the compute op "
+                                "before them), in-place (each where it stands) or blocking, got '%s'\n", optarg);
+                return 2;
+            }
+            break;
         case O_IDLE_SPIN:
             if ((nspin = parse_spins(optarg, spins)) < 0)
                 return 2;
@@ -1031,6 +1045,10 @@ int main(int argc, char **argv)
             fprintf(stderr, PROG ": --preset ablation runs BSIPipe alone; drop --schedules\n");
             return 2;
         }
+        if (set_recv) {
+            fprintf(stderr, PROG ": --preset ablation sets the receive mode of each row itself; drop --recv\n");
+            return 2;
+        }
         static const bsipipe_comm_order_t orders[] = {BSIPIPE_COMM_BSIPIPE, BSIPIPE_COMM_NO_REVERSAL,
                                                       BSIPIPE_COMM_ORDERED, BSIPIPE_COMM_NAIVE,
                                                       BSIPIPE_COMM_BSIPIPE, BSIPIPE_COMM_NO_REVERSAL,
@@ -1072,6 +1090,8 @@ int main(int argc, char **argv)
             }
             var[nv].kind = kd;
             var[nv].comm = comm;
+            var[nv].blocking_recv = recv_blocking;
+            var[nv].recv_in_place = recv_in_place;
             snprintf(var[nv].label, sizeof var[nv].label, "%s", bsipipe_schedule_kind_name(kd));
             nv++;
         }
@@ -1083,6 +1103,8 @@ int main(int argc, char **argv)
         for (int i = 0; i < BSIPIPE_SCHED_COUNT; i++) {
             var[nv].kind = (bsipipe_schedule_kind_t)i;
             var[nv].comm = comm;
+            var[nv].blocking_recv = recv_blocking;
+            var[nv].recv_in_place = recv_in_place;
             snprintf(var[nv].label, sizeof var[nv].label, "%s", bsipipe_schedule_kind_name(var[nv].kind));
             nv++;
         }

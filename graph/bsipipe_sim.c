@@ -24,6 +24,21 @@ bsipipe_cost_model_t bsipipe_cost_model_flops(double device_flops)
     return c;
 }
 
+int bsipipe_sim_recv_ahead(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *c, int d, int i)
+{
+    if (c->blocking_recv || c->recv_in_place || d < 0 || d >= s->n_devices || i < 0 || i >= s->n_ops[d] ||
+        s->ops[d][i].kind != BSIPIPE_OP_RECV)
+        return 0;
+    bsipipe_comm_order_t mode = s->pc.comm;
+    if (mode != BSIPIPE_COMM_BSIPIPE && mode != BSIPIPE_COMM_NO_REVERSAL)
+        return 0; /* no early receive */
+    int k = i - 1;
+    while (k >= 0 && (s->ops[d][k].kind == BSIPIPE_OP_RECV ||
+                      (mode == BSIPIPE_COMM_BSIPIPE && s->ops[d][k].kind == BSIPIPE_OP_SEND)))
+        k--;
+    return k >= 0 && s->ops[d][k].kind <= BSIPIPE_OP_W && i - k <= BSIPIPE_SIM_MAX_AHEAD ? i - k : 0;
+}
+
 static int split_backward(const bsipipe_schedule_t *s)
 {
     return bsipipe_schedule_kind_traits(s->pc.schedule).split_backward;
@@ -220,13 +235,11 @@ static int advance(sim_t *m, int d)
         double start = m->now[d], end;
         switch (op->kind) {
         case BSIPIPE_OP_F: case BSIPIPE_OP_B: case BSIPIPE_OP_W: {
-            /* Posted receives right behind this op go before it (the engine's
-             * posting ahead: a post never blocks, so it need not wait for the
-             * compute op to end). */
-            for (int j = i + 1; !m->c->blocking_recv && !m->c->recv_in_place && j < s->n_ops[d] &&
-                                s->ops[d][j].kind == BSIPIPE_OP_RECV;
-                 j++)
-                if (m->posted[s->ops[d][j].channel] < 0)
+            /* Posting ahead: the receives among the transfers behind this op
+             * are posted before it starts (bsipipe_sim_recv_ahead). */
+            for (int j = i + 1; j < s->n_ops[d] && (s->ops[d][j].kind == BSIPIPE_OP_RECV ||
+                                                    s->ops[d][j].kind == BSIPIPE_OP_SEND); j++)
+                if (bsipipe_sim_recv_ahead(s, m->c, d, j) == j - i && m->posted[s->ops[d][j].channel] < 0)
                     m->posted[s->ops[d][j].channel] = start;
             double ready = inputs_ready(m, op);
             if (ready < 0)

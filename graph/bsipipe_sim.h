@@ -1,9 +1,8 @@
 /* bsipipe_sim.h: discrete-event simulation of a schedule under a cost model.
  *
  * The execution model is the engine's: every device runs its op list in
- * order; a RECV posts a buffer and the device goes on, and the RECVs right
- * behind a compute op are posted when the device reaches that op, before it
- * starts (posting ahead: a post never blocks); a SEND blocks its
+ * order; a RECV posts a buffer and the device goes on, and under early
+ * receive it is posted ahead (bsipipe_sim_recv_ahead); a SEND blocks its
  * device until the matching RECV is posted, then occupies it for the transfer
  * time; a SYNC waits for the other replica's SYNC (all-reduce); compute ops
  * wait for their inputs. With cost->blocking_recv a RECV also blocks its
@@ -46,6 +45,20 @@ typedef struct bsipipe_cost_model {
                                not ahead of the compute op before it (the engine's
                                bsipipe_engine_options.recv_in_place; the ablation) */
 } bsipipe_cost_model_t;
+
+/* Posting ahead: how many places before its own the RECV at index i of
+ * device d is posted. A post never blocks, so under early receive (comm
+ * orders bsipipe and no-reversal) a device posts a RECV when it reaches the
+ * last compute op before it, before that op starts: a neighbour's send then
+ * need not wait for the op to end. bsipipe: over the transfers between
+ * (the sends of that op stay where they are: only receives move, so any
+ * plan that cannot deadlock with receives in place cannot with them ahead);
+ * no-reversal: over receives only (its sends-before-receives order at a
+ * boundary is the point of that ablation). 0 with ordered and naive (no early
+ * receive), blocking receives, c->recv_in_place, for any op but a RECV, and
+ * when nothing but transfers precede it (at most BSIPIPE_SIM_MAX_AHEAD). */
+#define BSIPIPE_SIM_MAX_AHEAD 63
+int bsipipe_sim_recv_ahead(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *c, int d, int i);
 
 /* Unit costs of the paper's analysis: F = 1, B = 2 per subsequence and chunk
  * (B = W = 1 when the backward is split), free transfers and step. */

@@ -881,29 +881,19 @@ static struct starpu_codelet engine_cl_floor = {
     .name = "floor",
 };
 
-/* How many slots early the op i of device d may run (bsipipe_plan_pos_t.ahead).
- * A posted receive of the local transport goes before the compute op it
- * follows (and the receives between them): posting never blocks, so the
- * device posts it before it starts computing and a neighbour whose send is
- * ready meanwhile finds the receive posted instead of waiting for the
- * compute op to end (the simulator's model, graph/bsipipe_sim.h). Sends,
- * syncs and the relative order of transfers stay as planned: the plan's
- * send/recv order and its deadlocks are unchanged. Blocking receives wait
- * for their data, so they stay in place; MPI and NCCL transfers too. */
+/* How many slots early the op i of device d may run (bsipipe_plan_pos_t.ahead):
+ * a posted receive of the local transport is posted ahead as the simulator
+ * models it (bsipipe_sim_recv_ahead). Blocking receives wait for their data,
+ * so they stay in place; MPI and NCCL transfers too. */
 static int recv_ahead(const bsipipe_engine_t *e, int d, int i)
 {
-    if (e->o.recv_in_place || e->blocking_recv || e->mpi || e->o.devices != BSIPIPE_DEVICES_CPU)
+    if (e->mpi || e->o.devices != BSIPIPE_DEVICES_CPU)
         return 0;
-    int n;
-    const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
-    if (i >= n || ops[i].kind != BSIPIPE_OP_RECV)
-        return 0;
-    int k = i - 1;
-    while (k >= 0 && ops[k].kind == BSIPIPE_OP_RECV)
-        k--;
-    if (k < 0 || ops[k].kind > BSIPIPE_OP_W || i - k > BSIPIPE_POLICY_MAX_AHEAD)
-        return 0;
-    return i - k;
+    bsipipe_cost_model_t c = bsipipe_cost_model_unit();
+    c.blocking_recv = e->blocking_recv;
+    c.recv_in_place = e->o.recv_in_place;
+    int j = bsipipe_sim_recv_ahead(e->sched, &c, d, i);
+    return j <= BSIPIPE_POLICY_MAX_AHEAD ? j : 0;
 }
 
 int engine_task_submit(bsipipe_engine_t *e, int d, int i, struct starpu_codelet *cl, struct starpu_data_descr *descr,

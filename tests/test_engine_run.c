@@ -123,17 +123,12 @@ int main(void)
             bsipipe_engine_records(e, d, &rec, &n);
             workers[d] = rec[0].worker;
             int n_ops;
-            const bsipipe_op_t *ops = bsipipe_schedule_device_ops(s, d, &n_ops);
+            bsipipe_schedule_device_ops(s, d, &n_ops);
             for (int i = 0; i < n; i++, total++) {
-                /* the receives right behind a compute op may be posted before it
-                 * (posting ahead, bsipipe_plan_pos_t.ahead); nothing else moves */
-                int ahead = 0;
-                if (i < n_ops && ops[i].kind == BSIPIPE_OP_RECV) {
-                    int k = i - 1;
-                    while (k >= 0 && ops[k].kind == BSIPIPE_OP_RECV)
-                        k--;
-                    ahead = k >= 0 && ops[k].kind <= BSIPIPE_OP_W ? i - k : 0;
-                }
+                /* a receive may be posted ahead of the ops before it back to the
+                 * last compute op (bsipipe_sim_recv_ahead); nothing else moves */
+                bsipipe_cost_model_t posted = bsipipe_cost_model_unit();
+                int ahead = i < n_ops ? bsipipe_sim_recv_ahead(s, &posted, d, i) : 0;
                 for (int k = 0; k < i - ahead; k++)
                     if (rec[i].start_us < rec[k].start_us) {
                         out_of_order++;

@@ -123,14 +123,16 @@ for op in sorted(plan["ops"], key=lambda o: (o["device"], o["index"])):
         bad.append("op %s (%s) ran on device %s, planned on %s" % (pos, e["name"], e["tid"], op["device"]))
     if e["dur"] < 0 or e["ts"] < 0:
         bad.append("op %s: negative time" % (pos,))
-    # posting ahead (docs/policies.md): a RECV right behind a compute op (or behind
-    # such RECVs) may start before them; nothing else starts before an earlier op
+    # posting ahead (bsipipe_sim_recv_ahead, docs/policies.md): a RECV may start before
+    # the transfers and the compute op before it; nothing else starts before an earlier op
     starts = last_ts.setdefault(op["device"], [])
     kinds = kinds_of.setdefault(op["device"], [])
     ahead = 0
-    if op["kind"] == "RECV":
+    mode = plan["config"].get("comm", "bsipipe")
+    if op["kind"] == "RECV" and mode in ("bsipipe", "no-reversal"):
+        over = ("RECV", "SEND") if mode == "bsipipe" else ("RECV",)
         k = len(kinds) - 1
-        while k >= 0 and kinds[k] == "RECV":
+        while k >= 0 and kinds[k] in over:
             k -= 1
         ahead = len(kinds) - k if k >= 0 and kinds[k] in ("F", "B", "W") else 0
     earlier = starts[:len(starts) - ahead] if ahead else starts
