@@ -3,6 +3,7 @@
 #include "graph/bsipipe_error.h"
 
 #include <ctype.h>
+#include <stdio.h>
 #include <string.h>
 
 static const char *const schedule_names[BSIPIPE_SCHED_COUNT] = {
@@ -91,6 +92,16 @@ bsipipe_parallel_config_t bsipipe_parallel_config_default(bsipipe_schedule_kind_
 static int mult_below(int v, int step) { return v / step * step >= step ? v / step * step : step; }
 static int mult_above(int v, int step) { return (v / step + 1) * step; }
 
+/* "a or b", or "a" when both candidates are the same (the multiple below would be 0). */
+static const char *either(char *buf, size_t len, int a, int b)
+{
+    if (a == b)
+        snprintf(buf, len, "%d", a);
+    else
+        snprintf(buf, len, "%d or %d", a, b);
+    return buf;
+}
+
 #define RULE(cond, ...) \
     do { if (!(cond)) return bsipipe_error_set(BSIPIPE_ECONFIG, __VA_ARGS__); } while (0)
 
@@ -99,6 +110,7 @@ enum { MAX_W = 4096, MAX_P = 64, MAX_K = 1 << 16, MAX_M = 1 << 20 };
 
 int bsipipe_model_dims_validate(const bsipipe_model_dims_t *d)
 {
+    char near[48];
     RULE(d, "no model dimensions given");
     RULE(d->family == BSIPIPE_MODEL_GPT || d->family == BSIPIPE_MODEL_LLAMA,
          "model family must be gpt or llama");
@@ -107,8 +119,9 @@ int bsipipe_model_dims_validate(const bsipipe_model_dims_t *d)
     RULE(d->n_heads >= 1 && d->n_heads <= d->hidden,
          "heads must be in 1..hidden (got %d heads, hidden %d)", d->n_heads, d->hidden);
     RULE(d->hidden % d->n_heads == 0,
-         "hidden size %d must be a multiple of the head count %d; nearest valid hidden: %d or %d",
-         d->hidden, d->n_heads, mult_below(d->hidden, d->n_heads), mult_above(d->hidden, d->n_heads));
+         "hidden size %d must be a multiple of the head count %d; nearest valid hidden: %s",
+         d->hidden, d->n_heads,
+         either(near, sizeof near, mult_below(d->hidden, d->n_heads), mult_above(d->hidden, d->n_heads)));
     RULE(d->ffn_hidden >= 1 && d->ffn_hidden <= 1 << 22, "ffn hidden size must be in 1..4194304 (got %d)",
          d->ffn_hidden);
     RULE(d->vocab >= 2 && d->vocab <= 1 << 24, "vocabulary must be in 2..16777216 (got %d)", d->vocab);
@@ -119,6 +132,7 @@ int bsipipe_model_dims_validate(const bsipipe_model_dims_t *d)
 
 int bsipipe_parallel_config_validate(const bsipipe_parallel_config_t *pc, const bsipipe_model_dims_t *d)
 {
+    char near[48];
     RULE(pc, "no parallel configuration given");
     RULE((unsigned)pc->schedule < BSIPIPE_SCHED_COUNT, "unknown schedule id %d", (int)pc->schedule);
     const char *name = bsipipe_schedule_kind_name(pc->schedule);
@@ -145,9 +159,9 @@ int bsipipe_parallel_config_validate(const bsipipe_parallel_config_t *pc, const 
              pc->schedule == BSIPIPE_SCHED_1F1B_I ? "1f1b" : "seq1f1b");
         RULE(ns % pc->w == 0,
              "%s (Megatron's interleaved order) needs N_s = m*k a multiple of w=%d (got N_s=%d); "
-             "nearest valid m: %d or %d", name, pc->w, ns,
-             mult_below(ns, pc->w) / pc->k > 0 ? mult_below(ns, pc->w) / pc->k : 1,
-             (mult_above(ns, pc->w) + pc->k - 1) / pc->k);
+             "nearest valid m: %s", name, pc->w, ns,
+             either(near, sizeof near, mult_below(ns, pc->w) / pc->k > 0 ? mult_below(ns, pc->w) / pc->k : 1,
+                    (mult_above(ns, pc->w) + pc->k - 1) / pc->k));
     } else {
         RULE(pc->p == 1, "%s does not interleave: p must be 1 (got p=%d)", name, pc->p);
     }
@@ -160,15 +174,15 @@ int bsipipe_parallel_config_validate(const bsipipe_parallel_config_t *pc, const 
         int unit = pc->k * pc->w * (pc->w % 2 ? 2 : 1);
         RULE(ns % (pc->k * pc->w) == 0 && pc->m % 2 == 0,
              "bsipipe needs N_s = m*k a multiple of a basic unit k*w = %d with m even (got N_s=%d, "
-             "m=%d); nearest valid m: %d or %d", pc->k * pc->w, ns, pc->m,
-             mult_below(ns, unit) / pc->k, mult_above(ns, unit) / pc->k);
+             "m=%d); nearest valid m: %s", pc->k * pc->w, ns, pc->m,
+             either(near, sizeof near, mult_below(ns, unit) / pc->k, mult_above(ns, unit) / pc->k));
     }
     if (pc->schedule == BSIPIPE_SCHED_BITPIPE) {
         RULE(pc->w % 2 == 0, "bitpipe splits each basic unit of w micro-batches evenly between its two pipes: "
              "w must be even (got w=%d); nearest valid w: %d or %d", pc->w, pc->w - 1, pc->w + 1);
         RULE(pc->m % pc->w == 0, "bitpipe runs basic units of w=%d micro-batches: m must be a multiple of w "
-             "(got m=%d); nearest valid m: %d or %d", pc->w, pc->m, mult_below(pc->m, pc->w),
-             mult_above(pc->m, pc->w));
+             "(got m=%d); nearest valid m: %s", pc->w, pc->m,
+             either(near, sizeof near, mult_below(pc->m, pc->w), mult_above(pc->m, pc->w)));
     }
     if (pc->nodes > 0) {
         int devices = pc->w * pc->tp;
@@ -186,13 +200,13 @@ int bsipipe_parallel_config_validate(const bsipipe_parallel_config_t *pc, const 
     int chunks = pc->p * pc->w;
     RULE(d->n_layers % chunks == 0,
          "layers L=%d must be a multiple of p*w = %d so every chunk has the same layers; "
-         "nearest valid L: %d or %d", d->n_layers, chunks, mult_below(d->n_layers, chunks),
-         mult_above(d->n_layers, chunks));
+         "nearest valid L: %s", d->n_layers, chunks,
+         either(near, sizeof near, mult_below(d->n_layers, chunks), mult_above(d->n_layers, chunks)));
     RULE(d->hidden % pc->tp == 0 && d->n_heads % pc->tp == 0,
          "D_t=%d must divide the hidden size %d and the head count %d", pc->tp, d->hidden, d->n_heads);
     RULE(d->seq_len % pc->tp == 0,
-         "sequence length S=%d must be a multiple of D_t=%d; nearest valid S: %d or %d",
-         d->seq_len, pc->tp, mult_below(d->seq_len, pc->tp), mult_above(d->seq_len, pc->tp));
+         "sequence length S=%d must be a multiple of D_t=%d; nearest valid S: %s",
+         d->seq_len, pc->tp, either(near, sizeof near, mult_below(d->seq_len, pc->tp), mult_above(d->seq_len, pc->tp)));
     RULE(pc->k <= d->seq_len / pc->tp,
          "cannot split S=%d tokens into k=%d subsequences of at least D_t=%d tokens; use k <= %d",
          d->seq_len, pc->k, pc->tp, d->seq_len / pc->tp);

@@ -4,6 +4,8 @@
 #include "graph/bsipipe_error.h"
 #include "tests/check.h"
 
+#include <string.h>
+
 static const bsipipe_model_dims_t model = {BSIPIPE_MODEL_GPT, 16, 64, 4, 256, 128, 256};
 
 /* Expects validation of pc (with the model) to fail naming `needle`; and
@@ -45,6 +47,10 @@ int main(void)
     expect_rule(cfg("bsipipe", 4, 2, 2, 6), &model, "nearest valid m: 4 or 8");
     expect_rule(cfg("bsipipe", 4, 2, 2, 8), &(bsipipe_model_dims_t){BSIPIPE_MODEL_GPT, 12, 64, 4, 256, 128, 256},
                 "nearest valid L: 8 or 16");
+    /* only one candidate above when the one below would be 0: named once */
+    expect_rule(cfg("bsipipe", 63, 2, 1, 126), &(bsipipe_model_dims_t){BSIPIPE_MODEL_GPT, 16, 64, 4, 256, 128, 256},
+                "nearest valid L: 126");
+    CHECK(strstr(bsipipe_error_detail(), "126 or 126") == NULL, "one nearest L, not twice: %s", bsipipe_error_detail());
     expect_rule(cfg("bsipipe", 4, 3, 2, 8), &model, "bsipipe uses the V-shaped layout: p must be 2");
     expect_rule(cfg("bsipipe", 3, 2, 1, 3), NULL, "m must be even (got m=3); nearest valid m: 2 or 4");
     expect_rule(cfg("bsipipe", 1, 2, 1, 2), NULL, "w >= 2");
