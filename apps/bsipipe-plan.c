@@ -195,7 +195,7 @@ static void note_optimised(const bsipipe_parallel_config_t *pc, const bsipipe_mo
 static void print_mapping(const options_t *o, const bsipipe_schedule_t *s, const bsipipe_cost_model_t *base)
 {
     const bsipipe_parallel_config_t *pc = bsipipe_schedule_config(s);
-    int map[2][4096];
+    int map[2][4096], mapped[2] = {0, 0};
     printf("\nmapping of %s on %d nodes x %d devices (D_t=%d), topology-aware vs naive:\n",
            bsipipe_schedule_kind_name(pc->schedule), o->nodes, o->node_devices, pc->tp);
     printf("| mapping | devices per node | act intra MB | act inter MB | sync intra MB | sync inter MB | iter |\n");
@@ -205,6 +205,7 @@ static void print_mapping(const options_t *o, const bsipipe_schedule_t *s, const
             printf("| %s | %s |\n", naive ? "naive" : "aware", bsipipe_error_detail());
             continue;
         }
+        mapped[naive] = 1;
         bsipipe_cost_model_t c = *base;
         c.device_node = map[naive];
         bsipipe_sim_result_t *r;
@@ -224,6 +225,27 @@ static void print_mapping(const options_t *o, const bsipipe_schedule_t *s, const
                r->act_bytes[0] / 1e6, r->act_bytes[1] / 1e6, r->sync_bytes[0] / 1e6, r->sync_bytes[1] / 1e6,
                r->iteration_time);
         bsipipe_sim_result_destroy(r);
+    }
+    /* Which GPU of which node runs which (pipeline stage, TP rank): a stage's
+     * D_t ranks take consecutive GPUs of its node. */
+    for (int naive = 0; naive < 2; naive++) {
+        if (!mapped[naive])
+            continue;
+        printf("%s%s placement (node: its GPUs -> pipeline stage, TP ranks):\n", naive ? "" : "\n",
+               naive ? "naive" : "topology-aware");
+        for (int n = 0; n < o->nodes; n++) {
+            printf("  node %d:", n);
+            for (int d = 0, gpu = 0; d < pc->w; d++)
+                if (map[naive][d] == n) {
+                    if (pc->tp > 1)
+                        printf("%s GPU %d-%d -> stage %d (TP ranks 0-%d)", gpu ? ";" : "", gpu, gpu + pc->tp - 1, d,
+                               pc->tp - 1);
+                    else
+                        printf("%s GPU %d -> stage %d", gpu ? ";" : "", gpu, d);
+                    gpu += pc->tp;
+                }
+            putchar('\n');
+        }
     }
 }
 

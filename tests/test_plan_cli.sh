@@ -47,6 +47,9 @@ expect 1 "layers L=12 must be a multiple of p*w = 8" --schedule bsipipe --layers
 expect 1 "deadlock under rendezvous send/recv" --schedule bsipipe --comm naive
 expect 0 "| aware | 0,1,6,7 / 2,3,4,5 |" --w 8 --m 8 --layers 16 --topology 2x4
 expect 0 "| naive | 0,1,2,3 / 4,5,6,7 |" --w 8 --m 8 --layers 16 --topology "synthetic:group:2 core:4 pu:1"
+# Which GPUs run which (stage, TP ranks): mirrored stages 0 and 7 on node 0, each on 2 consecutive GPUs.
+expect 0 "node 0: GPU 0-1 -> stage 0 (TP ranks 0-1); GPU 2-3 -> stage 1 (TP ranks 0-1); GPU 4-5 -> stage 6 (TP ranks 0-1); GPU 6-7 -> stage 7 (TP ranks 0-1)" \
+    --schedule bsipipe --w 8 --tp 2 --m 8 --layers 16 --topology 2x8
 expect 2 "topology '4y8' not understood" --topology 4y8
 # Huge clusters are refused at once (hwloc would build the tree for minutes).
 # Arities are read as hwloc reads them: 0x100 is 256 (it was read as 0, and hwloc built a million PUs);
