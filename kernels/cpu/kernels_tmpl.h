@@ -46,9 +46,10 @@ static void lin_bwd_w(int n, int out, int in, const R *dy, int lddy, const R *x,
 /* LayerNorm (b != NULL) or RMSNorm (b == NULL) over rows of width d.
  * y = xhat * w (+ b); xhat = (x - mean) * rstd (LN) or x * rstd (RMS).
  * st[0..n) = mean (0 for RMS), st[n..2n) = rstd. Statistics in double. */
-static void norm_fwd(int n, int d, const R *x, const R *w, const R *b, R *y, R *st)
+static void norm_fwd_rows(int n, int r0, int r1, int d, const R *x, const R *w, const R *b,
+                          R *y, R *st)
 {
-    for (int i = 0; i < n; i++) {
+    for (int i = r0; i < r1; i++) {
         const R *xr = x + IX(i, 0, d);
         R *yr = y + IX(i, 0, d);
         double mean = 0, var = 0;
@@ -72,12 +73,17 @@ static void norm_fwd(int n, int d, const R *x, const R *w, const R *b, R *y, R *
     }
 }
 
+static void norm_fwd(int n, int d, const R *x, const R *w, const R *b, R *y, R *st)
+{
+    norm_fwd_rows(n, 0, n, d, x, w, b, y, st);
+}
+
 /* Backward of norm_fwd: dx (+)= ..., dw += , db += . accumulate_dx selects
  * dx += (residual branch) or dx =. */
-static void norm_bwd(int n, int d, const R *x, const R *w, int has_b, const R *st,
-                     const R *dy, R *dx, R *dw, R *db, int accumulate_dx)
+static void norm_bwd_rows(int n, int r0, int r1, int d, const R *x, const R *w, int has_b,
+                          const R *st, const R *dy, R *dx, R *dw, R *db, int accumulate_dx)
 {
-    for (int i = 0; i < n; i++) {
+    for (int i = r0; i < r1; i++) {
         const R *xr = x + IX(i, 0, d), *dyr = dy + IX(i, 0, d);
         R *dxr = dx + IX(i, 0, d);
         R m = st[i], rs = st[n + i];
@@ -100,6 +106,75 @@ static void norm_bwd(int n, int d, const R *x, const R *w, int has_b, const R *s
             dxr[c] = accumulate_dx ? dxr[c] + g : g;
         }
     }
+}
+
+static void norm_bwd(int n, int d, const R *x, const R *w, int has_b, const R *st,
+                     const R *dy, R *dx, R *dw, R *db, int accumulate_dx)
+{
+    norm_bwd_rows(n, 0, n, d, x, w, has_b, st, dy, dx, dw, db, accumulate_dx);
+}
+
+/* Row-parallel norms and activations of a layer, on the attention threads
+ * (bsipipe_kernels_set_threads): with n > 1 the matrix products run on
+ * the BLAS's threads and these passes were the single-threaded remainder.
+ * Work is cut into fixed blocks of rows, never by thread count, and the
+ * norm's weight gradients are summed per block then over blocks in order,
+ * so results do not depend on the thread count. */
+#define PAR_ROWS 64
+
+struct par_ctx {
+    int n, d, has_b;
+    const R *x, *w, *b, *st, *dy;
+    R *y, *yst, *dx, *pw, *pb;
+};
+
+static int norm_fwd_blk(void *v, int blk)
+{
+    struct par_ctx *c = v;
+    int r0 = blk * PAR_ROWS, r1 = r0 + PAR_ROWS < c->n ? r0 + PAR_ROWS : c->n;
+    norm_fwd_rows(c->n, r0, r1, c->d, c->x, c->w, c->b, c->y, c->yst);
+    return 0;
+}
+
+static void norm_fwd_par(int n, int d, const R *x, const R *w, const R *b, R *y, R *st)
+{
+    struct par_ctx c = {n, d, 0, x, w, b, NULL, NULL, y, st, NULL, NULL, NULL};
+    if (bsipipe__threads <= 1)
+        norm_fwd(n, d, x, w, b, y, st); /* the same rows in the same order */
+    else
+        bsipipe__parallel_for((n + PAR_ROWS - 1) / PAR_ROWS, norm_fwd_blk, &c);
+}
+
+static int norm_bwd_blk(void *v, int blk)
+{
+    struct par_ctx *c = v;
+    int r0 = blk * PAR_ROWS, r1 = r0 + PAR_ROWS < c->n ? r0 + PAR_ROWS : c->n;
+    norm_bwd_rows(c->n, r0, r1, c->d, c->x, c->w, c->has_b, c->st, c->dy, c->dx,
+                  c->pw + (size_t)blk * c->d, c->pb ? c->pb + (size_t)blk * c->d : NULL, 1);
+    return 0;
+}
+
+/* norm_bwd with dx += (the layers' residual form), weight gradients
+ * through per-block partial sums (see above). -ENOMEM if the partials do
+ * not fit. */
+static int norm_bwd_par(int n, int d, const R *x, const R *w, int has_b, const R *st,
+                        const R *dy, R *dx, R *dw, R *db)
+{
+    int nb = (n + PAR_ROWS - 1) / PAR_ROWS;
+    R *pw = calloc((size_t)nb * d * (has_b ? 2 : 1), sizeof(R));
+    struct par_ctx c = {n, d, has_b, x, w, NULL, st, dy, NULL, NULL, dx, pw, NULL};
+    if (!pw)
+        return -ENOMEM;
+    c.pb = has_b ? pw + (size_t)nb * d : NULL;
+    bsipipe__parallel_for(nb, norm_bwd_blk, &c);
+    for (int b = 0; b < nb; b++)
+        for (int k = 0; k < d; k++) {
+            dw[k] += pw[(size_t)b * d + k];
+            if (has_b)
+                db[k] += c.pb[(size_t)b * d + k];
+        }
+    free(pw);
+    return 0;
 }
 
 /* Elementwise loops of the fp32 instance are vectorised: GCC per-function
@@ -180,6 +255,32 @@ VEC_CLONES VEC_OPT static void gelu_bwd(size_t n, const R *h, const R *dg, R *dh
         R dt = GELU_K * ((R)1 + (R)3 * GELU_C * x * x);
         dh[i] = dg[i] * ((R)0.5 * ((R)1 + t) + (R)0.5 * x * ((R)1 - t * t) * dt);
     }
+}
+
+/* GeLU forward / backward over n rows of f on the attention threads, in
+ * fixed blocks of PAR_ROWS rows whatever the thread count */
+struct gelu_ctx {
+    int n, f;
+    const R *h, *dg;
+    R *out;
+};
+
+static int gelu_blk(void *v, int blk)
+{
+    struct gelu_ctx *c = v;
+    size_t r0 = (size_t)blk * PAR_ROWS, r1 = r0 + PAR_ROWS < (size_t)c->n ? r0 + PAR_ROWS : (size_t)c->n;
+    size_t o = r0 * c->f, m = (r1 - r0) * c->f;
+    if (c->dg)
+        gelu_bwd(m, c->h + o, c->dg + o, c->out + o);
+    else
+        gelu_fwd(m, c->h + o, c->out + o);
+    return 0;
+}
+
+static void gelu_par(int n, int f, const R *h, const R *dg, R *out)
+{
+    struct gelu_ctx c = {n, f, h, dg, out};
+    bsipipe__parallel_for((n + PAR_ROWS - 1) / PAR_ROWS, gelu_blk, &c);
 }
 
 /* h[n, F] = silu(gate) * up, gu[n, 2F] = [gate | up] */
@@ -689,7 +790,7 @@ static int layer_fwd(const bsipipe_model_dims_t *dm, int start, int len, const s
     R *x = stash + so.x, *n1 = stash + so.n1, *q = stash + so.q, *att = stash + so.att;
     R *x2 = stash + so.x2, *n2 = stash + so.n2, *a1 = stash + so.a1, *a2 = stash + so.a2;
 
-    norm_fwd(len, d, x, p->n1w, p->n1b, n1, stash + so.s1);
+    norm_fwd_par(len, d, x, p->n1w, p->n1b, n1, stash + so.s1);
     lin_fwd(len, d, d, n1, d, p->wqkv, d, (R)0, q, d);
     lin_fwd(len, d, d, n1, d, p->wqkv + IX(d, 0, d), d, (R)0, K + IX(start, 0, d), d);
     lin_fwd(len, d, d, n1, d, p->wqkv + IX(2 * d, 0, d), d, (R)0, Vc + IX(start, 0, d), d);
@@ -703,12 +804,12 @@ static int layer_fwd(const bsipipe_model_dims_t *dm, int start, int len, const s
         return rc;
     memcpy(x2, x, sizeof(R) * (size_t)len * d);
     lin_fwd(len, d, d, att, d, p->wo, d, (R)1, x2, d);
-    norm_fwd(len, d, x2, p->n2w, p->n2b, n2, stash + so.s2);
+    norm_fwd_par(len, d, x2, p->n2w, p->n2b, n2, stash + so.s2);
     lin_fwd(len, a1w, d, n2, d, p->w1, d, (R)0, a1, a1w);
     if (llama)
         swiglu_fwd(len, f, a1, a2);
     else
-        gelu_fwd((size_t)len * f, a1, a2);
+        gelu_par(len, f, a1, NULL, a2);
     if (y != x2)
         memcpy(y, x2, sizeof(R) * (size_t)len * d);
     lin_fwd(len, d, f, a2, f, p->w2, f, (R)1, y, d);
@@ -784,12 +885,14 @@ static int layer_bwd(const bsipipe_model_dims_t *dm, int start, int len, const s
     if (llama)
         swiglu_bwd(len, f, a1, da2, da1);
     else
-        gelu_bwd((size_t)len * f, a1, da2, da1);
+        gelu_par(len, f, a1, da2, da1);
     lin_bwd_x(len, a1w, d, da1, a1w, p->w1, d, (R)0, dn, d);
     if (wst)
         memcpy(wst + wso.da1, da1, sizeof(R) * (size_t)len * a1w);
     memcpy(dx2, dy, sizeof(R) * (size_t)len * d);
-    norm_bwd(len, d, x2, p->n2w, p->n2b != NULL, stash + so.s2, dn, dx2, g->n2w, g->n2b, 1);
+    rc = norm_bwd_par(len, d, x2, p->n2w, p->n2b != NULL, stash + so.s2, dn, dx2, g->n2w, g->n2b);
+    if (rc)
+        return rc;
 
     /* attention */
     lin_bwd_x(len, d, d, dx2, d, p->wo, d, (R)0, datt, d);
@@ -814,8 +917,8 @@ static int layer_bwd(const bsipipe_model_dims_t *dm, int start, int len, const s
         layer_wgrad(dm, len, g, stash, dy, da1, dx2, dqkv);
     /* dx = dx2 + norm1'(dn): written over dy (no longer needed) */
     memcpy(buf, dx2, sizeof(R) * (size_t)len * d);
-    norm_bwd(len, d, x, p->n1w, p->n1b != NULL, stash + so.s1, dn, buf, g->n1w, g->n1b, 1);
-    return 0;
+    return norm_bwd_par(len, d, x, p->n1w, p->n1b != NULL, stash + so.s1, dn, buf, g->n1w,
+                        g->n1b);
 }
 
 static int piece_check(const bsipipe_model_dims_t *d, int start, int len)
