@@ -8,23 +8,53 @@ HWLOC_VERSION=`$PKG_CONFIG --modversion hwloc`
 AC_SUBST([HWLOC_VERSION])
 ])
 
-# BSIPIPE_CHECK_BLAS: OpenBLAS with CBLAS -> BLAS_CFLAGS / BLAS_LIBS (required).
+# BSIPIPE_CHECK_BLAS: the CBLAS -> BLAS_CFLAGS / BLAS_LIBS (required).
+#   --with-blas=openblas (default) or blis. OpenBLAS is the default because it
+#   measured fastest on the block's GEMM shapes (docs/kernels.md, "BLAS").
+#   BLAS_CFLAGS / BLAS_LIBS given on the command line win over both.
 AC_DEFUN([BSIPIPE_CHECK_BLAS], [
-AC_ARG_VAR([BLAS_CFLAGS], [C compiler flags for CBLAS (default: pkg-config openblas)])
-AC_ARG_VAR([BLAS_LIBS], [linker flags for CBLAS (default: pkg-config openblas, else -lopenblas)])
+AC_ARG_VAR([BLAS_CFLAGS], [C compiler flags for CBLAS (default: from --with-blas)])
+AC_ARG_VAR([BLAS_LIBS], [linker flags for CBLAS (default: from --with-blas)])
+AC_ARG_WITH([blas], [AS_HELP_STRING([--with-blas=openblas|blis],
+  [the CBLAS for every matrix product (default: openblas, measured fastest here; see docs/kernels.md)])],
+  [], [with_blas=openblas])
+AS_CASE([$with_blas],
+  [openblas|blis], [],
+  [AC_MSG_ERROR([--with-blas expects 'openblas' or 'blis', got '$with_blas' (or set BLAS_CFLAGS and BLAS_LIBS for another CBLAS)])])
 bsipipe_blas_pc=
-AS_IF([test -z "$BLAS_LIBS"], [
+AS_IF([test -z "$BLAS_LIBS" && test "$with_blas" = openblas], [
   PKG_CHECK_EXISTS([openblas], [
     BLAS_CFLAGS=`$PKG_CONFIG --cflags openblas`
     BLAS_LIBS=`$PKG_CONFIG --libs openblas`
     bsipipe_blas_pc=openblas
   ], [BLAS_LIBS=-lopenblas])
 ])
+AS_IF([test -z "$BLAS_LIBS" && test "$with_blas" = blis], [
+  PKG_CHECK_EXISTS([blis], [
+    BLAS_CFLAGS=`$PKG_CONFIG --cflags blis`
+    BLAS_LIBS=`$PKG_CONFIG --libs blis`
+    bsipipe_blas_pc=blis
+  ], [
+    dnl Debian's libblis-*-dev ship no .pc: headers and library live in
+    dnl per-threading-model directories of the multiarch tree.
+    BLAS_LIBS=-lblis
+    bsipipe_ma=`$CC -print-multiarch 2>/dev/null`
+    for bsipipe_t in pthread openmp serial; do
+      AS_IF([test -n "$bsipipe_ma" && test -r "/usr/include/$bsipipe_ma/blis-$bsipipe_t/cblas.h" &&
+             test -r "/usr/lib/$bsipipe_ma/blis-$bsipipe_t/libblis.so"], [
+        BLAS_CFLAGS="-I/usr/include/$bsipipe_ma/blis-$bsipipe_t"
+        BLAS_LIBS="-L/usr/lib/$bsipipe_ma/blis-$bsipipe_t -lblis"
+        break])
+    done
+  ])
+])
+AC_MSG_CHECKING([for the CBLAS])
+AC_MSG_RESULT([$with_blas: $BLAS_LIBS])
 BLAS_CFLAGS=`AS_ECHO([" $BLAS_CFLAGS"]) | sed -e 's/ -I */ -isystem /g' -e 's/^ //'`
 bsipipe_save_CPPFLAGS=$CPPFLAGS; bsipipe_save_LIBS=$LIBS
 CPPFLAGS="$CPPFLAGS $BLAS_CFLAGS"
 AC_CHECK_HEADER([cblas.h], [],
-  [AC_MSG_ERROR([cblas.h not found (BLAS_CFLAGS='$BLAS_CFLAGS'): install libopenblas-dev, or run ./scripts/setup.sh])])
+  [AC_MSG_ERROR([cblas.h not found (BLAS_CFLAGS='$BLAS_CFLAGS'): install libopenblas-dev (--with-blas=blis: libblis-dev), or run ./scripts/setup.sh])])
 LIBS="$BLAS_LIBS $LIBS"
 AC_MSG_CHECKING([for cblas_sgemm in $BLAS_LIBS])
 AC_LINK_IFELSE([AC_LANG_PROGRAM([[#include <cblas.h>]],

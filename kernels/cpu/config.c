@@ -10,7 +10,7 @@
 #include "kernels/bsipipe_kernels.h"
 #include "kernels/cpu/internal.h"
 
-int bsipipe__tile_q = 128, bsipipe__tile_k = 256, bsipipe__threads = 1;
+int bsipipe__tile_q = 64, bsipipe__tile_k = 128, bsipipe__threads = 1;
 
 int bsipipe__blas_threads(void)
 {
@@ -25,20 +25,11 @@ int bsipipe__blas_threads(void)
 
 void bsipipe__attention_tiles(int head_dim, int *bq, int *bk)
 {
-    /* OpenBLAS threads any sgemm with M*N*K above 65536 * 4; several of our
-     * threads each doing that serialise on OpenBLAS's level-3 lock (measured:
-     * 15x slower). So with threads of our own and a multi-threaded OpenBLAS,
-     * shrink the tiles below that threshold. */
-    long limit = 262144;
+    /* Attention no longer calls the BLAS (its own tile kernels), so the
+     * tiles need no shrinking for a multi-threaded OpenBLAS any more. */
+    (void)head_dim;
     *bq = bsipipe__tile_q;
     *bk = bsipipe__tile_k;
-    if (bsipipe__threads > 1 && (long)*bq * *bk * head_dim > limit &&
-        bsipipe__blas_threads() > 1) {
-        while ((long)*bq * *bk * head_dim > limit && *bk > 16)
-            *bk /= 2;
-        while ((long)*bq * *bk * head_dim > limit && *bq > 16)
-            *bq /= 2;
-    }
 }
 
 int bsipipe_kernels_set_tiles(int tile_q, int tile_k)

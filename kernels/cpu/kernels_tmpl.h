@@ -46,9 +46,10 @@ static void lin_bwd_w(int n, int out, int in, const R *dy, int lddy, const R *x,
 /* LayerNorm (b != NULL) or RMSNorm (b == NULL) over rows of width d.
  * y = xhat * w (+ b); xhat = (x - mean) * rstd (LN) or x * rstd (RMS).
  * st[0..n) = mean (0 for RMS), st[n..2n) = rstd. Statistics in double. */
-static void norm_fwd(int n, int d, const R *x, const R *w, const R *b, R *y, R *st)
+static void norm_fwd_rows(int n, int r0, int r1, int d, const R *x, const R *w, const R *b,
+                          R *y, R *st)
 {
-    for (int i = 0; i < n; i++) {
+    for (int i = r0; i < r1; i++) {
         const R *xr = x + IX(i, 0, d);
         R *yr = y + IX(i, 0, d);
         double mean = 0, var = 0;
@@ -72,12 +73,17 @@ static void norm_fwd(int n, int d, const R *x, const R *w, const R *b, R *y, R *
     }
 }
 
+static void norm_fwd(int n, int d, const R *x, const R *w, const R *b, R *y, R *st)
+{
+    norm_fwd_rows(n, 0, n, d, x, w, b, y, st);
+}
+
 /* Backward of norm_fwd: dx (+)= ..., dw += , db += . accumulate_dx selects
  * dx += (residual branch) or dx =. */
-static void norm_bwd(int n, int d, const R *x, const R *w, int has_b, const R *st,
-                     const R *dy, R *dx, R *dw, R *db, int accumulate_dx)
+static void norm_bwd_rows(int n, int r0, int r1, int d, const R *x, const R *w, int has_b,
+                          const R *st, const R *dy, R *dx, R *dw, R *db, int accumulate_dx)
 {
-    for (int i = 0; i < n; i++) {
+    for (int i = r0; i < r1; i++) {
         const R *xr = x + IX(i, 0, d), *dyr = dy + IX(i, 0, d);
         R *dxr = dx + IX(i, 0, d);
         R m = st[i], rs = st[n + i];
@@ -100,6 +106,75 @@ static void norm_bwd(int n, int d, const R *x, const R *w, int has_b, const R *s
             dxr[c] = accumulate_dx ? dxr[c] + g : g;
         }
     }
+}
+
+static void norm_bwd(int n, int d, const R *x, const R *w, int has_b, const R *st,
+                     const R *dy, R *dx, R *dw, R *db, int accumulate_dx)
+{
+    norm_bwd_rows(n, 0, n, d, x, w, has_b, st, dy, dx, dw, db, accumulate_dx);
+}
+
+/* Row-parallel norms and activations of a layer, on the attention threads
+ * (bsipipe_kernels_set_threads): with n > 1 the matrix products run on
+ * the BLAS's threads and these passes were the single-threaded remainder.
+ * Work is cut into fixed blocks of rows, never by thread count, and the
+ * norm's weight gradients are summed per block then over blocks in order,
+ * so results do not depend on the thread count. */
+#define PAR_ROWS 64
+
+struct par_ctx {
+    int n, d, has_b;
+    const R *x, *w, *b, *st, *dy;
+    R *y, *yst, *dx, *pw, *pb;
+};
+
+static int norm_fwd_blk(void *v, int blk)
+{
+    struct par_ctx *c = v;
+    int r0 = blk * PAR_ROWS, r1 = r0 + PAR_ROWS < c->n ? r0 + PAR_ROWS : c->n;
+    norm_fwd_rows(c->n, r0, r1, c->d, c->x, c->w, c->b, c->y, c->yst);
+    return 0;
+}
+
+static void norm_fwd_par(int n, int d, const R *x, const R *w, const R *b, R *y, R *st)
+{
+    struct par_ctx c = {n, d, 0, x, w, b, NULL, NULL, y, st, NULL, NULL, NULL};
+    if (bsipipe__threads <= 1)
+        norm_fwd(n, d, x, w, b, y, st); /* the same rows in the same order */
+    else
+        bsipipe__parallel_for((n + PAR_ROWS - 1) / PAR_ROWS, norm_fwd_blk, &c);
+}
+
+static int norm_bwd_blk(void *v, int blk)
+{
+    struct par_ctx *c = v;
+    int r0 = blk * PAR_ROWS, r1 = r0 + PAR_ROWS < c->n ? r0 + PAR_ROWS : c->n;
+    norm_bwd_rows(c->n, r0, r1, c->d, c->x, c->w, c->has_b, c->st, c->dy, c->dx,
+                  c->pw + (size_t)blk * c->d, c->pb ? c->pb + (size_t)blk * c->d : NULL, 1);
+    return 0;
+}
+
+/* norm_bwd with dx += (the layers' residual form), weight gradients
+ * through per-block partial sums (see above). -ENOMEM if the partials do
+ * not fit. */
+static int norm_bwd_par(int n, int d, const R *x, const R *w, int has_b, const R *st,
+                        const R *dy, R *dx, R *dw, R *db)
+{
+    int nb = (n + PAR_ROWS - 1) / PAR_ROWS;
+    R *pw = calloc((size_t)nb * d * (has_b ? 2 : 1), sizeof(R));
+    struct par_ctx c = {n, d, has_b, x, w, NULL, st, dy, NULL, NULL, dx, pw, NULL};
+    if (!pw)
+        return -ENOMEM;
+    c.pb = has_b ? pw + (size_t)nb * d : NULL;
+    bsipipe__parallel_for(nb, norm_bwd_blk, &c);
+    for (int b = 0; b < nb; b++)
+        for (int k = 0; k < d; k++) {
+            dw[k] += pw[(size_t)b * d + k];
+            if (has_b)
+                db[k] += c.pb[(size_t)b * d + k];
+        }
+    free(pw);
+    return 0;
 }
 
 /* Elementwise loops of the fp32 instance are vectorised: GCC per-function
@@ -129,7 +204,7 @@ static void norm_bwd(int n, int d, const R *x, const R *w, int has_b, const R *s
  * -87 it returns ~1e-38 instead of 0 (the exponent is clamped, on the integer
  * so that loops if-convert: a float compare may trap, which blocks GCC's
  * vectoriser at -O2); callers add it to terms of size ~1, so it is harmless. */
-static inline float fexpn(float v)
+static inline __attribute__((always_inline)) float fexpn(float v)
 {
     float fn, p, z, sc;
     int e;
@@ -182,6 +257,32 @@ VEC_CLONES VEC_OPT static void gelu_bwd(size_t n, const R *h, const R *dg, R *dh
     }
 }
 
+/* GeLU forward / backward over n rows of f on the attention threads, in
+ * fixed blocks of PAR_ROWS rows whatever the thread count */
+struct gelu_ctx {
+    int n, f;
+    const R *h, *dg;
+    R *out;
+};
+
+static int gelu_blk(void *v, int blk)
+{
+    struct gelu_ctx *c = v;
+    size_t r0 = (size_t)blk * PAR_ROWS, r1 = r0 + PAR_ROWS < (size_t)c->n ? r0 + PAR_ROWS : (size_t)c->n;
+    size_t o = r0 * c->f, m = (r1 - r0) * c->f;
+    if (c->dg)
+        gelu_bwd(m, c->h + o, c->dg + o, c->out + o);
+    else
+        gelu_fwd(m, c->h + o, c->out + o);
+    return 0;
+}
+
+static void gelu_par(int n, int f, const R *h, const R *dg, R *out)
+{
+    struct gelu_ctx c = {n, f, h, dg, out};
+    bsipipe__parallel_for((n + PAR_ROWS - 1) / PAR_ROWS, gelu_blk, &c);
+}
+
 /* h[n, F] = silu(gate) * up, gu[n, 2F] = [gate | up] */
 VEC_CLONES VEC_OPT static void swiglu_fwd(int n, int f, const R *gu, R *h)
 {
@@ -226,126 +327,370 @@ static void rope(int n, int n_heads, int hd, int pos0, R *x, int ld, int dir)
 
 /* -------------------------------------------------------------- attention */
 
-/* Row helpers of the attention tiles (vectorised, see VEC_OPT above). */
-/* max of x[0..n), n >= 1 (finite values) */
-VEC_CLONES VEC_OPT_MAX static R row_max(int n, const R *x)
+/* Attention: our own tile kernels, no BLAS. The score tiles are stored
+ * transposed, S^T[key c][query r], so that every vector runs over the
+ * queries of a tile: the softmax's per-query max, sum and rescale become
+ * plain vector operations over rows, and the five small products per tile
+ * (K = head_dim or the tile sizes) go through one register-blocked kernel
+ * whose right operand always has contiguous, padded rows. Each head is one
+ * sequential computation, so results do not depend on the thread count (nor
+ * on the BLAS's threads, which attention no longer uses). */
+
+#if defined(__GNUC__)
+#define AT_VBYTES 64
+typedef R at_vec __attribute__((vector_size(AT_VBYTES)));
+#define AT_VL ((int)(AT_VBYTES / sizeof(R)))
+#define AT_ALWAYS_INLINE __attribute__((always_inline))
+#else
+#error "the attention kernels need GCC-style vector types (gcc or clang)"
+#endif
+
+/* n rounded up to whole vectors */
+static int at_pad(int n) { return (n + AT_VL - 1) / AT_VL * AT_VL; }
+
+/* v = p[0..n), n <= AT_VL, the rest 0; p[0..n) = v */
+#define AT_LOAD(v, p, n)                                                             \
+    do {                                                                             \
+        if ((n) >= AT_VL) {                                                          \
+            memcpy(&(v), (p), sizeof(at_vec));                                       \
+        } else {                                                                     \
+            memset(&(v), 0, sizeof(at_vec));                                         \
+            memcpy(&(v), (p), sizeof(R) * (size_t)(n));                              \
+        }                                                                            \
+    } while (0)
+#define AT_STORE(p, v, n) memcpy((p), &(v), sizeof(R) * (size_t)((n) < AT_VL ? (n) : AT_VL))
+
+/* One register tile: C[MR rows][NV vectors] (+)= sum_k A(i, k) B[k][.].
+ * A(i, k) = a[i * ais + k * aks] (broadcast), B rows contiguous and readable
+ * to NV whole vectors, nc valid columns of C (<= NV * AT_VL). The sum runs
+ * over k in order for every element, whatever the vector width. */
+static inline AT_ALWAYS_INLINE void at_tile(const int MR, const int NV, int K, const R *a,
+                                            long ais, long aks, const R *b, long ldb, R *c,
+                                            long ldc, int nc, int acc)
 {
-    R m8[8], mx;
-    int c = 0;
-    for (int j = 0; j < 8; j++)
-        m8[j] = x[0];
-    for (; c + 8 <= n; c += 8)
-        for (int j = 0; j < 8; j++)
-            m8[j] = x[c + j] > m8[j] ? x[c + j] : m8[j];
-    mx = m8[0];
-    for (int j = 1; j < 8; j++)
-        mx = m8[j] > mx ? m8[j] : mx;
-    for (; c < n; c++)
-        mx = x[c] > mx ? x[c] : mx;
-    return mx;
+    at_vec c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+    int n0 = nc < AT_VL ? nc : AT_VL, n1 = nc - AT_VL;
+    memset(&c00, 0, sizeof c00);
+    c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = c00;
+#define AT_ROW_LD(i)                                                                 \
+    if (MR > i && acc) {                                                             \
+        AT_LOAD(c##i##0, c + i * ldc, n0);                                           \
+        if (NV > 1)                                                                  \
+            AT_LOAD(c##i##1, c + i * ldc + AT_VL, n1);                               \
+    }
+    AT_ROW_LD(0) AT_ROW_LD(1) AT_ROW_LD(2) AT_ROW_LD(3) AT_ROW_LD(4) AT_ROW_LD(5)
+    for (int k = 0; k < K; k++) {
+        const R *bk = b + k * ldb, *ak = a + k * aks;
+        at_vec b0, b1;
+        memcpy(&b0, bk, sizeof b0);
+        if (NV > 1)
+            memcpy(&b1, bk + AT_VL, sizeof b1);
+        else
+            b1 = b0;
+#define AT_ROW_FMA(i)                                                                \
+    if (MR > i) {                                                                    \
+        R s = ak[i * ais];                                                           \
+        c##i##0 += s * b0;                                                           \
+        if (NV > 1)                                                                  \
+            c##i##1 += s * b1;                                                       \
+    }
+        AT_ROW_FMA(0) AT_ROW_FMA(1) AT_ROW_FMA(2) AT_ROW_FMA(3) AT_ROW_FMA(4) AT_ROW_FMA(5)
+    }
+#define AT_ROW_ST(i)                                                                 \
+    if (MR > i) {                                                                    \
+        AT_STORE(c + i * ldc, c##i##0, n0);                                          \
+        if (NV > 1)                                                                  \
+            AT_STORE(c + i * ldc + AT_VL, c##i##1, n1);                              \
+    }
+    AT_ROW_ST(0) AT_ROW_ST(1) AT_ROW_ST(2) AT_ROW_ST(3) AT_ROW_ST(4) AT_ROW_ST(5)
+#undef AT_ROW_LD
+#undef AT_ROW_FMA
+#undef AT_ROW_ST
 }
 
-/* sum of x[0..n) in a fixed order (8 partial sums, then the tail) */
-VEC_CLONES VEC_OPT static R row_sum(int n, const R *x)
+static inline AT_ALWAYS_INLINE void at_rows(const int NV, int M, int K, const R *a, long ais,
+                                            long aks, const R *b, long ldb, R *c, long ldc,
+                                            int nc, int acc)
 {
-    R s8[8] = {0}, s = 0;
-    int c = 0;
-    for (; c + 8 <= n; c += 8)
-        for (int j = 0; j < 8; j++)
-            s8[j] += x[c + j];
-    for (int j = 0; j < 8; j++)
-        s += s8[j];
-    for (; c < n; c++)
-        s += x[c];
-    return s;
+    int i = 0;
+    for (; i + 6 <= M; i += 6)
+        at_tile(6, NV, K, a + i * ais, ais, aks, b, ldb, c + i * ldc, ldc, nc, acc);
+    if (M - i >= 4) {
+        at_tile(4, NV, K, a + i * ais, ais, aks, b, ldb, c + i * ldc, ldc, nc, acc);
+        i += 4;
+    }
+    if (M - i >= 2) {
+        at_tile(2, NV, K, a + i * ais, ais, aks, b, ldb, c + i * ldc, ldc, nc, acc);
+        i += 2;
+    }
+    if (M - i >= 1)
+        at_tile(1, NV, K, a + i * ais, ais, aks, b, ldb, c + i * ldc, ldc, nc, acc);
 }
 
-/* dS = P * (dP - dd) * scale, in place over p */
-VEC_CLONES VEC_OPT static void row_ds(int n, R *p, const R *dp, R dd, R scale)
+/* C[M][N] (ld ldc) = or += A B, A(i, k) = a[i*ais + k*aks], B[K][N] with rows
+ * of ld ldb readable to at_pad(N) columns. Only N columns of C are touched. */
+VEC_CLONES static void at_gemm(int M, int N, int K, const R *a, long ais, long aks,
+                               const R *b, long ldb, R *c, long ldc, int acc)
 {
-    for (int c = 0; c < n; c++)
-        p[c] = p[c] * (dp[c] - dd) * scale;
+    for (int j = 0; j < N; j += 2 * AT_VL) {
+        int nc = N - j < 2 * AT_VL ? N - j : 2 * AT_VL;
+        if (nc > AT_VL)
+            at_rows(2, M, K, a, ais, aks, b + j, ldb, c + j, ldc, nc, acc);
+        else
+            at_rows(1, M, K, a, ais, aks, b + j, ldb, c + j, ldc, nc, acc);
+    }
 }
 
-/* x[i] = exp(x[i] - shift) for i < n; arguments are <= 0 (scores minus their
- * max or their log-sum-exp). fp32: fexpn (libm's scalar expf was a third of
- * the attention time); fp64: libm. */
-VEC_CLONES VEC_OPT static void exp_shift(int n, R *x, R shift)
+/* exp over a row of n, minus a per-column shift: x[r] = exp(x[r] - sh[r]).
+ * fp32: fexpn, the argument clamped at -104 (masked entries are -1e30 and
+ * are zeroed afterwards; the clamp keeps fexpn's integer conversion
+ * defined). The flags let GCC use maxps for the clamp (inputs are finite). */
+VEC_CLONES VEC_OPT_MAX static void at_exp_row(int n, R *x, const R *sh)
 {
 #if BSIPIPE_REAL_IS_FLOAT
-    for (int i = 0; i < n; i++)
-        x[i] = fexpn(x[i] - shift);
+    for (int r = 0; r < n; r++) {
+        R v = x[r] - sh[r];
+        v = v < (R)-104 ? (R)-104 : v;
+        x[r] = fexpn(v);
+    }
 #else
-    for (int i = 0; i < n; i++)
-        x[i] = exp(x[i] - shift);
+    for (int r = 0; r < n; r++)
+        x[r] = exp(x[r] - sh[r]);
 #endif
+}
+
+/* m[r] = max(m[r], x[r]) (exact in any order) */
+VEC_CLONES VEC_OPT_MAX static void at_max_row(int n, R *m, const R *x)
+{
+    for (int r = 0; r < n; r++)
+        m[r] = x[r] > m[r] ? x[r] : m[r];
+}
+
+/* s[r] += x[r] */
+VEC_CLONES VEC_OPT static void at_add_row(int n, R *s, const R *x)
+{
+    for (int r = 0; r < n; r++)
+        s[r] += x[r];
+}
+
+/* x[r] *= f[r] */
+VEC_CLONES VEC_OPT static void at_mul_row(int n, R *x, const R *f)
+{
+    for (int r = 0; r < n; r++)
+        x[r] *= f[r];
+}
+
+/* dS = P * (dP - D) * scale, in place over p */
+VEC_CLONES VEC_OPT static void at_ds_row(int n, R *p, const R *dp, const R *dd, R scale)
+{
+    for (int r = 0; r < n; r++)
+        p[r] = p[r] * (dp[r] - dd[r]) * scale;
 }
 
 struct att_ctx {
     int hd, start, len, ldq, ldk, ldo, lddq, bq, bk;
     const R *q, *k, *v, *o, *do_, *lse_in;
-    R *out, *lse, *dq, *dk, *dv, *dvec;
+    R *out, *lse, *dq, *dk, *dv;
     R scale;
 };
 
-/* One head of the forward: for each query tile, loop over key tiles up to the
- * causal limit, online softmax (running max m, running sum l), O rescaled as
- * the max grows. Scratch: one bq x bk score tile + m, l. */
+/* Query r of the tile at i0 sees key j iff j <= start + i0 + r. For the key
+ * tile row c (key j0 + c) the first visible query is r = j0 + c - start - i0.
+ * Masked scores become -1e30 (before the max) ... */
+static void at_mask_scores(const struct att_ctx *a, int i0, int j0, int nk, int nqp, R *st)
+{
+    for (int c = 0; c < nk; c++) {
+        int rmin = j0 + c - a->start - i0;
+        R *row = st + (size_t)c * nqp;
+        for (int r = 0; r < rmin && r < nqp; r++)
+            row[r] = (R)-1e30;
+    }
+}
+
+/* ... and exactly 0 after the exp */
+static void at_mask_probs(const struct att_ctx *a, int i0, int j0, int nk, int nqp, R *pt)
+{
+    for (int c = 0; c < nk; c++) {
+        int rmin = j0 + c - a->start - i0;
+        if (rmin > 0)
+            memset(pt + (size_t)c * nqp, 0, sizeof(R) * (size_t)(rmin < nqp ? rmin : nqp));
+    }
+}
+
+/* Q (or dO) rows [i0, i0+nq) of head h, times f, as a transposed, padded
+ * tile t[hd][nqp] (columns past nq are 0) */
+static void at_pack_t(int hd, int nq, int nqp, const R *src, int ld, R f, R *t)
+{
+    for (int x = 0; x < hd; x++)
+        for (int r = 0; r < nqp; r++)
+            t[(size_t)x * nqp + r] = r < nq ? src[(size_t)r * ld + x] * f : (R)0;
+}
+
+/* the same rows as padded rows p[nqp][hdp] */
+static void at_pack_rows(int hd, int hdp, int nq, int nqp, const R *src, int ld, R *p)
+{
+    for (int r = 0; r < nqp; r++)
+        for (int x = 0; x < hdp; x++)
+            p[(size_t)r * hdp + x] = r < nq && x < hd ? src[(size_t)r * ld + x] : (R)0;
+}
+
+/* keys [0, n) of head h of k (ld ld) as contiguous rows p[n][hd]: the
+ * kernels broadcast down columns of K and V, and rows 5 KiB apart map to
+ * few L1 sets (measured: the unpacked kernels ran at half speed) */
+static void at_pack_keys(int hd, int n, const R *k, int ld, R *p)
+{
+    for (int j = 0; j < n; j++)
+        memcpy(p + (size_t)j * hd, k + (size_t)j * ld, sizeof(R) * (size_t)hd);
+}
+
+/* One head of the forward. Per query tile (nq <= bq queries, padded to nqp
+ * columns): Q^T packed; per key tile up to the causal limit, S^T = K Q^T,
+ * the running max m and sum l per query, O^T = alpha O^T + V^T P^T. */
 static int att_fwd_head(void *vctx, int h)
 {
     struct att_ctx *a = vctx;
-    int bq = a->bq, bk = a->bk, hd = a->hd;
-    R *s = malloc(sizeof(R) * ((size_t)bq * bk + 2 * (size_t)bq));
-    if (!s)
+    int bqp = at_pad(a->bq), bk = a->bk, hd = a->hd;
+    int nkeys = a->start + a->len;
+    size_t n = (size_t)hd * bqp * 2 + (size_t)bk * bqp + 5 * (size_t)bqp +
+               2 * (size_t)nkeys * hd;
+    R *qt = malloc(sizeof(R) * n);
+    if (!qt)
         return -ENOMEM;
-    R *m = s + (size_t)bq * bk, *l = m + bq;
-    for (int i0 = 0; i0 < a->len; i0 += bq) {
-        int nq = a->len - i0 < bq ? a->len - i0 : bq;
+    R *ot = qt + (size_t)hd * bqp, *st = ot + (size_t)hd * bqp, *m = st + (size_t)bk * bqp;
+    R *l = m + bqp, *mn = l + bqp, *al = mn + bqp, *sum = al + bqp;
+    R *K = sum + bqp, *V = K + (size_t)nkeys * hd;
+    at_pack_keys(hd, nkeys, a->k + (size_t)h * hd, a->ldk, K);
+    at_pack_keys(hd, nkeys, a->v + (size_t)h * hd, a->ldk, V);
+    for (int i0 = 0; i0 < a->len; i0 += a->bq) {
+        int nq = a->len - i0 < a->bq ? a->len - i0 : a->bq, nqp = at_pad(nq);
         int kend = a->start + i0 + nq; /* keys [0, kend) visible to this tile */
-        const R *qt = a->q + IX(i0, h * hd, a->ldq);
-        R *ot = a->out + IX(i0, h * hd, a->ldo);
-        for (int r = 0; r < nq; r++) {
+        at_pack_t(hd, nq, nqp, a->q + IX(i0, h * hd, a->ldq), a->ldq, a->scale, qt);
+        memset(ot, 0, sizeof(R) * (size_t)hd * nqp);
+        for (int r = 0; r < nqp; r++) {
             m[r] = -INFINITY;
             l[r] = 0;
-            memset(ot + IX(r, 0, a->ldo), 0, sizeof(R) * hd);
         }
         for (int j0 = 0; j0 < kend; j0 += bk) {
             int nk = kend - j0 < bk ? kend - j0 : bk;
-            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hd, a->scale, qt, a->ldq,
-                 a->k + IX(j0, h * hd, a->ldk), a->ldk, (R)0, s, bk);
-            for (int r = 0; r < nq; r++) {
-                int pos = a->start + i0 + r, nvis = pos - j0 + 1; /* keys j0..pos */
-                R *sr = s + IX(r, 0, bk), mx = m[r], sum = 0, alpha;
-                if (nvis > nk)
-                    nvis = nk;
-                if (nvis > 0) {
-                    R tm = row_max(nvis, sr);
-                    mx = tm > mx ? tm : mx;
-                    exp_shift(nvis, sr, mx);
-                    sum = row_sum(nvis, sr);
-                }
-                for (int c = nvis > 0 ? nvis : 0; c < nk; c++)
-                    sr[c] = 0; /* masked (future) keys */
-                alpha = exp(m[r] - mx); /* exp(-inf) = 0 on the first tile */
-                l[r] = l[r] * alpha + sum;
-                m[r] = mx;
-                if (alpha != (R)1) {
-                    R *orow = ot + IX(r, 0, a->ldo);
-                    for (int c = 0; c < hd; c++)
-                        orow[c] *= alpha;
-                }
+            int diag = j0 + nk - 1 > a->start + i0;
+            at_gemm(nk, nqp, hd, K + (size_t)j0 * hd, hd, 1, qt, nqp, st, nqp, 0);
+            if (diag)
+                at_mask_scores(a, i0, j0, nk, nqp, st);
+            memcpy(mn, m, sizeof(R) * (size_t)nqp);
+            for (int c = 0; c < nk; c++)
+                at_max_row(nqp, mn, st + (size_t)c * nqp);
+            for (int r = 0; r < nqp; r++) {
+                /* mn[r] is finite: key 0 is visible to every query, and the
+                 * first tile starts at key 0; exp(-inf) = 0 on that tile */
+                al[r] = exp(m[r] - mn[r]);
+                m[r] = mn[r];
+                sum[r] = 0;
             }
-            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hd, nk, (R)1, s, bk,
-                 a->v + IX(j0, h * hd, a->ldk), a->ldk, (R)1, ot, a->ldo);
+            for (int c = 0; c < nk; c++) {
+                R *row = st + (size_t)c * nqp;
+                at_exp_row(nqp, row, mn);
+            }
+            if (diag)
+                at_mask_probs(a, i0, j0, nk, nqp, st);
+            for (int c = 0; c < nk; c++)
+                at_add_row(nqp, sum, st + (size_t)c * nqp);
+            for (int r = 0; r < nqp; r++)
+                l[r] = l[r] * al[r] + sum[r];
+            for (int x = 0; x < hd; x++)
+                at_mul_row(nqp, ot + (size_t)x * nqp, al);
+            /* O^T[x][r] += sum_c V[j0 + c][x] P^T[c][r] */
+            at_gemm(hd, nqp, nk, V + (size_t)j0 * hd, 1, hd, st, nqp, ot, nqp, 1);
         }
         for (int r = 0; r < nq; r++) {
-            R *orow = ot + IX(r, 0, a->ldo), inv = (R)1 / l[r];
-            for (int c = 0; c < hd; c++)
-                orow[c] *= inv;
+            R *orow = a->out + IX(i0 + r, h * hd, a->ldo), inv = (R)1 / l[r];
+            for (int x = 0; x < hd; x++)
+                orow[x] = ot[(size_t)x * nqp + r] * inv;
             a->lse[IX(h, i0 + r, a->len)] = m[r] + log(l[r]);
         }
     }
-    free(s);
+    free(qt);
+    return 0;
+}
+
+/* One head of the backward (FlashAttention-2 order, query tiles outer). Per
+ * query tile: Q^T, dO^T, padded Q and dO rows, lse and D = rowsum(dO * O)
+ * packed once; per key tile: S^T = K Q^T, P^T = exp(S^T - lse),
+ * dV += P dO, dP^T = V dO^T, dS^T = P^T (dP^T - D) scale (over P^T),
+ * dQ^T += K^T dS^T, dK += dS Q. dQ is written once per query tile. */
+static int att_bwd_head(void *vctx, int h)
+{
+    struct att_ctx *a = vctx;
+    int bqp = at_pad(a->bq), bk = a->bk, hd = a->hd, hdp = at_pad(a->hd);
+    int nkeys = a->start + a->len;
+    size_t n = (size_t)hd * bqp * 3 + (size_t)bqp * hdp * 2 + (size_t)bk * bqp * 2 +
+               2 * (size_t)bqp + 2 * (size_t)nkeys * (hd + hdp);
+    R *qt = malloc(sizeof(R) * n);
+    if (!qt)
+        return -ENOMEM;
+    R *dot = qt + (size_t)hd * bqp, *dqt = dot + (size_t)hd * bqp;
+    R *qp = dqt + (size_t)hd * bqp, *dop = qp + (size_t)bqp * hdp;
+    R *pt = dop + (size_t)bqp * hdp, *dpt = pt + (size_t)bk * bqp;
+    R *lse = dpt + (size_t)bk * bqp, *dd = lse + bqp;
+    R *K = dd + bqp, *V = K + (size_t)nkeys * hd;
+    /* dK, dV of this head accumulate in padded rows, added to the caller's
+     * (+=) once at the end */
+    R *dK = V + (size_t)nkeys * hd, *dV = dK + (size_t)nkeys * hdp;
+    at_pack_keys(hd, nkeys, a->k + (size_t)h * hd, a->ldk, K);
+    at_pack_keys(hd, nkeys, a->v + (size_t)h * hd, a->ldk, V);
+    memset(dK, 0, sizeof(R) * 2 * (size_t)nkeys * hdp);
+    for (int i0 = 0; i0 < a->len; i0 += a->bq) {
+        int nq = a->len - i0 < a->bq ? a->len - i0 : a->bq, nqp = at_pad(nq);
+        int kend = a->start + i0 + nq;
+        const R *q = a->q + IX(i0, h * hd, a->ldq), *o = a->o + IX(i0, h * hd, a->ldo);
+        const R *dO = a->do_ + IX(i0, h * hd, a->ldo);
+        at_pack_t(hd, nq, nqp, q, a->ldq, a->scale, qt); /* scores' scale folded in */
+        at_pack_t(hd, nq, nqp, dO, a->ldo, (R)1, dot);
+        at_pack_rows(hd, hdp, nq, nqp, q, a->ldq, qp);
+        at_pack_rows(hd, hdp, nq, nqp, dO, a->ldo, dop);
+        memset(dqt, 0, sizeof(R) * (size_t)hd * nqp);
+        for (int r = 0; r < nqp; r++) {
+            R acc = 0;
+            for (int x = 0; r < nq && x < hd; x++)
+                acc += o[(size_t)r * a->ldo + x] * dO[(size_t)r * a->ldo + x];
+            dd[r] = acc;
+            lse[r] = r < nq ? a->lse_in[IX(h, i0 + r, a->len)] : (R)0;
+        }
+        for (int j0 = 0; j0 < kend; j0 += bk) {
+            int nk = kend - j0 < bk ? kend - j0 : bk;
+            int diag = j0 + nk - 1 > a->start + i0;
+            const R *kt = K + (size_t)j0 * hd, *vt = V + (size_t)j0 * hd;
+            at_gemm(nk, nqp, hd, kt, hd, 1, qt, nqp, pt, nqp, 0);
+            if (diag)
+                at_mask_scores(a, i0, j0, nk, nqp, pt);
+            for (int c = 0; c < nk; c++)
+                at_exp_row(nqp, pt + (size_t)c * nqp, lse);
+            if (diag)
+                at_mask_probs(a, i0, j0, nk, nqp, pt);
+            /* dV[j0 + c][x] += sum_r P^T[c][r] dO[r][x] */
+            at_gemm(nk, hdp, nq, pt, nqp, 1, dop, hdp, dV + (size_t)j0 * hdp, hdp, 1);
+            /* dP^T[c][r] = sum_x V[j0 + c][x] dO^T[x][r] */
+            at_gemm(nk, nqp, hd, vt, hd, 1, dot, nqp, dpt, nqp, 0);
+            for (int c = 0; c < nk; c++)
+                at_ds_row(nqp, pt + (size_t)c * nqp, dpt + (size_t)c * nqp, dd, a->scale);
+            /* dQ^T[x][r] += sum_c K[j0 + c][x] dS^T[c][r] */
+            at_gemm(hd, nqp, nk, kt, 1, hd, pt, nqp, dqt, nqp, 1);
+            /* dK[j0 + c][x] += sum_r dS^T[c][r] Q[r][x] */
+            at_gemm(nk, hdp, nq, pt, nqp, 1, qp, hdp, dK + (size_t)j0 * hdp, hdp, 1);
+        }
+        for (int r = 0; r < nq; r++) {
+            R *dqrow = a->dq + IX(i0 + r, h * hd, a->lddq);
+            for (int x = 0; x < hd; x++)
+                dqrow[x] = dqt[(size_t)x * nqp + r];
+        }
+    }
+    for (int j = 0; j < nkeys; j++) {
+        R *dkr = a->dk + IX(j, h * hd, a->ldk), *dvr = a->dv + IX(j, h * hd, a->ldk);
+        for (int x = 0; x < hd; x++) {
+            dkr[x] += dK[(size_t)j * hdp + x];
+            dvr[x] += dV[(size_t)j * hdp + x];
+        }
+    }
+    free(qt);
     return 0;
 }
 
@@ -377,64 +722,6 @@ int FN(bsipipe_attention_forward)(int n_heads, int head_dim, int start, int len,
     return bsipipe__parallel_for(n_heads, att_fwd_head, &a);
 }
 
-/* One head of the backward (FlashAttention-2 order): per query tile,
- * recompute P = exp(S - lse) tile by tile; dV += P^T dO, dP = dO V^T,
- * dS = P * (dP - D) * scale, dQ += dS K, dK += dS^T Q. D = rowsum(dO * O). */
-static int att_bwd_head(void *vctx, int h)
-{
-    struct att_ctx *a = vctx;
-    int bq = a->bq, bk = a->bk, hd = a->hd;
-    R *p = malloc(sizeof(R) * 2 * (size_t)bq * bk);
-    if (!p)
-        return -ENOMEM;
-    R *dp = p + (size_t)bq * bk;
-    R *dvec = a->dvec + IX(h, 0, a->len);
-    for (int i = 0; i < a->len; i++) {
-        const R *orow = a->o + IX(i, h * hd, a->ldo), *dorow = a->do_ + IX(i, h * hd, a->ldo);
-        R acc = 0;
-        for (int c = 0; c < hd; c++)
-            acc += orow[c] * dorow[c];
-        dvec[i] = acc;
-        memset(a->dq + IX(i, h * hd, a->lddq), 0, sizeof(R) * hd);
-    }
-    for (int i0 = 0; i0 < a->len; i0 += bq) {
-        int nq = a->len - i0 < bq ? a->len - i0 : bq;
-        int kend = a->start + i0 + nq;
-        const R *qt = a->q + IX(i0, h * hd, a->ldq), *dot = a->do_ + IX(i0, h * hd, a->ldo);
-        R *dqt = a->dq + IX(i0, h * hd, a->lddq);
-        const R *lse = a->lse_in + IX(h, i0, a->len);
-        for (int j0 = 0; j0 < kend; j0 += bk) {
-            int nk = kend - j0 < bk ? kend - j0 : bk;
-            const R *kt = a->k + IX(j0, h * hd, a->ldk), *vt = a->v + IX(j0, h * hd, a->ldk);
-            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hd, a->scale, qt, a->ldq,
-                 kt, a->ldk, (R)0, p, bk);
-            for (int r = 0; r < nq; r++) {
-                int nvis = a->start + i0 + r - j0 + 1;
-                R *pr = p + IX(r, 0, bk);
-                if (nvis > nk)
-                    nvis = nk;
-                exp_shift(nvis, pr, lse[r]);
-                for (int c = nvis > 0 ? nvis : 0; c < nk; c++)
-                    pr[c] = 0;
-            }
-            /* dV[j0.., :] += P^T dO */
-            GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hd, nq, (R)1, p, bk, dot,
-                 a->ldo, (R)1, a->dv + IX(j0, h * hd, a->ldk), a->ldk);
-            /* dP = dO V^T */
-            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hd, (R)1, dot, a->ldo, vt,
-                 a->ldk, (R)0, dp, bk);
-            for (int r = 0; r < nq; r++) /* dS, with the score scale folded in */
-                row_ds(nk, p + IX(r, 0, bk), dp + IX(r, 0, bk), dvec[i0 + r], a->scale);
-            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hd, nk, (R)1, p, bk, kt,
-                 a->ldk, (R)1, dqt, a->lddq);
-            GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hd, nq, (R)1, p, bk, qt, a->ldq,
-                 (R)1, a->dk + IX(j0, h * hd, a->ldk), a->ldk);
-        }
-    }
-    free(p);
-    return 0;
-}
-
 int FN(bsipipe_attention_backward)(int n_heads, int head_dim, int start, int len,
                                    const R *q, int ldq, const R *k, const R *v, int ldk,
                                    const R *o, const R *do_, int ldo, const R *lse, R *dq,
@@ -445,18 +732,13 @@ int FN(bsipipe_attention_backward)(int n_heads, int head_dim, int start, int len
     if (rc || !do_ || !lse || !dq || !dk || !dv || lddq < n_heads * head_dim)
         return rc ? rc : -EINVAL;
     memset(&a, 0, sizeof a);
-    a.dvec = malloc(sizeof(R) * (size_t)n_heads * len);
-    if (!a.dvec)
-        return -ENOMEM;
     a.hd = head_dim; a.start = start; a.len = len;
     a.ldq = ldq; a.ldk = ldk; a.ldo = ldo; a.lddq = lddq;
     bsipipe__attention_tiles(head_dim, &a.bq, &a.bk);
     a.q = q; a.k = k; a.v = v; a.o = o; a.do_ = do_; a.lse_in = lse;
     a.dq = dq; a.dk = dk; a.dv = dv;
     a.scale = (R)(1.0 / sqrt((double)head_dim));
-    rc = bsipipe__parallel_for(n_heads, att_bwd_head, &a);
-    free(a.dvec);
-    return rc;
+    return bsipipe__parallel_for(n_heads, att_bwd_head, &a);
 }
 
 /* ----------------------------------------------------------------- layers */
@@ -508,7 +790,7 @@ static int layer_fwd(const bsipipe_model_dims_t *dm, int start, int len, const s
     R *x = stash + so.x, *n1 = stash + so.n1, *q = stash + so.q, *att = stash + so.att;
     R *x2 = stash + so.x2, *n2 = stash + so.n2, *a1 = stash + so.a1, *a2 = stash + so.a2;
 
-    norm_fwd(len, d, x, p->n1w, p->n1b, n1, stash + so.s1);
+    norm_fwd_par(len, d, x, p->n1w, p->n1b, n1, stash + so.s1);
     lin_fwd(len, d, d, n1, d, p->wqkv, d, (R)0, q, d);
     lin_fwd(len, d, d, n1, d, p->wqkv + IX(d, 0, d), d, (R)0, K + IX(start, 0, d), d);
     lin_fwd(len, d, d, n1, d, p->wqkv + IX(2 * d, 0, d), d, (R)0, Vc + IX(start, 0, d), d);
@@ -522,12 +804,12 @@ static int layer_fwd(const bsipipe_model_dims_t *dm, int start, int len, const s
         return rc;
     memcpy(x2, x, sizeof(R) * (size_t)len * d);
     lin_fwd(len, d, d, att, d, p->wo, d, (R)1, x2, d);
-    norm_fwd(len, d, x2, p->n2w, p->n2b, n2, stash + so.s2);
+    norm_fwd_par(len, d, x2, p->n2w, p->n2b, n2, stash + so.s2);
     lin_fwd(len, a1w, d, n2, d, p->w1, d, (R)0, a1, a1w);
     if (llama)
         swiglu_fwd(len, f, a1, a2);
     else
-        gelu_fwd((size_t)len * f, a1, a2);
+        gelu_par(len, f, a1, NULL, a2);
     if (y != x2)
         memcpy(y, x2, sizeof(R) * (size_t)len * d);
     lin_fwd(len, d, f, a2, f, p->w2, f, (R)1, y, d);
@@ -603,12 +885,14 @@ static int layer_bwd(const bsipipe_model_dims_t *dm, int start, int len, const s
     if (llama)
         swiglu_bwd(len, f, a1, da2, da1);
     else
-        gelu_bwd((size_t)len * f, a1, da2, da1);
+        gelu_par(len, f, a1, da2, da1);
     lin_bwd_x(len, a1w, d, da1, a1w, p->w1, d, (R)0, dn, d);
     if (wst)
         memcpy(wst + wso.da1, da1, sizeof(R) * (size_t)len * a1w);
     memcpy(dx2, dy, sizeof(R) * (size_t)len * d);
-    norm_bwd(len, d, x2, p->n2w, p->n2b != NULL, stash + so.s2, dn, dx2, g->n2w, g->n2b, 1);
+    rc = norm_bwd_par(len, d, x2, p->n2w, p->n2b != NULL, stash + so.s2, dn, dx2, g->n2w, g->n2b);
+    if (rc)
+        return rc;
 
     /* attention */
     lin_bwd_x(len, d, d, dx2, d, p->wo, d, (R)0, datt, d);
@@ -633,8 +917,8 @@ static int layer_bwd(const bsipipe_model_dims_t *dm, int start, int len, const s
         layer_wgrad(dm, len, g, stash, dy, da1, dx2, dqkv);
     /* dx = dx2 + norm1'(dn): written over dy (no longer needed) */
     memcpy(buf, dx2, sizeof(R) * (size_t)len * d);
-    norm_bwd(len, d, x, p->n1w, p->n1b != NULL, stash + so.s1, dn, buf, g->n1w, g->n1b, 1);
-    return 0;
+    return norm_bwd_par(len, d, x, p->n1w, p->n1b != NULL, stash + so.s1, dn, buf, g->n1w,
+                        g->n1b);
 }
 
 static int piece_check(const bsipipe_model_dims_t *d, int start, int len)
