@@ -121,7 +121,8 @@ static void usage(FILE *out)
 "  --tp N            tensor-parallel degree D_t (default 1): each device becomes\n"
 "                    N CPU workers holding 1/N of every layer (Megatron-LM with\n"
 "                    sequence parallelism); N must divide the heads, the FFN\n"
-"                    width, the vocabulary and every piece\n"
+"                    width, the vocabulary and every piece; checkpoints hold the\n"
+"                    full model, so a run may resume with another --tp\n"
 "  --model gpt|llama --layers N --hidden N --heads N --ffn N --seq N\n"
 "                    (defaults gpt, 8, 128, 4, 4*hidden, 256; vocabulary 256 bytes)\n"
 "  --iters N         iterations (default 30)     --seed N   (default 1)\n"
@@ -579,12 +580,6 @@ int main(int argc, char **argv)
         dims = *bsipipe_schedule_model(user_plan);
         kind = ppc->schedule;
         w = ppc->w, p = ppc->p, k = ppc->k, m = ppc->m, comm = ppc->comm, tp = ppc->tp;
-    }
-    if (ckpt && tp > 1) {
-        fprintf(stderr, "bsipipe-train: --checkpoint with --tp %d is not supported yet (checkpoints hold the full "
-                        "parameter vector; the shards are not gathered into it): drop --checkpoint, or use --tp 1\n",
-                tp);
-        return 2;
     }
     if (ckpt && emulate) {
         fprintf(stderr, "bsipipe-train: --checkpoint with --emulate would save parameters nothing computed; "

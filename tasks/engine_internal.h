@@ -353,6 +353,14 @@ void engine_tp_iteration_end(struct bsipipe_engine *e);
 double engine_tp_busy_us(const struct bsipipe_engine *e, int d);
 /* Whole-model parameters or gradients gathered from the shards. */
 int engine_tp_gather(struct bsipipe_engine *e, float *out, int grads);
+/* Checkpoints: vector `which` of pipe `pipe`'s replicas as the whole-model
+ * vector (bsipipe_model_params floats) gathered from the ranks' shards, and
+ * the reverse (every rank's shard cut from full; shard: scratch of
+ * bsipipe_tp_model_params floats, so that nothing can fail for memory once
+ * a load has started writing). Call between iterations. */
+enum { ENGINE_TP_PARAMS, ENGINE_TP_GRADS, ENGINE_TP_M, ENGINE_TP_V };
+int engine_tp_full(struct bsipipe_engine *e, int pipe, int which, float *out);
+int engine_tp_set_full(struct bsipipe_engine *e, int pipe, int which, const float *full, float *shard);
 /* The op args that device d's rank-0 worker waits for at `slot` (watchdog),
  * or NULL; and op i's rank-0 arguments. */
 const op_args_t *engine_tp_slot_op(struct bsipipe_engine *e, int d, long slot);

@@ -1055,23 +1055,39 @@ int engine_tp_submit_reduce(struct bsipipe_engine *e, int dry_run)
     return 0;
 }
 
-int engine_tp_gather(struct bsipipe_engine *e, float *out, int grads)
+/* The vector `which` of replica slot p (params, grads, m, v). */
+static float *rep_vec(tp_rep_t *p, int which, starpu_data_handle_t *h)
+{
+    switch (which) {
+    case ENGINE_TP_GRADS: *h = p->h_grads; return p->grads;
+    case ENGINE_TP_M: *h = p->h_m; return p->m;
+    case ENGINE_TP_V: *h = p->h_v; return p->v;
+    default: *h = p->h_params; return p->params;
+    }
+}
+
+int engine_tp_full(struct bsipipe_engine *e, int pipe, int which, float *out)
 {
     struct engine_tp *t = e->tp;
     int T = e->T;
     float *shard = malloc(sizeof(float) * (size_t)t->shard_n * (size_t)T);
     if (!shard)
         return bsipipe_error_set(-ENOMEM, "out of memory");
-    for (int x = 0; x < e->C; x++)
+    for (int c = 0; c < e->C; c++)
         for (int r = 0; r < T; r++) {
-            tp_rep_t *p = &t->rep[(long)x * T + r];
-            starpu_data_handle_t h = grads ? p->h_grads : p->h_params;
+            tp_rep_t *p = &t->rep[((long)pipe * e->C + c) * T + r];
+            starpu_data_handle_t h;
+            const float *src = rep_vec(p, which, &h);
             starpu_data_acquire(h, STARPU_R);
-            memcpy(shard + (size_t)r * (size_t)t->shard_n + p->base, grads ? p->grads : p->params,
-                   sizeof(float) * (size_t)p->n);
+            memcpy(shard + (size_t)r * (size_t)t->shard_n + p->base, src, sizeof(float) * (size_t)p->n);
             starpu_data_release(h);
         }
     memset(out, 0, sizeof(float) * (size_t)bsipipe_model_params(&e->dims));
+    /* Split tensors: each rank's blocks into place. Replicated ones (norms,
+     * wpe): copied from every rank in turn, so the last rank's copy stays;
+     * after the replicated-gradient all-reduce every rank holds the same
+     * bits in them (and so the same AdamW moments), hence any rank's copy is
+     * the D_t = 1 run's value up to the reordered sum. */
     int rc = 0;
     for (int r = 0; r < T && rc == 0; r++) {
         bsipipe_tp_t tp = {T, r};
@@ -1079,6 +1095,33 @@ int engine_tp_gather(struct bsipipe_engine *e, float *out, int grads)
     }
     free(shard);
     return rc;
+}
+
+int engine_tp_set_full(struct bsipipe_engine *e, int pipe, int which, const float *full, float *shard)
+{
+    struct engine_tp *t = e->tp;
+    int T = e->T, rc = 0;
+    for (int r = 0; r < T && rc == 0; r++) {
+        bsipipe_tp_t tp = {T, r};
+        if ((rc = bsipipe_tp_model_shard(&e->dims, &tp, full, shard)) < 0)
+            break;
+        for (int c = 0; c < e->C; c++) {
+            tp_rep_t *p = &t->rep[((long)pipe * e->C + c) * T + r];
+            starpu_data_handle_t h;
+            float *dst = rep_vec(p, which, &h);
+            if (!dst)
+                continue; /* not this process's */
+            starpu_data_acquire(h, STARPU_W);
+            memcpy(dst, shard + p->base, sizeof(float) * (size_t)p->n);
+            starpu_data_release(h);
+        }
+    }
+    return rc;
+}
+
+int engine_tp_gather(struct bsipipe_engine *e, float *out, int grads)
+{
+    return engine_tp_full(e, 0, grads ? ENGINE_TP_GRADS : ENGINE_TP_PARAMS, out);
 }
 
 /* ---- codelets ---- */
