@@ -137,8 +137,9 @@ typedef struct row {
     int status;              /* 0 ok, 1 skipped (planner), 2 failed at run time */
     char error[400];
     double pred_bubble_flops, pred_bubble_unit; /* NAN when the plan deadlocks */
-    double pred_makespan_flops; /* makespan under FLOPs costs at 1 FLOP/s (= FLOPs) */
-    double busy_flops;       /* total F/B/W FLOPs of the plan (sum over devices) */
+    double pred_makespan_flops; /* predicted makespan x the rate (emulated: --device-tflops,
+                                   else 1 FLOP/s): FLOPs, plus the TP collectives' charge */
+    double busy_flops;       /* total F/B/W busy time of the plan x the rate (sum over devices) */
     long n_ops;
     int n_samples;
     double *tok, *bubble, *makespan, *busy; /* [reps * iters] */
@@ -163,13 +164,11 @@ static bsipipe_parallel_config_t make_pc(const variant_t *v, const config_t *c, 
     return pc;
 }
 
+/* The emulated engine's costs: FLOPs at `rate`, transfers, SYNC and STEP
+ * free, tensor-parallel collectives charged (bsipipe_cost_model_emulated). */
 static bsipipe_cost_model_t free_flops_cost(double rate)
 {
-    bsipipe_cost_model_t c = bsipipe_cost_model_flops(rate);
-    c.intra_bandwidth = c.inter_bandwidth = 0;
-    c.intra_latency = c.inter_latency = 0;
-    c.step_time = 0;
-    return c;
+    return bsipipe_cost_model_emulated(rate);
 }
 
 /* Plans and simulates a row: fills the prediction, or status 1 with the
@@ -184,7 +183,10 @@ static void plan_row(row_t *r, const config_t *c)
         return;
     }
     r->n_ops = bsipipe_schedule_n_ops(s);
-    bsipipe_cost_model_t unit = bsipipe_cost_model_unit(), fl = free_flops_cost(1.0);
+    /* FLOPs costs at the emulated rate (the TP collectives' charge does not
+     * scale with it), else at 1 FLOP/s: makespan and busy in FLOPs. */
+    double rate = c->emulate ? c->tflops * 1e12 : 1.0;
+    bsipipe_cost_model_t unit = bsipipe_cost_model_unit(), fl = free_flops_cost(rate);
     unit.blocking_recv = fl.blocking_recv = r->v.blocking_recv;
     bsipipe_sim_result_t *sim = NULL;
     int rc = bsipipe_simulate(s, &unit, &sim);
@@ -202,10 +204,10 @@ static void plan_row(row_t *r, const config_t *c)
         r->pred_bubble_flops = INFINITY;
     if (rc == 0) {
         r->pred_bubble_flops = sim->bubble_ratio;
-        r->pred_makespan_flops = sim->makespan;
+        r->pred_makespan_flops = sim->makespan * rate;
         r->busy_flops = 0;
         for (int d = 0; d < sim->n_devices; d++)
-            r->busy_flops += sim->device[d].busy;
+            r->busy_flops += sim->device[d].busy * rate;
     }
     bsipipe_sim_result_destroy(sim);
     bsipipe_schedule_destroy(s);
@@ -498,9 +500,10 @@ static void print_table(const config_t *c, row_t *rows, int nr, int reps, int it
     printf("\n### %s — %s\n\n", c->title, mode_name(c, mode, sizeof mode));
     printf("%s model L=%d hidden=%d heads=%d S=%d, w=%d, m=%d; %d repetitions x %d timed iteration(s), "
            "interleaved; predicted bubble: planner simulation of the same plan under FLOPs costs with free "
-           "transfers (rate-independent) and under unit costs (F=1, B=2)%s\n\n",
+           "transfers (%s) and under unit costs (F=1, B=2)%s\n\n",
            c->dims.family == BSIPIPE_MODEL_LLAMA ? "LLaMA" : "GPT", c->dims.n_layers, c->dims.hidden,
            c->dims.n_heads, c->dims.seq_len, c->w, c->m, reps, iters,
+           bench_tp > 1 ? "tensor-parallel collectives charged on the planner's intra-node link" : "rate-independent",
            c->emulate ? "; EMULATED: compute tasks sleep for their FLOPs, no loss is computed" : "");
     printf("| schedule | p | k | mode | tokens/s median (min, max) | bubble measured | predicted (FLOPs) | "
            "predicted (unit) | peak act MiB min/med/max | vs Seq1F1B | vs Seq1F1B-I | overhead µs/task |\n");

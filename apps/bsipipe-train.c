@@ -712,14 +712,11 @@ int main(int argc, char **argv)
     if (rank != 0 && !freopen("/dev/null", "w", stdout)) /* rank 0 speaks for the job */
         fprintf(stderr, "bsipipe-train: rank %d: cannot silence stdout\n", rank);
     const bsipipe_schedule_t *s = bsipipe_engine_schedule(e);
-    /* The plan's bubble: under unit costs, or under the emulated device's FLOPs
-     * costs (free transfers) when emulating. */
+    /* The plan's bubble: under unit costs, or under the emulated devices'
+     * costs (FLOPs, TP collectives charged, transfers free) when emulating. */
     bsipipe_cost_model_t cost = bsipipe_cost_model_unit();
-    if (emulate) {
-        cost = bsipipe_cost_model_flops(tflops * 1e12);
-        cost.intra_bandwidth = cost.inter_bandwidth = 0;
-        cost.intra_latency = cost.inter_latency = 0;
-    }
+    if (emulate)
+        cost = bsipipe_cost_model_emulated(tflops * 1e12);
     bsipipe_sim_result_t *plan = NULL;
     double planned = bsipipe_simulate(s, &cost, &plan) == 0 ? plan->bubble_ratio : -1;
     bsipipe_sim_result_destroy(plan);

@@ -259,6 +259,9 @@ extern struct starpu_codelet bsipipe_cl_sync_nccl; /* one replica RW, all-reduce
  * cost-model duration. Returns 1 when the engine emulates (the caller then
  * skips its compute). */
 int engine_emulate(struct bsipipe_engine *e, const bsipipe_op_t *op);
+/* Holds the calling worker for `seconds` of emulated device time (a TP
+ * segment's or collective's share of its op, engine_tp.c). */
+void engine_emulate_hold(double seconds);
 
 /* Offset of layer l (l = L: the head part) inside the replica that op a
  * works on: where its parameters and gradients start in the replica's
@@ -348,8 +351,8 @@ int engine_tp_submit_reduce(struct bsipipe_engine *e, int dry_run);
 /* Around an iteration: per-rank records reset / merged into e->rec. */
 void engine_tp_iteration_begin(struct bsipipe_engine *e);
 void engine_tp_iteration_end(struct bsipipe_engine *e);
-/* Device d's busy time in the last iteration: the µs of its ranks' F/B
- * segment and collective tasks, divided by T (a rank's mean). */
+/* Device d's busy time in the last iteration: a rank's mean µs in its F/B
+ * segments and in every collective of the group (each rank waits for it). */
 double engine_tp_busy_us(const struct bsipipe_engine *e, int d);
 /* Whole-model parameters or gradients gathered from the shards. */
 int engine_tp_gather(struct bsipipe_engine *e, float *out, int grads);

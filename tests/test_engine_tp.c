@@ -29,6 +29,7 @@
 #include "tests/check.h"
 #include "tests/test_data.h"
 #include "tests/grad_check.h"
+#include "graph/bsipipe_sim.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -318,6 +319,82 @@ static void check_checkpoint(const bsipipe_model_dims_t *dims, bsipipe_schedule_
     rmdir(dir);
 }
 
+/* ---- emulated device time (--emulate) ----
+ * Each rank's segments and the group's collectives hold their worker for
+ * the planner's share of the op (bsipipe_cost_model_emulated: FLOPs / D_t,
+ * plus the TP collectives' charge) and compute nothing. Checked without
+ * timing the machine: the holds are lower bounds, so every F/B op's span
+ * (its ranks' first task start to last task end) and every device's busy
+ * time must reach the planner's (a shortfall means a share went missing,
+ * e.g. time divided by D_t twice or collectives not held); nothing is
+ * computed (NaN loss) and nothing stepped (parameters unchanged). */
+static void check_emulated(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t kind, int tp)
+{
+    bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(kind);
+    pc.w = 2;
+    pc.m = 2;
+    pc.tp = tp;
+    if (pc.k > 1)
+        pc.k = 2;
+    bsipipe_engine_options_t o = bsipipe_engine_options_default(dims, &pc);
+    o.emulate_flops = 2e9; /* ops of about a millisecond */
+    o.watchdog_s = 60;
+    bsipipe_engine_t *e;
+    const char *sk = bsipipe_schedule_kind_name(kind);
+    int rc = bsipipe_engine_create(&o, &e);
+    CHECK(rc == 0, "create emulated %s tp %d: %s", sk, tp, bsipipe_error_detail());
+    if (rc)
+        return;
+    int S = dims->seq_len;
+    long np = bsipipe_engine_n_params(e);
+    int *tokens = malloc(sizeof(int) * (size_t)(pc.m * S)), *targets = malloc(sizeof(int) * (size_t)(pc.m * S));
+    float *p0 = malloc(sizeof(float) * (size_t)np), *p1 = malloc(sizeof(float) * (size_t)np);
+    double loss = 0, busy[16];
+    test_data_make(pc.m, S, dims->vocab, 7, tokens, targets);
+    rc = bsipipe_engine_params(e, p0);
+    if (rc == 0)
+        rc = bsipipe_engine_iteration(e, tokens, targets, &loss, NULL);
+    CHECK(rc == 0, "emulated iteration %s tp %d: %s", sk, tp, bsipipe_error_detail());
+    if (rc == 0 && bsipipe_engine_params(e, p1) == 0) {
+        CHECK(isnan(loss), "emulated %s tp %d: a loss (%g) was computed", sk, tp, loss);
+        CHECK(memcmp(p0, p1, sizeof(float) * (size_t)np) == 0, "emulated %s tp %d: parameters changed", sk, tp);
+        const bsipipe_schedule_t *s = bsipipe_engine_schedule(e);
+        bsipipe_cost_model_t cost = bsipipe_cost_model_emulated(o.emulate_flops);
+        bsipipe_sim_result_t *sim = NULL;
+        CHECK(bsipipe_simulate(s, &cost, &sim) == 0, "simulate: %s", bsipipe_error_detail());
+        CHECK(bsipipe_engine_device_busy(e, busy) == 0, "device busy: %s", bsipipe_error_detail());
+        double worst = INFINITY, comm = 0, planned = 0;
+        for (int d = 0; d < pc.w && sim; d++) {
+            int n;
+            const bsipipe_op_t *ops = bsipipe_schedule_device_ops(s, d, &n);
+            const bsipipe_engine_op_record_t *rec;
+            int nr;
+            CHECK(bsipipe_engine_records(e, d, &rec, &nr) == 0 && nr == n, "records of device %d", d);
+            for (int i = 0; i < n && nr == n; i++) {
+                if (ops[i].kind > BSIPIPE_OP_W)
+                    continue;
+                double want = bsipipe_sim_op_cost(s, &cost, &ops[i]) * 1e6, got = rec[i].end_us - rec[i].start_us;
+                comm += bsipipe_sim_tp_comm(s, &cost, &ops[i], NULL) * 1e6;
+                if (got / want < worst)
+                    worst = got / want;
+            }
+            planned += sim->device[d].busy;
+            CHECK(busy[d] >= 0.999 * sim->device[d].busy, "emulated %s tp %d: device %d busy %.6f s, the planner's "
+                  "%.6f s", sk, tp, d, busy[d], sim->device[d].busy);
+        }
+        printf("emulated %-9s tp %d: every F/B op spans >= %.3fx its planned time (planned busy %.4f s, of it TP "
+               "collectives %.2f%%)\n", sk, tp, worst, planned, planned > 0 ? 100 * comm * 1e-6 / planned : 0);
+        CHECK(worst >= 0.999, "emulated %s tp %d: an op ran %.3fx its planned time", sk, tp, worst);
+        CHECK(tp == 1 || comm > 0, "emulated %s tp %d: no TP collective charged", sk, tp);
+        bsipipe_sim_result_destroy(sim);
+    }
+    free(tokens);
+    free(targets);
+    free(p0);
+    free(p1);
+    bsipipe_engine_destroy(e);
+}
+
 static void check_equal(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t kind, const char *policy,
                         const int *tps, int n_tp)
 {
@@ -358,6 +435,9 @@ int main(int argc, char **argv)
     short_seq.seq_len = 30; /* the planner aligns pieces to D_t: S must be a multiple */
     check_refused(&short_seq, BSIPIPE_SCHED_1F1B, 4, 1, BSIPIPE_ECONFIG, "nearest valid S: 28 or 32");
     check_refused(&gpt, BSIPIPE_SCHED_ZB_H1, 2, 1, -ENOTSUP, "splits the backward");
+    /* Emulated device time. */
+    check_emulated(&gpt, BSIPIPE_SCHED_BSIPIPE, 2);
+    check_emulated(&llama, BSIPIPE_SCHED_SEQ1F1B_I, 4);
     /* Checkpoints across degrees: BSIPipe (two pipes of replicas) and
      * seq1f1b-i (pieces aligned to D_t). */
     const int ab_gpt[][2] = {{2, 1}, {1, 4}, {4, 2}}, ab_llama[][2] = {{2, 4}};
