@@ -65,6 +65,11 @@ static void usage(FILE *out)
 "                    with --emulate --reps 2 about 3 min on 2 cores\n"
 "  --preset devices  w = 4, 8, 16, emulated (L = 32, m = max(8, w)); about\n"
 "                    10 min at --reps 2 on 2 cores (--schedules shortens it)\n"
+"  --preset tp       the paper's Table 3: BSIPipe on --w emulated GPUs (default\n"
+"                    8) as (w, D_t) = (w, 1), (w/2, 2), (w/4, 4) (L = 16,\n"
+"                    m = 2w, --device-tflops 0.002 unless given), measured and\n"
+"                    predicted tokens/s, bubble and per-GPU memory side by\n"
+"                    side, with the paper's figures; about 1 min at --reps 1\n"
 "  --overhead        runtime overhead per task: StarPU's floor for the engine's\n"
 "                    exact task shapes against the engine's emulated run of the\n"
 "                    same plan, in one process (w = 2 and 8 unless --w; the first\n"
@@ -167,6 +172,7 @@ typedef struct config {
     bsipipe_engine_devices_t devices;
     int gpus;
     const char *precision;   /* cuda: o.precision (NULL: fp32) */
+    int tp;                  /* tensor-parallel degree of this configuration (0: --tp) */
 } config_t;
 
 /* One row: a variant under a config, its plan, prediction and samples. */
@@ -176,8 +182,9 @@ typedef struct row {
     int status;              /* 0 ok, 1 skipped (planner), 2 failed at run time */
     char error[400];
     double pred_bubble_flops, pred_bubble_unit; /* NAN when the plan deadlocks */
-    double pred_makespan_flops; /* makespan under FLOPs costs at 1 FLOP/s (= FLOPs) */
-    double busy_flops;       /* total F/B/W FLOPs of the plan (sum over devices) */
+    double pred_makespan_flops; /* predicted makespan x the rate (emulated: --device-tflops,
+                                   else 1 FLOP/s): FLOPs, plus the TP collectives' charge */
+    double busy_flops;       /* total F/B/W busy time of the plan x the rate (sum over devices) */
     long n_ops;
     int n_samples;
     int spin_us;             /* the idle spin the engine chose (bsipipe_engine_idle_spin_us) */
@@ -186,6 +193,7 @@ typedef struct row {
     double peak[3];          /* MiB min, median, max over devices (last iteration) */
     double speedup[2];       /* median per-repetition ratio against seq1f1b, seq1f1b-i */
     double act_bytes[2], sync_bytes[2]; /* last iteration: inside / across ranks */
+    double pred_act, pred_params; /* planner, bytes per GPU (TP rank), largest over devices */
 } row_t;
 
 static int bench_tp = 1; /* --tp: the same degree for every row */
@@ -197,19 +205,17 @@ static bsipipe_parallel_config_t make_pc(const variant_t *v, const config_t *c, 
     pc.w = c->w;
     pc.m = c->m;
     pc.comm = v->comm;
-    pc.tp = bench_tp;
+    pc.tp = c->tp > 0 ? c->tp : bench_tp;
     if (p > 0 && t.interleaved) pc.p = p;
     if (k > 0 && t.sequence_level) pc.k = k;
     return pc;
 }
 
+/* The emulated engine's costs: FLOPs at `rate`, transfers, SYNC and STEP
+ * free, tensor-parallel collectives charged (bsipipe_cost_model_emulated). */
 static bsipipe_cost_model_t free_flops_cost(double rate)
 {
-    bsipipe_cost_model_t c = bsipipe_cost_model_flops(rate);
-    c.intra_bandwidth = c.inter_bandwidth = 0;
-    c.intra_latency = c.inter_latency = 0;
-    c.step_time = 0;
-    return c;
+    return bsipipe_cost_model_emulated(rate);
 }
 
 /* Plans and simulates a row: fills the prediction, or status 1 with the
@@ -224,7 +230,10 @@ static void plan_row(row_t *r, const config_t *c)
         return;
     }
     r->n_ops = bsipipe_schedule_n_ops(s);
-    bsipipe_cost_model_t unit = bsipipe_cost_model_unit(), fl = free_flops_cost(1.0);
+    /* FLOPs costs at the emulated rate (the TP collectives' charge does not
+     * scale with it), else at 1 FLOP/s: makespan and busy in FLOPs. */
+    double rate = c->emulate ? c->tflops * 1e12 : 1.0;
+    bsipipe_cost_model_t unit = bsipipe_cost_model_unit(), fl = free_flops_cost(rate);
     unit.blocking_recv = fl.blocking_recv = r->v.blocking_recv;
     unit.recv_in_place = fl.recv_in_place = r->v.recv_in_place;
     bsipipe_sim_result_t *sim = NULL;
@@ -243,10 +252,15 @@ static void plan_row(row_t *r, const config_t *c)
         r->pred_bubble_flops = INFINITY;
     if (rc == 0) {
         r->pred_bubble_flops = sim->bubble_ratio;
-        r->pred_makespan_flops = sim->makespan;
+        r->pred_makespan_flops = sim->makespan * rate;
         r->busy_flops = 0;
-        for (int d = 0; d < sim->n_devices; d++)
-            r->busy_flops += sim->device[d].busy;
+        for (int d = 0; d < sim->n_devices; d++) {
+            r->busy_flops += sim->device[d].busy * rate;
+            if (sim->device[d].peak_act_bytes > r->pred_act)
+                r->pred_act = sim->device[d].peak_act_bytes;
+            if (sim->device[d].param_bytes > r->pred_params)
+                r->pred_params = sim->device[d].param_bytes;
+        }
     }
     bsipipe_sim_result_destroy(sim);
     bsipipe_schedule_destroy(s);
@@ -542,9 +556,11 @@ static void print_table(const config_t *c, row_t *rows, int nr, int reps, int it
     printf("\n### %s — %s\n\n", c->title, mode_name(c, mode, sizeof mode));
     printf("%s model L=%d hidden=%d heads=%d S=%d, w=%d, m=%d; %d repetitions x %d timed iteration(s), "
            "interleaved; predicted bubble: planner simulation of the same plan under FLOPs costs with free "
-           "transfers (rate-independent) and under unit costs (F=1, B=2)%s\n\n",
+           "transfers (%s) and under unit costs (F=1, B=2)%s\n\n",
            c->dims.family == BSIPIPE_MODEL_LLAMA ? "LLaMA" : "GPT", c->dims.n_layers, c->dims.hidden,
            c->dims.n_heads, c->dims.seq_len, c->w, c->m, reps, iters,
+           (c->tp > 0 ? c->tp : bench_tp) > 1 ? "tensor-parallel collectives charged on the planner's intra-node link"
+                                                : "rate-independent",
            c->emulate ? "; EMULATED: compute tasks sleep for their FLOPs, no loss is computed" : "");
     printf("| schedule | p | k | mode | tokens/s median (min, max) | bubble measured | predicted (FLOPs) | "
            "predicted (unit) | peak act MiB min/med/max | vs Seq1F1B | vs Seq1F1B-I | overhead µs/task |\n");
@@ -696,6 +712,63 @@ static void write_svg_panel(FILE *f, const config_t *c, row_t *rows, int nr, dou
     free(sm);
 }
 
+
+/* ---- --preset tp: the paper's Table 3 ---------------------------------------------------- */
+
+/* One configuration's line: measured (medians) and predicted. */
+typedef struct tp_line {
+    int ok;
+    double tok, tok_pred, bub, bub_pred, act, act_pred, params;
+} tp_line_t;
+
+static void tp_line_fill(tp_line_t *l, const config_t *c, const row_t *r)
+{
+    summary_t s = summarize(r, c);
+    int T = r->pc.tp;
+    memset(l, 0, sizeof *l);
+    if (r->n_samples == 0 || isnan(r->pred_makespan_flops))
+        return;
+    l->ok = 1;
+    l->tok = s.tok_med;
+    l->tok_pred = (double)c->m * c->dims.seq_len / (r->pred_makespan_flops / (c->tflops * 1e12));
+    l->bub = s.bub_med;
+    l->bub_pred = r->pred_bubble_flops;
+    l->act = r->peak[2] * 1048576.0 / T; /* a device's peak is its TP ranks' sum */
+    l->act_pred = r->pred_act;
+    l->params = r->pred_params;
+}
+
+/* Side by side: measured and predicted throughput and per-GPU memory of the
+ * three configurations, with what the paper's Table 3 reports. The paper's
+ * text gives GPT's peak memory at (16,1) and (4,4) and the ordering of the
+ * throughputs; its throughput numbers are in the table's image only. */
+static void print_tp_table(const config_t *cfg, const tp_line_t *l, int nc, const char *label)
+{
+    static const char *const paper[3] = {"60.1 GiB (GPT); 2nd", "fastest", "18.4 GiB (GPT); slowest"};
+    const double mib = 1048576.0;
+    printf("\n### Table 3 at this machine's scale: %s on %d emulated GPUs (%g TFLOP/s each; TP collectives on the "
+           "planner's intra-node link, 300 GB/s, 5 us)\n\n", label, cfg[0].w * (cfg[0].tp ? cfg[0].tp : 1),
+           cfg[0].tflops);
+    printf("| (w, D_t) | tokens/s measured | predicted | measured / predicted | bubble measured | predicted | "
+           "peak act MiB/GPU measured | predicted | params+moments MiB/GPU (planner) | paper (16 GPUs: (16,1), "
+           "(8,2), (4,4)) |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < nc; i++) {
+        const config_t *c = &cfg[i];
+        if (!l[i].ok) {
+            printf("| (%d, %d) | not measured (see above) | | | | | | | | %s |\n", c->w, c->tp, paper[i]);
+            continue;
+        }
+        printf("| (%d, %d) | %.0f | %.0f | %.2f | %.1f%% | %.1f%% | %.2f | %.2f | %.2f | %s |\n", c->w, c->tp,
+               l[i].tok, l[i].tok_pred, l[i].tok / l[i].tok_pred, 100 * l[i].bub, 100 * l[i].bub_pred,
+               l[i].act / mib, l[i].act_pred / mib, l[i].params / mib, paper[i]);
+    }
+    printf("\npaper (Table 3, 16 A800 GPUs, 2 nodes of 8, S = 20K, 64 micro-batches): (8,2) fastest, slightly "
+           "above (16,1); (4,4) slowest, its TP traffic partly crossing nodes; peak memory about halving with each "
+           "doubling of D_t (GPT 60.1 GiB at (16,1), 18.4 GiB at (4,4)). Here one node: every TP group is "
+           "intra-node, so only the bubble and the collectives' intra-node charge set the order.\n");
+    fflush(stdout);
+}
 
 /* ---- --overhead ------------------------------------------------------------------------- */
 
@@ -849,7 +922,7 @@ int main(int argc, char **argv)
     bsipipe_model_dims_t dims = {BSIPIPE_MODEL_GPT, 8, 128, 4, 0, 256, 256};
     int w = 4, p = -1, k = -1, m = 8, reps = 3, warmup = 1, iters = 1, seed = 1, emulate = 0;
     int set_w = 0, set_m = 0, set_layers = 0, set_seq = 0, set_watchdog = 0, mpi = 0, gpus = 0;
-    int set_reps = 0, set_iters = 0, overhead = 0;
+    int set_reps = 0, set_iters = 0, overhead = 0, set_tflops = 0;
     int spins[MAX_SPINS] = {0}, nspin = 1; /* --idle-spin: options.idle_spin_us per row set */
     int recv_blocking = 0, recv_in_place = 0, set_recv = 0; /* --recv */
     bsipipe_engine_devices_t devices = BSIPIPE_DEVICES_CPU;
@@ -921,7 +994,7 @@ int main(int argc, char **argv)
         case O_SEQ: bad = cli_parse_int(PROG, "--seq", optarg, 1, 1 << 20, &dims.seq_len); set_seq = 1; break;
         case O_SEED: bad = cli_parse_int(PROG, "--seed", optarg, 0, 1 << 30, &seed); break;
         case O_EMULATE: emulate = 1; break;
-        case O_TFLOPS: bad = cli_parse_double(PROG, "--device-tflops", optarg, 1e-6, 1e6, &tflops); break;
+        case O_TFLOPS: bad = cli_parse_double(PROG, "--device-tflops", optarg, 1e-6, 1e6, &tflops); set_tflops = 1; break;
         case O_PRESET: preset = optarg; break;
         case O_CSV: csv = optarg; break;
         case O_SVG: svg = optarg; break;
@@ -949,8 +1022,27 @@ int main(int argc, char **argv)
         return 2;
     if (cli_no_operands(PROG, argc, argv, optind))
         return 2;
-    if (preset && strcmp(preset, "seqlen") && strcmp(preset, "devices") && strcmp(preset, "ablation")) {
-        fprintf(stderr, PROG ": unknown preset '%s' (seqlen, devices, ablation)\n", preset);
+    if (preset && strcmp(preset, "seqlen") && strcmp(preset, "devices") && strcmp(preset, "ablation") &&
+        strcmp(preset, "tp")) {
+        fprintf(stderr, PROG ": unknown preset '%s' (seqlen, devices, ablation, tp)\n", preset);
+        return 2;
+    }
+    int is_tp = preset && strcmp(preset, "tp") == 0;
+    if (is_tp && bench_tp > 1) {
+        fprintf(stderr, PROG ": --preset tp sets the tensor-parallel degree itself (1, 2, 4); drop --tp\n");
+        return 2;
+    }
+    if (is_tp && !set_w)
+        w = 8;
+    if (is_tp && !set_tflops) /* ops long enough that the runtime's per-task cost stays a few % */
+        tflops = 0.002;
+    if (is_tp && (w < 8 || w % 4 || w > 64)) {
+        fprintf(stderr, PROG ": --preset tp: --w is the number of emulated devices w x D_t, a multiple of 4 from 8 "
+                        "to 64 (default 8), got %d\n", w);
+        return 2;
+    }
+    if (is_tp && (mpi || devices != BSIPIPE_DEVICES_CPU)) {
+        fprintf(stderr, PROG ": --preset tp runs emulated CPU devices in one process (no --mpi, --devices cuda)\n");
         return 2;
     }
     /* Under mpirun every rank runs this program: without --mpi each would
@@ -1006,7 +1098,7 @@ int main(int argc, char **argv)
         int st = 0;
         for (int wi = 0; wi < nw && st == 0; wi++) {
             config_t cf = {"", dims, ws[wi], set_m ? m : (ws[wi] > 8 ? ws[wi] : 8), 1, tflops, 0, watchdog, 0,
-                           devices, gpus, precision};
+                           devices, gpus, precision, 0};
             row_t r;
             memset(&r, 0, sizeof r);
             r.v.kind = kd;
@@ -1069,6 +1161,11 @@ int main(int argc, char **argv)
             snprintf(var[nv].label, sizeof var[nv].label, "%s", mpi ? map_labels[i] : labels[i]);
             nv++;
         }
+    } else if (is_tp && !schedules) {
+        var[nv].kind = BSIPIPE_SCHED_BSIPIPE;
+        var[nv].comm = comm;
+        snprintf(var[nv].label, sizeof var[nv].label, "bsipipe");
+        nv++;
     } else if (schedules) {
         char buf[512];
         snprintf(buf, sizeof buf, "%s", schedules);
@@ -1137,7 +1234,7 @@ int main(int argc, char **argv)
     /* Configurations. */
     config_t cfg[MAX_CONFIGS];
     int nc = 0;
-    config_t base = {"", dims, w, m, emulate, tflops, 0, watchdog, mpi, devices, gpus, precision};
+    config_t base = {"", dims, w, m, emulate, tflops, 0, watchdog, mpi, devices, gpus, precision, 0};
     if (!preset) {
         cfg[nc] = base;
         snprintf(cfg[nc].title, sizeof cfg[nc].title, "schedules side by side, w=%d", w);
@@ -1167,6 +1264,20 @@ int main(int argc, char **argv)
             if (!set_layers) cfg[nc].dims.n_layers = 32;
             if (!set_m) cfg[nc].m = Wd[i] > 8 ? Wd[i] : 8;
             snprintf(cfg[nc].title, sizeof cfg[nc].title, "devices: w=%d", Wd[i]);
+            nc++;
+        }
+    } else if (is_tp) {
+        /* The paper's Table 3 at this machine's scale: a budget of w
+         * emulated GPUs (default 8; the paper's 16) as (w, 1), (w/2, 2),
+         * (w/4, 4). */
+        for (int i = 0; i < 3; i++) {
+            cfg[nc] = base;
+            cfg[nc].tp = 1 << i;
+            cfg[nc].w = w >> i;
+            cfg[nc].emulate = 1;
+            if (!set_layers) cfg[nc].dims.n_layers = 16;
+            if (!set_m) cfg[nc].m = 2 * w;
+            snprintf(cfg[nc].title, sizeof cfg[nc].title, "tp: (w, D_t) = (%d, %d)", w >> i, 1 << i);
             nc++;
         }
     } else {
@@ -1222,6 +1333,8 @@ int main(int argc, char **argv)
     fflush(stdout);
 
     int status = 0, ran = 0; /* ran: rows the planner accepted (measured, or failed at run time) */
+    tp_line_t tp_lines[MAX_CONFIGS];
+    memset(tp_lines, 0, sizeof tp_lines);
     for (int ci = 0; ci < nc; ci++) {
         config_t *cf = &cfg[ci];
         row_t rows[MAX_VARIANTS];
@@ -1292,6 +1405,8 @@ int main(int argc, char **argv)
                     break;
                 }
             print_table(cf, rows, nv, reps, iters);
+            if (is_tp)
+                tp_line_fill(&tp_lines[ci], cf, &rows[0]);
             if (is_ablation && mpi)
                 print_traffic(rows, nv);
             if (is_ablation)
@@ -1324,6 +1439,8 @@ int main(int argc, char **argv)
         if (status)
             break;
     }
+    if (is_tp && status == 0)
+        print_tp_table(cfg, tp_lines, nc, var[0].label);
     if (status == 0 && ran == 0) {
         fprintf(stderr, PROG ": nothing was measured: the planner refused every schedule of every configuration "
                              "(the reasons are above); change --w, --m, --k or --schedules\n");

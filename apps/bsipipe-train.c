@@ -121,7 +121,8 @@ static void usage(FILE *out)
 "  --tp N            tensor-parallel degree D_t (default 1): each device becomes\n"
 "                    N CPU workers holding 1/N of every layer (Megatron-LM with\n"
 "                    sequence parallelism); N must divide the heads, the FFN\n"
-"                    width, the vocabulary and every piece\n"
+"                    width, the vocabulary and every piece; checkpoints hold the\n"
+"                    full model, so a run may resume with another --tp\n"
 "  --model gpt|llama --layers N --hidden N --heads N --ffn N --seq N\n"
 "                    (defaults gpt, 8, 128, 4, 4*hidden, 256; vocabulary 256 bytes)\n"
 "  --iters N         iterations (default 30)     --seed N   (default 1)\n"
@@ -584,12 +585,6 @@ int main(int argc, char **argv)
         kind = ppc->schedule;
         w = ppc->w, p = ppc->p, k = ppc->k, m = ppc->m, comm = ppc->comm, tp = ppc->tp;
     }
-    if (ckpt && tp > 1) {
-        fprintf(stderr, "bsipipe-train: --checkpoint with --tp %d is not supported yet (checkpoints hold the full "
-                        "parameter vector; the shards are not gathered into it): drop --checkpoint, or use --tp 1\n",
-                tp);
-        return 2;
-    }
     if (ckpt && emulate) {
         fprintf(stderr, "bsipipe-train: --checkpoint with --emulate would save parameters nothing computed; "
                         "drop one of them\n");
@@ -722,14 +717,11 @@ int main(int argc, char **argv)
     if (rank != 0 && !freopen("/dev/null", "w", stdout)) /* rank 0 speaks for the job */
         fprintf(stderr, "bsipipe-train: rank %d: cannot silence stdout\n", rank);
     const bsipipe_schedule_t *s = bsipipe_engine_schedule(e);
-    /* The plan's bubble: under unit costs, or under the emulated device's FLOPs
-     * costs (free transfers) when emulating. */
+    /* The plan's bubble: under unit costs, or under the emulated devices'
+     * costs (FLOPs, TP collectives charged, transfers free) when emulating. */
     bsipipe_cost_model_t cost = bsipipe_cost_model_unit();
-    if (emulate) {
-        cost = bsipipe_cost_model_flops(tflops * 1e12);
-        cost.intra_bandwidth = cost.inter_bandwidth = 0;
-        cost.intra_latency = cost.inter_latency = 0;
-    }
+    if (emulate)
+        cost = bsipipe_cost_model_emulated(tflops * 1e12);
     cost.blocking_recv = blocking_recv;
     cost.recv_in_place = recv_in_place;
     bsipipe_sim_result_t *plan = NULL;

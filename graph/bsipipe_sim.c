@@ -39,6 +39,14 @@ int bsipipe_sim_recv_ahead(const bsipipe_schedule_t *s, const bsipipe_cost_model
     return k >= 0 && s->ops[d][k].kind <= BSIPIPE_OP_W && i - k <= BSIPIPE_SIM_MAX_AHEAD ? i - k : 0;
 }
 
+bsipipe_cost_model_t bsipipe_cost_model_emulated(double device_flops)
+{
+    bsipipe_cost_model_t c = bsipipe_cost_model_flops(device_flops);
+    c.free_transfers = 1;
+    c.step_time = 0;
+    return c;
+}
+
 static int split_backward(const bsipipe_schedule_t *s)
 {
     return bsipipe_schedule_kind_traits(s->pc.schedule).split_backward;
@@ -82,6 +90,8 @@ static int node_of(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *c, i
 
 static double link_time(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *c, int a, int b, double bytes)
 {
+    if (c->free_transfers)
+        return 0;
     int inter = node_of(s, c, a) != node_of(s, c, b);
     double bw = inter ? c->inter_bandwidth : c->intra_bandwidth;
     double lat = inter ? c->inter_latency : c->intra_latency;

@@ -44,6 +44,10 @@ typedef struct bsipipe_cost_model {
     int recv_in_place;      /* 1: a posted RECV is posted where it stands in the list,
                                not ahead of the compute op before it (the engine's
                                bsipipe_engine_options.recv_in_place; the ablation) */
+    int free_transfers;     /* 1: SEND and SYNC move their bytes at no cost while the
+                               tensor-parallel collectives keep their link class's
+                               charge (the engine's --emulate: its transfers are real
+                               copies, its collectives emulated) */
 } bsipipe_cost_model_t;
 
 /* Posting ahead: how many places before its own the RECV at index i of
@@ -67,6 +71,15 @@ bsipipe_cost_model_t bsipipe_cost_model_unit(void);
 /* Costs from FLOPs: a device of `device_flops` FLOP/s, intra-node links of
  * 300 GB/s / 5 us, inter-node 25 GB/s / 10 us, fp32 tensors. */
 bsipipe_cost_model_t bsipipe_cost_model_flops(double device_flops);
+
+/* The engine's emulated devices (--emulate, docs/tensor-parallel.md): an
+ * F/B/W op holds its device for its FLOPs / device_flops, a tensor-parallel
+ * collective for its charge over the links of bsipipe_cost_model_flops
+ * (intra-node unless devices_per_node puts a TP group across nodes);
+ * pipeline transfers, SYNC and STEP free (the engine really copies the
+ * first, skips the others). The prediction an emulated run is measured
+ * against. */
+bsipipe_cost_model_t bsipipe_cost_model_emulated(double device_flops);
 
 typedef struct bsipipe_sim_device {
     double busy;             /* time in F/B/W */

@@ -445,7 +445,9 @@ int ckpt_header_match(const char *path, const ckpt_header_t *want, const ckpt_he
     }
     for (int i = 0; i < 7; i++) {
         int kind = i == 0 ? 2 : i == 6 ? 3 : 0;
-        if (got->pc[i] != want->pc[i])
+        /* tp (i = 5) records the degree that saved the file: the data is the
+         * whole-model vector whatever the degree, so any degree resumes it. */
+        if (i != 5 && got->pc[i] != want->pc[i])
             return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s is of another parallel config: checkpoint has "
                                      "%s=%s, this run has %s=%s", path, pc_names[i],
                                      field_value(kind, got->pc[i], bc, sizeof bc), pc_names[i],

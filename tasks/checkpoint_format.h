@@ -178,7 +178,8 @@ int ckpt_part_check(const char *path, const char *man_path, const ckpt_header_t 
                     const unsigned char *q, uint64_t size);
 
 /* Compares a parsed header with the one the loading engine expects: model,
- * parallel config, optimizer, seed, pipes x chunks and each replica's slice
+ * parallel config but its tp (the data is the whole-model vector at any
+ * degree), optimizer, seed, pipes x chunks and each replica's slice
  * (counters, devices and where the data lies are not compared). 0 or
  * BSIPIPE_EFORMAT naming the first field that differs. */
 int ckpt_header_match(const char *path, const ckpt_header_t *want, const ckpt_header_t *got);

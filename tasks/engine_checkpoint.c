@@ -12,6 +12,7 @@
 #include "tasks/engine_internal.h"
 #include "tasks/checkpoint_format.h"
 #include "graph/bsipipe_error.h"
+#include "kernels/bsipipe_tp.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -152,11 +153,9 @@ static int writer_put(writer_t *w, const unsigned char *p, size_t n, int raw)
     return 0;
 }
 
-/* Appends a float vector of a StarPU handle (acquired for reading). */
-static int writer_put_handle(writer_t *w, starpu_data_handle_t h, long n)
+/* Appends n floats from memory. */
+static int writer_put_floats(writer_t *w, const float *src, long n)
 {
-    starpu_data_acquire(h, STARPU_R);
-    const float *src = (const float *)starpu_data_get_local_ptr(h);
     int rc = 0;
     enum { CHUNK = 1 << 14 };
     unsigned char tmp[4 * CHUNK];
@@ -165,6 +164,14 @@ static int writer_put_handle(writer_t *w, starpu_data_handle_t h, long n)
         floats_to_le(tmp, src + i, k);
         rc = writer_put(w, tmp, 4 * k, 0);
     }
+    return rc;
+}
+
+/* Appends a float vector of a StarPU handle (acquired for reading). */
+static int writer_put_handle(writer_t *w, starpu_data_handle_t h, long n)
+{
+    starpu_data_acquire(h, STARPU_R);
+    int rc = writer_put_floats(w, (const float *)starpu_data_get_local_ptr(h), n);
     starpu_data_release(h);
     return rc;
 }
@@ -207,15 +214,23 @@ int bsipipe_engine_save(bsipipe_engine_t *e, const char *dir, long iteration)
 {
     if (!e || !dir || !*dir)
         return bsipipe_error_set(-EINVAL, "checkpoint: no engine or no directory");
-    if (e->T > 1)
-        return bsipipe_error_set(-ENOTSUP, "checkpoint: not supported with tensor parallelism yet (tp %d): the "
-                                 "shards would have to be gathered into the full vector; run with --tp 1 to "
-                                 "save or resume", e->T);
     int rc = save_checks(e, dir, iteration);
     if (e->mpi)
         return save_ranks(e, dir, iteration, rc);
     if (rc == 0 && (rc = save_single(e, dir, iteration)) == 0)
         remove_parts(dir, NULL); /* the parts of a multi-rank checkpoint it replaced */
+    return rc;
+}
+
+/* Tensor parallelism: params, m and v of pipe `pipe` as whole-model
+ * vectors (P floats each, one after the other in full). */
+static int tp_full_pipe(bsipipe_engine_t *e, int pipe, float *full, long P)
+{
+    int rc = engine_tp_full(e, pipe, ENGINE_TP_PARAMS, full);
+    if (rc == 0)
+        rc = engine_tp_full(e, pipe, ENGINE_TP_M, full + P);
+    if (rc == 0)
+        rc = engine_tp_full(e, pipe, ENGINE_TP_V, full + 2 * P);
     return rc;
 }
 
@@ -228,8 +243,10 @@ static int save_single(bsipipe_engine_t *e, const char *dir, long iteration)
     ckpt_header_t h;
     int rc = engine_header(e, iteration, &h), fd;
     unsigned char *hdr = rc == 0 ? malloc((size_t)ckpt_header_bytes(&h)) : NULL;
+    long P = bsipipe_engine_n_params(e);
+    float *full = e->T > 1 ? malloc(3 * sizeof(float) * (size_t)P) : NULL; /* params, m, v of one pipe */
     const char *what = "";
-    if (!final || !tmp || !w.buf || !hdr) {
+    if (!final || !tmp || !w.buf || !hdr || (e->T > 1 && !full)) {
         rc = bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
         goto out;
     }
@@ -250,9 +267,23 @@ static int save_single(bsipipe_engine_t *e, const char *dir, long iteration)
     what = "cannot write";
     if ((rc = writer_put(&w, hdr, (size_t)ckpt_header_bytes(&h), 0)) < 0)
         goto fail;
-    /* Pipe-major replicas; params, m, v of each. */
+    /* Pipe-major replicas; params, m, v of each. With tensor parallelism
+     * the replica's slice of the whole-model vectors, gathered from the
+     * ranks' shards: the file is the one a D_t = 1 run writes, so any
+     * degree resumes it. */
     for (int i = 0; i < n_replicas(e); i++) {
         replica_t *r = &e->rep[i];
+        if (e->T > 1) {
+            if (i % e->C == 0 && (rc = tp_full_pipe(e, i / e->C, full, P)) < 0) {
+                what = "cannot gather the tensor-parallel shards for";
+                goto fail;
+            }
+            if ((rc = writer_put_floats(&w, full + r->base, r->n)) < 0 ||
+                (rc = writer_put_floats(&w, full + P + r->base, r->n)) < 0 ||
+                (rc = writer_put_floats(&w, full + 2 * P + r->base, r->n)) < 0)
+                goto fail;
+            continue;
+        }
         if ((rc = writer_put_handle(&w, r->h_params, r->n)) < 0 || (rc = writer_put_handle(&w, r->h_m, r->n)) < 0 ||
             (rc = writer_put_handle(&w, r->h_v, r->n)) < 0)
             goto fail;
@@ -293,6 +324,7 @@ fail:
                            strerror(-rc));
 out:
     ckpt_header_clear(&h);
+    free(full);
     free(hdr);
     free(w.buf);
     free(tmp);
@@ -656,10 +688,6 @@ int bsipipe_engine_load(bsipipe_engine_t *e, const char *dir, long *iteration)
 {
     if (!e || !dir || !*dir)
         return bsipipe_error_set(-EINVAL, "checkpoint: no engine or no directory");
-    if (e->T > 1)
-        return bsipipe_error_set(-ENOTSUP, "checkpoint: not supported with tensor parallelism yet (tp %d): the "
-                                 "shards would have to be cut from the full vector; run with --tp 1 to save or "
-                                 "resume", e->T);
     /* Every rank reads DIR/checkpoint.bin and checks it on its own, then
      * against this engine, then reads and checks the parts holding its own
      * replicas; the ranks agree before any touches its engine, so a refusal
@@ -675,7 +703,33 @@ int bsipipe_engine_load(bsipipe_engine_t *e, const char *dir, long *iteration)
         if (engine_local(e, e->rep[i].device))
             rc = ckpt_load_part(&l, (uint32_t)l.h.rep[i].part);
     rc = engine_mpi_agree_named(e, rc, "could not read the checkpoint");
-    if (rc == 0) { /* everything checked: only now touch the engine */
+    long P = bsipipe_engine_n_params(e);
+    float *full = NULL, *shard = NULL;
+    if (rc == 0 && e->T > 1 &&
+        (!(full = malloc(sizeof(float) * (size_t)P)) ||
+         !(shard = malloc(sizeof(float) * (size_t)bsipipe_tp_model_params(&e->dims, e->T)))))
+        rc = bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
+    if (rc == 0 && e->T > 1) {
+        /* Tensor parallelism: each pipe's replicas tile the whole-model
+         * vector; every rank's shards are cut from it, whatever degree
+         * saved the file. */
+        starpu_task_wait_for_all();
+        for (int pipe = 0; pipe < bsipipe_schedule_n_pipes(e->sched) && rc == 0; pipe++)
+            for (int which = 0; which < 3 && rc == 0; which++) {
+                for (int c = 0; c < e->C; c++) {
+                    replica_t *r = &e->rep[pipe * e->C + c];
+                    const unsigned char *p = ckpt_load_replica(&l, (size_t)(pipe * e->C + c));
+                    floats_from_le(full + r->base, p + 4 * (size_t)which * (size_t)r->n, (size_t)r->n);
+                }
+                rc = engine_tp_set_full(e, pipe, which == 0 ? ENGINE_TP_PARAMS : which == 1 ? ENGINE_TP_M
+                                                                                         : ENGINE_TP_V, full, shard);
+            }
+        if (rc == 0) {
+            e->steps = (long)l.h.steps;
+            if (iteration)
+                *iteration = (long)l.h.iteration;
+        }
+    } else if (rc == 0) { /* everything checked: only now touch the engine */
         starpu_task_wait_for_all();
         for (int i = 0; i < n_replicas(e); i++) {
             replica_t *r = &e->rep[i];
@@ -690,6 +744,8 @@ int bsipipe_engine_load(bsipipe_engine_t *e, const char *dir, long *iteration)
         if (iteration)
             *iteration = (long)l.h.iteration;
     }
+    free(full);
+    free(shard);
     ckpt_load_close(&l);
     return rc;
 }

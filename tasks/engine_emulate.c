@@ -60,7 +60,14 @@ int engine_emulate(struct bsipipe_engine *e, const bsipipe_op_t *op)
     if (e->o.emulate_flops <= 0)
         return 0;
     long start = now_ns();
-    bsipipe_cost_model_t cost = bsipipe_cost_model_flops(e->o.emulate_flops);
+    bsipipe_cost_model_t cost = bsipipe_cost_model_emulated(e->o.emulate_flops);
     emulate_hold_until(start + (long)(bsipipe_sim_op_cost(e->sched, &cost, op) * 1e9));
     return 1;
+}
+
+void engine_emulate_hold(double seconds)
+{
+    long start = now_ns();
+    if (seconds > 0)
+        emulate_hold_until(start + (long)(seconds * 1e9));
 }

@@ -261,6 +261,9 @@ extern struct starpu_codelet bsipipe_cl_sync_nccl; /* one replica RW, all-reduce
  * cost-model duration. Returns 1 when the engine emulates (the caller then
  * skips its compute). */
 int engine_emulate(struct bsipipe_engine *e, const bsipipe_op_t *op);
+/* Holds the calling worker for `seconds` of emulated device time (a TP
+ * segment's or collective's share of its op, engine_tp.c). */
+void engine_emulate_hold(double seconds);
 
 /* Offset of layer l (l = L: the head part) inside the replica that op a
  * works on: where its parameters and gradients start in the replica's
@@ -350,11 +353,19 @@ int engine_tp_submit_reduce(struct bsipipe_engine *e, int dry_run);
 /* Around an iteration: per-rank records reset / merged into e->rec. */
 void engine_tp_iteration_begin(struct bsipipe_engine *e);
 void engine_tp_iteration_end(struct bsipipe_engine *e);
-/* Device d's busy time in the last iteration: the µs of its ranks' F/B
- * segment and collective tasks, divided by T (a rank's mean). */
+/* Device d's busy time in the last iteration: a rank's mean µs in its F/B
+ * segments and in every collective of the group (each rank waits for it). */
 double engine_tp_busy_us(const struct bsipipe_engine *e, int d);
 /* Whole-model parameters or gradients gathered from the shards. */
 int engine_tp_gather(struct bsipipe_engine *e, float *out, int grads);
+/* Checkpoints: vector `which` of pipe `pipe`'s replicas as the whole-model
+ * vector (bsipipe_model_params floats) gathered from the ranks' shards, and
+ * the reverse (every rank's shard cut from full; shard: scratch of
+ * bsipipe_tp_model_params floats, so that nothing can fail for memory once
+ * a load has started writing). Call between iterations. */
+enum { ENGINE_TP_PARAMS, ENGINE_TP_GRADS, ENGINE_TP_M, ENGINE_TP_V };
+int engine_tp_full(struct bsipipe_engine *e, int pipe, int which, float *out);
+int engine_tp_set_full(struct bsipipe_engine *e, int pipe, int which, const float *full, float *shard);
 /* The op args that device d's rank-0 worker waits for at `slot` (watchdog),
  * or NULL; and op i's rank-0 arguments. */
 const op_args_t *engine_tp_slot_op(struct bsipipe_engine *e, int d, long slot);

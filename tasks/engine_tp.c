@@ -28,6 +28,7 @@
 #include "tasks/engine_internal.h"
 #include "graph/bsipipe_error.h"
 #include "kernels/bsipipe_tp.h"
+#include "graph/bsipipe_sim.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -65,6 +66,7 @@ typedef struct tp_task {
     int rep;                  /* C_AREP: replica index (pipe * C + chunk) */
     long off, count;          /* collectives: source offset, elements per rank */
     int clear;                /* S_BATTN: zero the K/V gradient first */
+    double emu_s;             /* --emulate: seconds the task holds its worker instead of running */
     signed char ix[R_N];
     signed char src[TP_MAX], dst[TP_MAX]; /* collectives: buffers of each rank */
 } tp_task_t;
@@ -96,8 +98,8 @@ struct engine_tp {
     long n_tasks, cap_tasks;
     bsipipe_tp_tensor_info_t *ti;
     int nti;
-    pthread_mutex_t mem_lock;     /* the T workers of a device share its live-bytes counter */
-    double *busy;                 /* [device * T + rank]: µs of F/B tasks this iteration */
+    pthread_mutex_t mem_lock;     /* the T workers of a device share its live-bytes counter and busy */
+    double *busy;                 /* [device * T + rank]: µs of F/B segments and collectives this iteration */
 };
 
 /* The communication buffers of a (device, rank). */
@@ -157,9 +159,6 @@ int engine_tp_check(struct bsipipe_engine *e)
         return bsipipe_error_set(-ENOTSUP, "engine: schedule %s splits the backward into B and W, which the "
                                  "tensor-parallel kernels do not provide yet: pick another schedule, or --tp 1",
                                  bsipipe_schedule_kind_name(e->o.pc.schedule));
-    if (e->o.emulate_flops > 0)
-        return bsipipe_error_set(-ENOTSUP, "engine: --emulate does not model tensor parallelism: drop --emulate, "
-                                 "or use --tp 1");
     bsipipe_tp_t tp = {T, 0};
     int rc = bsipipe_tp_check(&e->dims, &tp, 0);
     for (int s = 0; s < e->k && rc == 0; s++)
@@ -479,6 +478,7 @@ typedef struct tp_ctx {
     int x;                       /* replica pipe * C + chunk */
     long ai, ki;                 /* act_i / kv_i of rank 0 */
     int len, ls;
+    double emu_unit, emu_coll;   /* --emulate: seconds per FLOP of a segment's weight, per collective */
 } tp_ctx_t;
 
 typedef struct tb {
@@ -535,8 +535,18 @@ static void tp_done(void *arg)
         a->ph[3] += starpu_timing_timespec_delay_us(&pi->start_time, &pi->end_time);
         a->ph[4] += starpu_timing_timespec_delay_us(&pi->release_data_start_time, &pi->release_data_end_time);
         a->ph_ok = 1;
-        if (a->op.kind <= BSIPIPE_OP_W) /* a rank's tasks run on its worker only: no two threads add here */
-            a->e->tp->busy[a->op.device * a->e->T + tt->rank] += f - s;
+        if (a->op.kind <= BSIPIPE_OP_W) {
+            /* A collective holds every rank of the group (each waits for
+             * its output), as the planner puts it on every rank's
+             * timeline: its time counts for all of them. */
+            struct engine_tp *t = a->e->tp;
+            int T = a->e->T, d = a->op.device, all = tt->kind >= C_AG;
+            pthread_mutex_lock(&t->mem_lock);
+            for (int q = 0; q < T; q++)
+                if (all || q == tt->rank)
+                    t->busy[d * T + q] += f - s;
+            pthread_mutex_unlock(&t->mem_lock);
+        }
     }
     a->rec->seq = __atomic_fetch_add(&a->e->rec_seq, 1, __ATOMIC_SEQ_CST);
     __atomic_store_n(&a->running_since, 0LL, __ATOMIC_SEQ_CST);
@@ -662,6 +672,62 @@ static starpu_data_handle_t tp_input(tp_ctx_t *c, int r)
         return NULL;
     long i = act_i(e, op->mb, op->sub, from, r);
     return op->kind == BSIPIPE_OP_F ? e->h_x_out[i] : e->h_dx[i];
+}
+
+/* --emulate: the FLOPs that weigh a segment's share of its op's emulated
+ * compute time (the attention and MLP blocks of a layer, the head's
+ * logits; the norms, residuals and embedding lookups count 0). */
+static double attn_flops(const tp_ctx_t *c)
+{
+    double n = c->len, h = c->e->d, keys = n * c->a->start + n * (n + 1) / 2;
+    return 2 * n * 4 * h * h + 4 * keys * h;
+}
+
+static double seg_flops(const tp_ctx_t *c, int kind, int l)
+{
+    const bsipipe_model_dims_t *D = &c->e->dims;
+    (void)l;
+    switch (kind) {
+    case S_ATTN: return attn_flops(c);
+    case S_BATTN: return 2 * attn_flops(c);
+    case S_MLP: return bsipipe_model_layer_flops(D, c->a->start, c->len) - attn_flops(c);
+    case S_BMLP: return 2 * (bsipipe_model_layer_flops(D, c->a->start, c->len) - attn_flops(c));
+    case S_HLOGITS: return bsipipe_model_head_flops(D, c->len);
+    case S_HBWD: return 2 * bsipipe_model_head_flops(D, c->len);
+    default: return 0;
+    }
+}
+
+/* --emulate, an F or B op: its emulated time on each rank is the planner's
+ * (bsipipe_cost_model_emulated: FLOPs / D_t at the emulated rate, plus the
+ * TP collectives' charge). The compute part is shared over the op's
+ * segments by their FLOPs, the collective part equally over its
+ * all-gathers and reduce-scatters (the cross-entropy's two all-reduces of
+ * len doubles hold nothing, as the planner charges nothing for them). The
+ * engine's ops hold the same collectives as the planner's but for the
+ * head's, which all run in the last chunk's F (the planner charges one to
+ * F, one to B): sharing each op's own charge keeps every op's time the
+ * planner's. */
+static void emu_plan(tp_ctx_t *c)
+{
+    struct bsipipe_engine *e = c->e;
+    const bsipipe_op_t *op = &c->a->op;
+    if (e->o.emulate_flops <= 0 || (op->kind != BSIPIPE_OP_F && op->kind != BSIPIPE_OP_B))
+        return;
+    bsipipe_cost_model_t cost = bsipipe_cost_model_emulated(e->o.emulate_flops);
+    double comm = bsipipe_sim_tp_comm(e->sched, &cost, op, NULL);
+    double comp = bsipipe_sim_op_cost(e->sched, &cost, op) - comm, w = 0;
+    int nl = c->a->l1 - c->a->l0, first = op->chunk == 0, last = op->chunk == e->C - 1, ncoll;
+    if (op->kind == BSIPIPE_OP_F) {
+        ncoll = 4 * nl + first + 2 * last;
+        w = nl * bsipipe_model_layer_flops(&e->dims, c->a->start, c->len) +
+            (last ? 3 * bsipipe_model_head_flops(&e->dims, c->len) : 0);
+    } else {
+        ncoll = 6 * nl + first;
+        w = 2 * nl * bsipipe_model_layer_flops(&e->dims, c->a->start, c->len);
+    }
+    c->emu_unit = w > 0 ? comp / w : 0;
+    c->emu_coll = ncoll > 0 ? comm / ncoll : 0;
 }
 
 /* One segment on every rank. */
@@ -803,6 +869,7 @@ static int seg(tp_ctx_t *c, int kind, int l)
             free(b.t);
             return bsipipe_error_set(-EINVAL, "engine: unknown tp segment %d", kind);
         }
+        b.t->emu_s = c->emu_unit * seg_flops(c, kind, l);
         int rc = tb_submit(c, &b, &engine_cl_tp_seg, r, 1);
         if (rc < 0)
             return rc;
@@ -824,6 +891,7 @@ static int coll(tp_ctx_t *c, int kind, long off, long count, tp_h_fn src, tp_h_f
     b.t->off = off;
     b.t->count = count;
     b.t->rep = rep;
+    b.t->emu_s = kind == C_AG || kind == C_RS ? c->emu_coll : 0;
     for (int q = 0; q < T; q++)
         b.t->src[q] = (signed char)tb_add(&b, src(c, q), dst ? STARPU_R : STARPU_RW);
     for (int q = 0; q < T && dst; q++)
@@ -1011,6 +1079,7 @@ int engine_tp_submit_op(struct bsipipe_engine *e, int d, int i, int step, int dr
 {
     tp_ctx_t c;
     ctx_init(&c, e, d, i, dry_run);
+    emu_plan(&c);
     switch (c.a->op.kind) {
     case BSIPIPE_OP_F:
         return tp_forward(&c);
@@ -1055,23 +1124,39 @@ int engine_tp_submit_reduce(struct bsipipe_engine *e, int dry_run)
     return 0;
 }
 
-int engine_tp_gather(struct bsipipe_engine *e, float *out, int grads)
+/* The vector `which` of replica slot p (params, grads, m, v). */
+static float *rep_vec(tp_rep_t *p, int which, starpu_data_handle_t *h)
+{
+    switch (which) {
+    case ENGINE_TP_GRADS: *h = p->h_grads; return p->grads;
+    case ENGINE_TP_M: *h = p->h_m; return p->m;
+    case ENGINE_TP_V: *h = p->h_v; return p->v;
+    default: *h = p->h_params; return p->params;
+    }
+}
+
+int engine_tp_full(struct bsipipe_engine *e, int pipe, int which, float *out)
 {
     struct engine_tp *t = e->tp;
     int T = e->T;
     float *shard = malloc(sizeof(float) * (size_t)t->shard_n * (size_t)T);
     if (!shard)
         return bsipipe_error_set(-ENOMEM, "out of memory");
-    for (int x = 0; x < e->C; x++)
+    for (int c = 0; c < e->C; c++)
         for (int r = 0; r < T; r++) {
-            tp_rep_t *p = &t->rep[(long)x * T + r];
-            starpu_data_handle_t h = grads ? p->h_grads : p->h_params;
+            tp_rep_t *p = &t->rep[((long)pipe * e->C + c) * T + r];
+            starpu_data_handle_t h;
+            const float *src = rep_vec(p, which, &h);
             starpu_data_acquire(h, STARPU_R);
-            memcpy(shard + (size_t)r * (size_t)t->shard_n + p->base, grads ? p->grads : p->params,
-                   sizeof(float) * (size_t)p->n);
+            memcpy(shard + (size_t)r * (size_t)t->shard_n + p->base, src, sizeof(float) * (size_t)p->n);
             starpu_data_release(h);
         }
     memset(out, 0, sizeof(float) * (size_t)bsipipe_model_params(&e->dims));
+    /* Split tensors: each rank's blocks into place. Replicated ones (norms,
+     * wpe): copied from every rank in turn, so the last rank's copy stays;
+     * after the replicated-gradient all-reduce every rank holds the same
+     * bits in them (and so the same AdamW moments), hence any rank's copy is
+     * the D_t = 1 run's value up to the reordered sum. */
     int rc = 0;
     for (int r = 0; r < T && rc == 0; r++) {
         bsipipe_tp_t tp = {T, r};
@@ -1079,6 +1164,33 @@ int engine_tp_gather(struct bsipipe_engine *e, float *out, int grads)
     }
     free(shard);
     return rc;
+}
+
+int engine_tp_set_full(struct bsipipe_engine *e, int pipe, int which, const float *full, float *shard)
+{
+    struct engine_tp *t = e->tp;
+    int T = e->T, rc = 0;
+    for (int r = 0; r < T && rc == 0; r++) {
+        bsipipe_tp_t tp = {T, r};
+        if ((rc = bsipipe_tp_model_shard(&e->dims, &tp, full, shard)) < 0)
+            break;
+        for (int c = 0; c < e->C; c++) {
+            tp_rep_t *p = &t->rep[((long)pipe * e->C + c) * T + r];
+            starpu_data_handle_t h;
+            float *dst = rep_vec(p, which, &h);
+            if (!dst)
+                continue; /* not this process's */
+            starpu_data_acquire(h, STARPU_W);
+            memcpy(dst, shard + p->base, sizeof(float) * (size_t)p->n);
+            starpu_data_release(h);
+        }
+    }
+    return rc;
+}
+
+int engine_tp_gather(struct bsipipe_engine *e, float *out, int grads)
+{
+    return engine_tp_full(e, 0, grads ? ENGINE_TP_GRADS : ENGINE_TP_PARAMS, out);
 }
 
 /* ---- codelets ---- */
@@ -1120,7 +1232,8 @@ static void tp_seg_cpu(void *buffers[], void *cl_arg)
         st += li * bsipipe_tp_stash_size(D, T, len);
     if (kv)
         kv += li * bsipipe_tp_kv_size(D, T);
-    if (dkv && tt->clear)
+    int emulate = e->o.emulate_flops > 0;
+    if (dkv && tt->clear && !emulate) /* emulated: nothing reads it */
         memset(dkv, 0, STARPU_VECTOR_GET_NX(buffers[tt->ix[R_DKV]]) * sizeof(float));
     if (dkv)
         dkv += li * bsipipe_tp_kv_size(D, T);
@@ -1140,6 +1253,10 @@ static void tp_seg_cpu(void *buffers[], void *cl_arg)
         tp_mem(e, a->op.device, -4.0 * NX(R_ST));
     if (tt->kind == S_BATTN && l == a->l0 && a->op.sub == 0) /* the last use of the micro-batch's K/V here */
         tp_mem(e, a->op.device, -4.0 * (NX(R_KV) + NX(R_DKV)));
+    if (emulate) { /* the memory is counted as when computing; the time is the planner's share */
+        engine_emulate_hold(tt->emu_s);
+        return;
+    }
     switch (tt->kind) {
     case S_EMB_VOCAB:
         rc = bsipipe_tp_embed_fwd_vocab(D, &tp, P, tok + a->start, len, PA);
@@ -1218,6 +1335,10 @@ static void tp_coll_cpu(void *buffers[], void *cl_arg)
     struct bsipipe_engine *e = tt->a->e;
     if (engine_failed(e))
         return;
+    if (e->o.emulate_flops > 0) { /* the planner's charge; the replicated all-reduce, like SYNC, is free */
+        engine_emulate_hold(tt->emu_s);
+        return;
+    }
     int T = e->T, rc = 0;
     const void *send[TP_MAX] = {0};
     for (int q = 0; q < T; q++)
@@ -1285,7 +1406,7 @@ static void tp_step_cpu(void *buffers[], void *cl_arg)
     op_args_t *a = tt->a;
     struct bsipipe_engine *e = a->e;
     struct engine_tp *t = e->tp;
-    if (engine_failed(e) || !a->do_step)
+    if (engine_failed(e) || !a->do_step || e->o.emulate_flops > 0)
         return;
     int T = e->T, rc = 0;
     double sumsq = 0;

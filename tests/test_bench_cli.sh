@@ -29,6 +29,17 @@ expect 2 "--tp expects an integer in 1..64" --tp 100
 "$bench" $tiny --reps 1 --tp 2 --schedules 1f1b,zb-h1 >"$tmp/tp" 2>&1 || fail "--tp 2 run: $(tail -3 "$tmp/tp")"
 if grep -qE "^\| 1f1b \| [0-9]+ \| [0-9]+ \| real \| [0-9]+ \(" "$tmp/tp"; then ok; else fail "no measured 1f1b row with --tp 2"; fi
 grep -q "zb-h1 failed.*splits the backward" "$tmp/tp" && ok || fail "zb-h1 with --tp 2 not refused with its reason"
+# --preset tp (the paper's Table 3, emulated), tiny: the three (w, D_t) rows
+# with measured and predicted columns, and the paper's figures beside them.
+"$bench" --preset tp --reps 1 --warmup 0 --layers 16 --hidden 32 --heads 4 --seq 32 --device-tflops 1 \
+    >"$tmp/tpp" 2>&1 || fail "--preset tp: $(tail -3 "$tmp/tpp")"
+for row in "(8, 1)" "(4, 2)" "(2, 4)"; do
+    if grep -qE "^\| \($(echo "$row" | tr -d '()')\) \| [0-9]+ \| [0-9]+ \| [0-9.]+ \| [0-9.]+% \| [0-9.]+% \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| " "$tmp/tpp"
+    then ok; else fail "--preset tp: no measured row $row"; fi
+done
+grep -q "18.4 GiB (GPT); slowest" "$tmp/tpp" && ok || fail "--preset tp: the paper's figures are missing"
+expect 2 "--preset tp sets the tensor-parallel degree itself" --preset tp --tp 2
+expect 2 "a multiple of 4 from 8 to 64" --preset tp --w 6
 
 # Real compute: three schedules, CSV and SVG.
 "$bench" $tiny --schedules seq1f1b,seq1f1b-i,bsipipe --csv "$tmp/b.csv" --svg "$tmp/b.svg" >"$tmp/out" 2>&1 ||

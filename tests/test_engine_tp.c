@@ -3,7 +3,8 @@
  * then D_t StarPU workers, every segment and collective a task) must give the
  * D_t = 1 run's loss and, after one forward-backward, its gradients, and
  * after a few AdamW iterations its parameters (gathered from the shards), for
- * GPT and LLaMA under the bsipipe, 1f1b and seq1f1b-i schedules. Bad degrees
+ * GPT and LLaMA under the bsipipe, 1f1b and seq1f1b-i schedules. A checkpoint
+ * saved at one degree resumes at another (check_checkpoint). Bad degrees
  * are refused with BSIPIPE_ECONFIG naming the rule.
  *
  * Tolerance. Sharding reorders sums: the row-parallel products and the
@@ -28,8 +29,11 @@
 #include "tests/check.h"
 #include "tests/test_data.h"
 #include "tests/grad_check.h"
+#include "graph/bsipipe_sim.h"
 
+#include <stdint.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 enum { ITERS = 3 };
 
@@ -133,26 +137,261 @@ static void check_refused(const bsipipe_model_dims_t *dims, bsipipe_schedule_kin
     bsipipe_engine_destroy(e);
 }
 
-/* Checkpoints refuse TP with a sentence (not a wrong file). */
-static void check_checkpoint_refused(void)
+/* ---- checkpoints across degrees ----
+ * A checkpoint holds the whole-model parameters and AdamW moments (gathered
+ * from the shards), so a run saved with D_t = a resumes with D_t = b. The
+ * reference is an uninterrupted D_t = 1 run of CK_ITERS iterations; the
+ * resumed runs do CK_SAVE iterations at a, save, and CK_ITERS - CK_SAVE at b
+ * in a fresh engine. Tolerances as in compare() (fp32 reordering of the
+ * sharded sums, nothing else: the moments and the step count are carried
+ * exactly): loss 1e-5 relative, parameters 0.01 * lr * CK_ITERS absolute.
+ * The same resume with the file's m and v zeroed (CRC re-sealed, so it loads)
+ * must land outside that tolerance: AdamW restarted from zero moments with
+ * the saved step count moves each parameter by a sizeable fraction of lr
+ * more or less, so a save or load that dropped the moments is caught. */
+enum { CK_ITERS = 4, CK_SAVE = 2 };
+
+static int ck_engine(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t kind, int tp, bsipipe_engine_t **e)
 {
-    bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(BSIPIPE_SCHED_1F1B);
+    bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(kind);
     pc.w = 2;
     pc.m = 2;
-    pc.tp = 2;
-    bsipipe_engine_options_t o = bsipipe_engine_options_default(&gpt, &pc);
+    pc.tp = tp;
+    if (pc.k > 1)
+        pc.k = 2;
+    bsipipe_engine_options_t o = bsipipe_engine_options_default(dims, &pc);
+    o.watchdog_s = 60;
+    int rc = bsipipe_engine_create(&o, e);
+    CHECK(rc == 0, "create %s tp %d: %s", bsipipe_schedule_kind_name(kind), tp, bsipipe_error_detail());
+    return rc;
+}
+
+/* Iterations [from, to) of the checkpoint runs (data of iteration it: seed 11 + it). */
+static int ck_iterate(bsipipe_engine_t *e, const bsipipe_model_dims_t *dims, long from, long to, double *loss)
+{
+    int m = 2, S = dims->seq_len, rc = 0;
+    int *tokens = malloc(sizeof(int) * (size_t)(m * S)), *targets = malloc(sizeof(int) * (size_t)(m * S));
+    for (long it = from; it < to && rc == 0; it++) {
+        test_data_make(m, S, dims->vocab, 11 + (unsigned)it, tokens, targets);
+        rc = bsipipe_engine_iteration(e, tokens, targets, &loss[it], NULL);
+        CHECK(rc == 0, "iteration %ld: %s", it, bsipipe_error_detail());
+    }
+    free(tokens);
+    free(targets);
+    return rc;
+}
+
+static void ck_path(char *out, size_t n, const char *dir, const char *name)
+{
+    snprintf(out, n, "%s/%s", dir, name);
+}
+
+/* Zeroes the AdamW moments of every replica of DIR/checkpoint.bin (version
+ * 1: header_bytes at byte 12, the replica table at 160, 32 bytes an entry
+ * with n at +24; per replica n params, n m, n v) and re-seals its CRC-32. */
+static int ck_zero_moments(const char *dir)
+{
+    char path[512];
+    ck_path(path, sizeof path, dir, "checkpoint.bin");
+    FILE *f = fopen(path, "r+b");
+    if (!f)
+        return -1;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    unsigned char *b = malloc((size_t)n);
+    rewind(f);
+    int rc = b && fread(b, 1, (size_t)n, f) == (size_t)n ? 0 : -1;
+    if (rc == 0) {
+        uint32_t hb = (uint32_t)b[12] | (uint32_t)b[13] << 8 | (uint32_t)b[14] << 16 | (uint32_t)b[15] << 24;
+        long off = hb;
+        for (long t = 160; t < (long)hb; t += 32) {
+            long rn = 0;
+            for (int i = 7; i >= 0; i--)
+                rn = rn << 8 | b[t + 24 + i];
+            memset(b + off + 4 * rn, 0, 8 * (size_t)rn);
+            off += 12 * rn;
+        }
+        uint32_t c = 0xffffffffu; /* CRC-32/ISO-HDLC, bit by bit */
+        for (long i = 0; i < n - 4; i++) {
+            c ^= b[i];
+            for (int k = 0; k < 8; k++)
+                c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+        }
+        c ^= 0xffffffffu;
+        for (int i = 0; i < 4; i++)
+            b[n - 4 + i] = (unsigned char)(c >> (8 * i));
+        rewind(f);
+        rc = fwrite(b, 1, (size_t)n, f) == (size_t)n ? 0 : -1;
+    }
+    free(b);
+    fclose(f);
+    return rc;
+}
+
+/* Saves after CK_SAVE iterations at D_t = a into dir. */
+static int ck_save(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t kind, int a, const char *dir,
+                   double *loss)
+{
     bsipipe_engine_t *e;
+    int rc = ck_engine(dims, kind, a, &e);
+    if (rc == 0 && (rc = ck_iterate(e, dims, 0, CK_SAVE, loss)) == 0) {
+        rc = bsipipe_engine_save(e, dir, CK_SAVE);
+        CHECK(rc == 0, "save with tp %d: %s", a, bsipipe_error_detail());
+    }
+    if (rc == 0)
+        bsipipe_engine_destroy(e);
+    return rc;
+}
+
+/* Resumes dir at D_t = b, runs to CK_ITERS; the largest parameter and loss
+ * differences against the reference. */
+static int ck_resume(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t kind, int b, const char *dir,
+                     const double *ref_loss, const float *ref_params, double *perr, double *lerr)
+{
+    bsipipe_engine_t *e;
+    double loss[CK_ITERS] = {0};
+    long it = -1;
+    int rc = ck_engine(dims, kind, b, &e);
+    if (rc)
+        return rc;
+    rc = bsipipe_engine_load(e, dir, &it);
+    CHECK(rc == 0, "load with tp %d: %s", b, bsipipe_error_detail());
+    CHECK(rc != 0 || it == CK_SAVE, "load gave iteration %ld, saved %d", it, CK_SAVE);
+    long np = bsipipe_engine_n_params(e);
+    float *params = malloc(sizeof(float) * (size_t)np);
+    if (rc == 0 && (rc = ck_iterate(e, dims, CK_SAVE, CK_ITERS, loss)) == 0)
+        rc = bsipipe_engine_params(e, params);
+    *perr = *lerr = 0;
+    for (long j = 0; rc == 0 && j < np; j++)
+        if (fabs((double)params[j] - ref_params[j]) > *perr)
+            *perr = fabs((double)params[j] - ref_params[j]);
+    for (int i = CK_SAVE; rc == 0 && i < CK_ITERS; i++)
+        if (fabs(loss[i] - ref_loss[i]) / fabs(ref_loss[i]) > *lerr)
+            *lerr = fabs(loss[i] - ref_loss[i]) / fabs(ref_loss[i]);
+    free(params);
+    bsipipe_engine_destroy(e);
+    return rc;
+}
+
+static void check_checkpoint(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t kind, const int (*ab)[2],
+                             int n_ab)
+{
+    const char *fam = dims->family == BSIPIPE_MODEL_GPT ? "gpt" : "llama", *sk = bsipipe_schedule_kind_name(kind);
+    char tmpl[] = "/tmp/bsipipe-tp-ckpt-XXXXXX";
+    char *dir = mkdtemp(tmpl), path[512];
+    CHECK(dir != NULL, "mkdtemp");
+    if (!dir)
+        return;
+    double lr = 1e-3, ref_loss[CK_ITERS], tol = 0.01 * lr * CK_ITERS;
+    long np = 0;
+    float *ref_params = NULL;
+    bsipipe_engine_t *e;
+    if (ck_engine(dims, kind, 1, &e) == 0) {
+        np = bsipipe_engine_n_params(e);
+        ref_params = malloc(sizeof(float) * (size_t)np);
+        if (ck_iterate(e, dims, 0, CK_ITERS, ref_loss) != 0 || bsipipe_engine_params(e, ref_params) != 0)
+            np = 0; /* no reference: nothing to compare */
+        bsipipe_engine_destroy(e);
+    }
+    for (int j = 0; j < n_ab && np > 0; j++) {
+        int a = ab[j][0], b = ab[j][1];
+        double loss[CK_ITERS], perr, lerr;
+        if (ck_save(dims, kind, a, dir, loss) != 0 || ck_resume(dims, kind, b, dir, ref_loss, ref_params, &perr,
+                                                                &lerr) != 0)
+            continue;
+        printf("checkpoint %-5s %-9s tp %d -> tp %d: losses after the resume max rel diff %.2e, params after %d "
+               "steps max abs diff %.2e (tolerance %.1e)\n", fam, sk, a, b, lerr, CK_ITERS, perr, tol);
+        CHECK(lerr <= 1e-5, "%s %s tp %d -> %d: loss differs by %.3e relative", fam, sk, a, b, lerr);
+        CHECK(perr <= tol, "%s %s tp %d -> %d: parameters differ by %.3e", fam, sk, a, b, perr);
+        if (j == 0) { /* the control: the same resume without the moments fails the tolerance */
+            CHECK(ck_zero_moments(dir) == 0, "cannot edit %s/checkpoint.bin", dir);
+            if (ck_resume(dims, kind, b, dir, ref_loss, ref_params, &perr, &lerr) == 0) {
+                printf("checkpoint %-5s %-9s tp %d -> tp %d with m = v = 0 (control): params max abs diff %.2e\n",
+                       fam, sk, a, b, perr);
+                CHECK(perr > 10 * tol, "%s %s: zeroed moments moved the parameters by only %.3e: the test cannot "
+                      "tell a checkpoint without moments", fam, sk, perr);
+            }
+        }
+    }
+    free(ref_params);
+    ck_path(path, sizeof path, dir, "checkpoint.bin");
+    unlink(path);
+    rmdir(dir);
+}
+
+/* ---- emulated device time (--emulate) ----
+ * Each rank's segments and the group's collectives hold their worker for
+ * the planner's share of the op (bsipipe_cost_model_emulated: FLOPs / D_t,
+ * plus the TP collectives' charge) and compute nothing. Checked without
+ * timing the machine: the holds are lower bounds, so every F/B op's span
+ * (its ranks' first task start to last task end) and every device's busy
+ * time must reach the planner's (a shortfall means a share went missing,
+ * e.g. time divided by D_t twice or collectives not held); nothing is
+ * computed (NaN loss) and nothing stepped (parameters unchanged). */
+static void check_emulated(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t kind, int tp)
+{
+    bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(kind);
+    pc.w = 2;
+    pc.m = 2;
+    pc.tp = tp;
+    if (pc.k > 1)
+        pc.k = 2;
+    bsipipe_engine_options_t o = bsipipe_engine_options_default(dims, &pc);
+    o.emulate_flops = 2e9; /* ops of about a millisecond */
+    o.watchdog_s = 60;
+    bsipipe_engine_t *e;
+    const char *sk = bsipipe_schedule_kind_name(kind);
     int rc = bsipipe_engine_create(&o, &e);
-    CHECK(rc == 0, "create: %s", bsipipe_error_detail());
+    CHECK(rc == 0, "create emulated %s tp %d: %s", sk, tp, bsipipe_error_detail());
     if (rc)
         return;
-    rc = bsipipe_engine_save(e, "/nonexistent-bsipipe-tp-dir", 0);
-    CHECK(rc == -ENOTSUP, "save with tp: rc %d", rc);
-    CHECK_CONTAINS(bsipipe_error_detail(), "tensor parallelism");
-    long it;
-    rc = bsipipe_engine_load(e, "/nonexistent-bsipipe-tp-dir", &it);
-    CHECK(rc == -ENOTSUP, "load with tp: rc %d", rc);
-    CHECK_CONTAINS(bsipipe_error_detail(), "--tp 1");
+    int S = dims->seq_len;
+    long np = bsipipe_engine_n_params(e);
+    int *tokens = malloc(sizeof(int) * (size_t)(pc.m * S)), *targets = malloc(sizeof(int) * (size_t)(pc.m * S));
+    float *p0 = malloc(sizeof(float) * (size_t)np), *p1 = malloc(sizeof(float) * (size_t)np);
+    double loss = 0, busy[16];
+    test_data_make(pc.m, S, dims->vocab, 7, tokens, targets);
+    rc = bsipipe_engine_params(e, p0);
+    if (rc == 0)
+        rc = bsipipe_engine_iteration(e, tokens, targets, &loss, NULL);
+    CHECK(rc == 0, "emulated iteration %s tp %d: %s", sk, tp, bsipipe_error_detail());
+    if (rc == 0 && bsipipe_engine_params(e, p1) == 0) {
+        CHECK(isnan(loss), "emulated %s tp %d: a loss (%g) was computed", sk, tp, loss);
+        CHECK(memcmp(p0, p1, sizeof(float) * (size_t)np) == 0, "emulated %s tp %d: parameters changed", sk, tp);
+        const bsipipe_schedule_t *s = bsipipe_engine_schedule(e);
+        bsipipe_cost_model_t cost = bsipipe_cost_model_emulated(o.emulate_flops);
+        bsipipe_sim_result_t *sim = NULL;
+        CHECK(bsipipe_simulate(s, &cost, &sim) == 0, "simulate: %s", bsipipe_error_detail());
+        CHECK(bsipipe_engine_device_busy(e, busy) == 0, "device busy: %s", bsipipe_error_detail());
+        double worst = INFINITY, comm = 0, planned = 0;
+        for (int d = 0; d < pc.w && sim; d++) {
+            int n;
+            const bsipipe_op_t *ops = bsipipe_schedule_device_ops(s, d, &n);
+            const bsipipe_engine_op_record_t *rec;
+            int nr;
+            CHECK(bsipipe_engine_records(e, d, &rec, &nr) == 0 && nr == n, "records of device %d", d);
+            for (int i = 0; i < n && nr == n; i++) {
+                if (ops[i].kind > BSIPIPE_OP_W)
+                    continue;
+                double want = bsipipe_sim_op_cost(s, &cost, &ops[i]) * 1e6, got = rec[i].end_us - rec[i].start_us;
+                comm += bsipipe_sim_tp_comm(s, &cost, &ops[i], NULL) * 1e6;
+                if (got / want < worst)
+                    worst = got / want;
+            }
+            planned += sim->device[d].busy;
+            CHECK(busy[d] >= 0.999 * sim->device[d].busy, "emulated %s tp %d: device %d busy %.6f s, the planner's "
+                  "%.6f s", sk, tp, d, busy[d], sim->device[d].busy);
+        }
+        printf("emulated %-9s tp %d: every F/B op spans >= %.3fx its planned time (planned busy %.4f s, of it TP "
+               "collectives %.2f%%)\n", sk, tp, worst, planned, planned > 0 ? 100 * comm * 1e-6 / planned : 0);
+        CHECK(worst >= 0.999, "emulated %s tp %d: an op ran %.3fx its planned time", sk, tp, worst);
+        CHECK(tp == 1 || comm > 0, "emulated %s tp %d: no TP collective charged", sk, tp);
+        bsipipe_sim_result_destroy(sim);
+    }
+    free(tokens);
+    free(targets);
+    free(p0);
+    free(p1);
     bsipipe_engine_destroy(e);
 }
 
@@ -196,6 +435,13 @@ int main(int argc, char **argv)
     short_seq.seq_len = 30; /* the planner aligns pieces to D_t: S must be a multiple */
     check_refused(&short_seq, BSIPIPE_SCHED_1F1B, 4, 1, BSIPIPE_ECONFIG, "nearest valid S: 28 or 32");
     check_refused(&gpt, BSIPIPE_SCHED_ZB_H1, 2, 1, -ENOTSUP, "splits the backward");
-    check_checkpoint_refused();
+    /* Emulated device time. */
+    check_emulated(&gpt, BSIPIPE_SCHED_BSIPIPE, 2);
+    check_emulated(&llama, BSIPIPE_SCHED_SEQ1F1B_I, 4);
+    /* Checkpoints across degrees: BSIPipe (two pipes of replicas) and
+     * seq1f1b-i (pieces aligned to D_t). */
+    const int ab_gpt[][2] = {{2, 1}, {1, 4}, {4, 2}}, ab_llama[][2] = {{2, 4}};
+    check_checkpoint(&gpt, BSIPIPE_SCHED_BSIPIPE, ab_gpt, 3);
+    check_checkpoint(&llama, BSIPIPE_SCHED_SEQ1F1B_I, ab_llama, 1);
     return check_finish("test_engine_tp");
 }
