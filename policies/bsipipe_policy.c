@@ -361,10 +361,15 @@ static struct starpu_task *pop_slot(struct worker_queue *q, unsigned workerid)
         struct slot_entry got = q->early[e];
         q->early[e] = q->early[--q->n_early];
         task = got.task;
-        if (got.slot == q->next)
+        if (got.slot == q->next) {
             queue_advance(q);
-        else
+        } else if (got.slot < q->next || (q->skip >> (got.slot - q->next) & 1)) {
+            /* a second task with this slot (the first ran already): the plan is broken */
+            dup_slot = got.slot;
+            dup_next = q->next;
+        } else {
             q->skip |= 1ULL << (got.slot - q->next); /* 0 < slot - next <= MAX_AHEAD */
+        }
     } else if (q->n > 0) {
         long top = q->heap[0].slot;
         if (top == q->next) {

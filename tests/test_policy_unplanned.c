@@ -120,6 +120,22 @@ int main(void)
     CHECK(atomic_load(&ran_bad) == 3, "%d of 3 tasks around a duplicate slot ran", atomic_load(&ran_bad));
     CHECK(bsipipe_policy_next_slot(2) == s + 2, "next_slot(2) = %ld after a duplicate", bsipipe_policy_next_slot(2));
 
+    /* the same among tasks that may run ahead: all run, the order goes on past the slot */
+    static bsipipe_plan_pos_t dup_ahead[4];
+    s += 2;
+    dup_ahead[0] = (bsipipe_plan_pos_t){2, s, 0};
+    dup_ahead[1] = (bsipipe_plan_pos_t){2, s + 1, 1};
+    dup_ahead[2] = (bsipipe_plan_pos_t){2, s + 1, 1};
+    dup_ahead[3] = (bsipipe_plan_pos_t){2, s + 2, 0};
+    atomic_store(&ran_bad, 0);
+    for (int i = 3; i >= 0; i--)
+        submit(&cl_bad, NULL, &dup_ahead[i]);
+    starpu_task_wait_for_all();
+    CHECK(atomic_load(&ran_bad) == 4, "%d of 4 tasks around a duplicate slot running ahead ran",
+          atomic_load(&ran_bad));
+    CHECK(bsipipe_policy_next_slot(2) == s + 3, "next_slot(2) = %ld after a duplicate running ahead (expected %ld)",
+          bsipipe_policy_next_slot(2), s + 3);
+
     starpu_shutdown();
     return check_finish("test_policy_unplanned");
 }
