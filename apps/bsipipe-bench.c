@@ -211,13 +211,6 @@ static bsipipe_parallel_config_t make_pc(const variant_t *v, const config_t *c, 
     return pc;
 }
 
-/* The emulated engine's costs: FLOPs at `rate`, transfers, SYNC and STEP
- * free, tensor-parallel collectives charged (bsipipe_cost_model_emulated). */
-static bsipipe_cost_model_t free_flops_cost(double rate)
-{
-    return bsipipe_cost_model_emulated(rate);
-}
-
 /* Plans and simulates a row: fills the prediction, or status 1 with the
  * planner's sentence. */
 static void plan_row(row_t *r, const config_t *c)
@@ -233,7 +226,7 @@ static void plan_row(row_t *r, const config_t *c)
     /* FLOPs costs at the emulated rate (the TP collectives' charge does not
      * scale with it), else at 1 FLOP/s: makespan and busy in FLOPs. */
     double rate = c->emulate ? c->tflops * 1e12 : 1.0;
-    bsipipe_cost_model_t unit = bsipipe_cost_model_unit(), fl = free_flops_cost(rate);
+    bsipipe_cost_model_t unit = bsipipe_cost_model_unit(), fl = bsipipe_cost_model_emulated(rate);
     unit.blocking_recv = fl.blocking_recv = r->v.blocking_recv;
     unit.recv_in_place = fl.recv_in_place = r->v.recv_in_place;
     bsipipe_sim_result_t *sim = NULL;
@@ -473,7 +466,7 @@ static void trace_row(const row_t *r, const config_t *c, const char *policy, int
         rc = bsipipe_engine_iteration(e, tokens + (it % n_data) * per, targets + (it % n_data) * per, &loss, &gnorm);
     }
     /* planned.svg under the costs the table's prediction uses */
-    bsipipe_cost_model_t cost = c->emulate ? free_flops_cost(c->tflops * 1e12) : bsipipe_cost_model_unit();
+    bsipipe_cost_model_t cost = c->emulate ? bsipipe_cost_model_emulated(c->tflops * 1e12) : bsipipe_cost_model_unit();
     if (rc == 0)
         rc = bsipipe_engine_trace_write(e, dir, &cost);
     char why[512] = "";
@@ -961,14 +954,8 @@ int main(int argc, char **argv)
         case O_TP: bad = cli_parse_int(PROG, "--tp", optarg, 1, 64, &bench_tp); break;
         case O_RECV:
             set_recv = 1;
-            if (strcmp(optarg, "posted") == 0) recv_blocking = recv_in_place = 0;
-            else if (strcmp(optarg, "in-place") == 0) { recv_blocking = 0; recv_in_place = 1; }
-            else if (strcmp(optarg, "blocking") == 0) { recv_blocking = 1; recv_in_place = 0; }
-            else {
-                fprintf(stderr, PROG ": --recv expects posted (default: receives posted ahead of the compute op "
-                                "before them), in-place (each where it stands) or blocking, got '%s'\n", optarg);
+            if (cli_parse_recv(PROG, optarg, &recv_blocking, &recv_in_place) < 0)
                 return 2;
-            }
             break;
         case O_IDLE_SPIN:
             if ((nspin = parse_spins(optarg, spins)) < 0)

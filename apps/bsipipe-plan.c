@@ -539,13 +539,8 @@ int main(int argc, char **argv)
         case O_NOCONCAT: o.concat = 0; o.set |= CLI_SET_NO_CONCAT; break;
         case O_NOOPT: o.optimise = 0; break;
         case O_RECV:
-            if (strcmp(optarg, "posted") == 0) o.blocking_recv = o.recv_in_place = 0;
-            else if (strcmp(optarg, "in-place") == 0) { o.blocking_recv = 0; o.recv_in_place = 1; }
-            else if (strcmp(optarg, "blocking") == 0) { o.blocking_recv = 1; o.recv_in_place = 0; }
-            else return die("--recv expects posted (a RECV posts its buffer and the device goes on, "
-                            "the engine's transports; posted ahead of the compute op before it), in-place "
-                            "(posted where it stands) or blocking (a RECV holds its device until the data "
-                            "has arrived)");
+            if (cli_parse_recv("bsipipe-plan", optarg, &o.blocking_recv, &o.recv_in_place) < 0)
+                return 2;
             break;
         case O_SEND:
             if (strcmp(optarg, "blocking") == 0) o.async_send = 0;

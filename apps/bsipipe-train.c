@@ -509,16 +509,7 @@ int main(int argc, char **argv)
             given.set |= CLI_SET_COMM;
             break;
         case O_RECV:
-            if (strcmp(optarg, "posted") == 0) blocking_recv = recv_in_place = 0;
-            else if (strcmp(optarg, "in-place") == 0) { blocking_recv = 0; recv_in_place = 1; }
-            else if (strcmp(optarg, "blocking") == 0) { blocking_recv = 1; recv_in_place = 0; }
-            else {
-                fprintf(stderr, "bsipipe-train: --recv expects posted (a RECV posts its buffer and its device goes "
-                                "on, posted ahead of the compute op before it), in-place (posted where it stands) "
-                                "or blocking (it holds its device until the data has landed), got '%s'\n",
-                        optarg);
-                bad = 1;
-            }
+            bad = cli_parse_recv("bsipipe-train", optarg, &blocking_recv, &recv_in_place);
             break;
         case O_PLAN: plan_path = optarg; break;
         case O_WATCHDOG: bad = cli_parse_double("bsipipe-train", "--watchdog", optarg, 0.01, 86400, &watchdog); break;

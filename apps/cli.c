@@ -74,6 +74,21 @@ int cli_parse_double(const char *prog, const char *opt, const char *arg, double 
     return 0;
 }
 
+int cli_parse_recv(const char *prog, const char *arg, int *blocking, int *in_place)
+{
+    static const char *const names[] = {"posted", "in-place", "blocking"};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(arg, names[i]) == 0) {
+            *in_place = i == 1;
+            *blocking = i == 2;
+            return 0;
+        }
+    fprintf(stderr, "%s: --recv expects posted (a RECV posts its buffer and its device goes on; the receives "
+                    "behind a compute op are posted before it starts), in-place (each posted where it stands) "
+                    "or blocking (it holds its device until the data has landed), got '%s'\n", prog, arg);
+    return -1;
+}
+
 void cli_print_version(const char *prog)
 {
     const char *lib = bsipipe_version();

@@ -16,6 +16,11 @@ int cli_parse_double(const char *prog, const char *opt, const char *arg, double 
 /* A byte count: a number with an optional binary suffix K, M, G or T (KiB,
  * MiB, GiB, TiB; "KB"/"KiB" spellings too), e.g. 24G, 1.5T, 4096. */
 int cli_parse_bytes(const char *prog, const char *opt, const char *arg, double *out);
+/* --recv posted|in-place|blocking: the receive semantics (posted, the
+ * default, posts the receives behind a compute op before it starts;
+ * in-place posts each where it stands; blocking holds its device until the
+ * data has landed) as the cost model's / engine's two flags. */
+int cli_parse_recv(const char *prog, const char *arg, int *blocking, int *in_place);
 /* An unsigned decimal (or 0x hex) integer, the whole argument; no sign. */
 int cli_parse_ull(const char *prog, const char *opt, const char *arg, unsigned long long *out);
 

@@ -24,17 +24,27 @@ bsipipe_cost_model_t bsipipe_cost_model_flops(double device_flops)
     return c;
 }
 
+/* Posting ahead (bsipipe_sim_recv_ahead): whether receives of device d are
+ * posted ahead at all, and which transfers a posted-ahead receive may pass
+ * on its way back to the compute op before it. */
+static int posts_ahead(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *c)
+{
+    return !c->blocking_recv && !c->recv_in_place &&
+           (s->pc.comm == BSIPIPE_COMM_BSIPIPE || s->pc.comm == BSIPIPE_COMM_NO_REVERSAL);
+}
+
+static int passable(const bsipipe_schedule_t *s, const bsipipe_op_t *op)
+{
+    return op->kind == BSIPIPE_OP_RECV || (s->pc.comm == BSIPIPE_COMM_BSIPIPE && op->kind == BSIPIPE_OP_SEND);
+}
+
 int bsipipe_sim_recv_ahead(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *c, int d, int i)
 {
-    if (c->blocking_recv || c->recv_in_place || d < 0 || d >= s->n_devices || i < 0 || i >= s->n_ops[d] ||
-        s->ops[d][i].kind != BSIPIPE_OP_RECV)
+    if (d < 0 || d >= s->n_devices || i < 0 || i >= s->n_ops[d] || s->ops[d][i].kind != BSIPIPE_OP_RECV ||
+        !posts_ahead(s, c))
         return 0;
-    bsipipe_comm_order_t mode = s->pc.comm;
-    if (mode != BSIPIPE_COMM_BSIPIPE && mode != BSIPIPE_COMM_NO_REVERSAL)
-        return 0; /* no early receive */
     int k = i - 1;
-    while (k >= 0 && (s->ops[d][k].kind == BSIPIPE_OP_RECV ||
-                      (mode == BSIPIPE_COMM_BSIPIPE && s->ops[d][k].kind == BSIPIPE_OP_SEND)))
+    while (k >= 0 && passable(s, &s->ops[d][k]))
         k--;
     return k >= 0 && s->ops[d][k].kind <= BSIPIPE_OP_W && i - k <= BSIPIPE_SIM_MAX_AHEAD ? i - k : 0;
 }
@@ -247,9 +257,10 @@ static int advance(sim_t *m, int d)
         case BSIPIPE_OP_F: case BSIPIPE_OP_B: case BSIPIPE_OP_W: {
             /* Posting ahead: the receives among the transfers behind this op
              * are posted before it starts (bsipipe_sim_recv_ahead). */
-            for (int j = i + 1; j < s->n_ops[d] && (s->ops[d][j].kind == BSIPIPE_OP_RECV ||
-                                                    s->ops[d][j].kind == BSIPIPE_OP_SEND); j++)
-                if (bsipipe_sim_recv_ahead(s, m->c, d, j) == j - i && m->posted[s->ops[d][j].channel] < 0)
+            for (int j = i + 1; posts_ahead(s, m->c) && j < s->n_ops[d] && j - i <= BSIPIPE_SIM_MAX_AHEAD &&
+                                passable(s, &s->ops[d][j]);
+                 j++)
+                if (s->ops[d][j].kind == BSIPIPE_OP_RECV && m->posted[s->ops[d][j].channel] < 0)
                     m->posted[s->ops[d][j].channel] = start;
             double ready = inputs_ready(m, op);
             if (ready < 0)

@@ -3,8 +3,8 @@
  *
  * Execution model (shared with the simulator and the engine's transports):
  * each device runs its list in order; a RECV only posts a buffer and lets the
- * device go on (the receives right behind a compute op are posted before it
- * starts, bsipipe_sim.h); a SEND blocks its device until the matching RECV is posted
+ * device go on (under early receive it is posted ahead of the compute op
+ * before it, bsipipe_sim_recv_ahead); a SEND blocks its device until the matching RECV is posted
  * (rendezvous, as NCCL point-to-point does), then moves the data. A SEND is
  * always placed right after the op that produced its tensor; the order modes
  * differ in where each RECV is posted and, at one boundary between two

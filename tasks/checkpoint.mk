@@ -7,7 +7,7 @@ noinst_HEADERS += tasks/checkpoint_format.h
 EXTRA_DIST += docs/checkpoint.md
 check_PROGRAMS += tests/test_checkpoint
 TESTS += tests/test_checkpoint
-tests_test_checkpoint_LDADD = libbsipipe.la $(STARPU_LIBS)
+tests_test_checkpoint_LDADD = libbsipipe.la $(STARPU_LIBS) $(ZLIB_LIBS)
 # The format's checks alone, no StarPU (its sources built in: the library exports only bsipipe_*).
 check_PROGRAMS += tests/test_checkpoint_format
 TESTS += tests/test_checkpoint_format

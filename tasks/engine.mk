@@ -40,4 +40,4 @@ EXTRA_DIST += tests/test_perfmodel.sh
 # D_t = 1 run: loss, gradients, parameters after a few steps; bad degrees).
 check_PROGRAMS += tests/test_engine_tp
 TESTS += tests/test_engine_tp
-tests_test_engine_tp_LDADD = libbsipipe.la $(STARPU_LIBS)
+tests_test_engine_tp_LDADD = libbsipipe.la $(STARPU_LIBS) $(ZLIB_LIBS)

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 static const bsipipe_model_dims_t gpt = {BSIPIPE_MODEL_GPT, 8, 32, 2, 64, 64, 32};
 enum { M = 4, ITERS = 6, HALF = 3 };
@@ -124,16 +125,10 @@ static void remove_dir(const char *dir)
     rmdir(dir);
 }
 
-/* zlib's crc32, bit by bit: re-seals an edited image so only the edit is checked. */
+/* zlib's crc32 (the format's): re-seals an edited image so only the edit is checked. */
 static void reseal(unsigned char *b, long n)
 {
-    uint32_t c = 0xffffffffu;
-    for (long i = 0; i < n - 4; i++) {
-        c ^= b[i];
-        for (int k = 0; k < 8; k++)
-            c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
-    }
-    c ^= 0xffffffffu;
+    uint32_t c = (uint32_t)crc32(0L, b, (uInt)(n - 4));
     for (int i = 0; i < 4; i++)
         b[n - 4 + i] = (unsigned char)(c >> (8 * i));
 }

@@ -34,6 +34,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
+#include <zlib.h>
 
 enum { ITERS = 3 };
 
@@ -45,8 +46,8 @@ typedef struct run {
     float *grads, *params;
 } run_t;
 
-static int run_one(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t kind, int tp, const char *policy,
-                   run_t *out)
+/* The tests' engine: w = 2, m = 2, k = 2 where the schedule splits sequences, degree tp. */
+static bsipipe_engine_options_t tp_options(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t kind, int tp)
 {
     bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(kind);
     pc.w = 2;
@@ -55,25 +56,32 @@ static int run_one(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t kin
     if (pc.k > 1)
         pc.k = 2;
     bsipipe_engine_options_t o = bsipipe_engine_options_default(dims, &pc);
-    o.policy = policy;
     o.watchdog_s = 60;
+    return o;
+}
+
+static int run_one(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t kind, int tp, const char *policy,
+                   run_t *out)
+{
+    bsipipe_engine_options_t o = tp_options(dims, kind, tp);
+    o.policy = policy;
     bsipipe_engine_t *e;
     int rc = bsipipe_engine_create(&o, &e);
     CHECK(rc == 0, "create %s tp %d: %s", bsipipe_schedule_kind_name(kind), tp, bsipipe_error_detail());
     if (rc)
         return rc;
     int S = dims->seq_len;
-    int *tokens = malloc(sizeof(int) * (size_t)(pc.m * S)), *targets = malloc(sizeof(int) * (size_t)(pc.m * S));
+    int *tokens = malloc(sizeof(int) * (size_t)(o.pc.m * S)), *targets = malloc(sizeof(int) * (size_t)(o.pc.m * S));
     long np = bsipipe_engine_n_params(e);
     out->grads = malloc(sizeof(float) * (size_t)np);
     out->params = malloc(sizeof(float) * (size_t)np);
-    test_data_make(pc.m, S, dims->vocab, 7, tokens, targets);
+    test_data_make(o.pc.m, S, dims->vocab, 7, tokens, targets);
     rc = bsipipe_engine_forward_backward(e, tokens, targets, &out->loss0);
     CHECK(rc == 0, "forward_backward %s tp %d: %s", bsipipe_schedule_kind_name(kind), tp, bsipipe_error_detail());
     if (rc == 0)
         rc = bsipipe_engine_grads(e, out->grads);
     for (int it = 0; it < ITERS && rc == 0; it++) {
-        test_data_make(pc.m, S, dims->vocab, 11 + (unsigned)it, tokens, targets);
+        test_data_make(o.pc.m, S, dims->vocab, 11 + (unsigned)it, tokens, targets);
         rc = bsipipe_engine_iteration(e, tokens, targets, &out->loss[it], NULL);
         CHECK(rc == 0, "iteration %d %s tp %d: %s", it, bsipipe_schedule_kind_name(kind), tp, bsipipe_error_detail());
     }
@@ -153,14 +161,7 @@ enum { CK_ITERS = 4, CK_SAVE = 2 };
 
 static int ck_engine(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t kind, int tp, bsipipe_engine_t **e)
 {
-    bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(kind);
-    pc.w = 2;
-    pc.m = 2;
-    pc.tp = tp;
-    if (pc.k > 1)
-        pc.k = 2;
-    bsipipe_engine_options_t o = bsipipe_engine_options_default(dims, &pc);
-    o.watchdog_s = 60;
+    bsipipe_engine_options_t o = tp_options(dims, kind, tp);
     int rc = bsipipe_engine_create(&o, e);
     CHECK(rc == 0, "create %s tp %d: %s", bsipipe_schedule_kind_name(kind), tp, bsipipe_error_detail());
     return rc;
@@ -211,13 +212,7 @@ static int ck_zero_moments(const char *dir)
             memset(b + off + 4 * rn, 0, 8 * (size_t)rn);
             off += 12 * rn;
         }
-        uint32_t c = 0xffffffffu; /* CRC-32/ISO-HDLC, bit by bit */
-        for (long i = 0; i < n - 4; i++) {
-            c ^= b[i];
-            for (int k = 0; k < 8; k++)
-                c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
-        }
-        c ^= 0xffffffffu;
+        uint32_t c = (uint32_t)crc32(0L, b, (uInt)(n - 4)); /* the format's CRC-32 is zlib's */
         for (int i = 0; i < 4; i++)
             b[n - 4 + i] = (unsigned char)(c >> (8 * i));
         rewind(f);
