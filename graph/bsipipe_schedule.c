@@ -173,16 +173,20 @@ static double unit_makespan(const bsipipe_schedule_t *s, double *end)
 
 /* Candidate sub-unit sizes for BSIPipe's list schedule, best first by what
  * the sweep of docs/schedules.md found (about w/4 subsequences per pipe):
- * 0 (the whole basic unit) first, then sizes from a geometric ladder in
- * order of their distance from w/4. Writes up to max of them; returns how
+ * 0 (the whole basic unit) first, then w/4 rounded, then sizes from a
+ * geometric ladder in order of their distance from w/4. Writes up to max of them; returns how
  * many. */
 static int subunit_candidates(const bsipipe_schedule_t *s, int *out, int max)
 {
     static const int ladder[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256};
     int n_ladder = (int)(sizeof ladder / sizeof ladder[0]), whole = (schedule_mb_group(s) + 1) / 2 * s->pc.k;
     double target = s->pc.w / 4.0 > 1 ? s->pc.w / 4.0 : 1;
-    int n = 0, used[sizeof ladder / sizeof ladder[0]] = {0};
+    int n = 0, used[sizeof ladder / sizeof ladder[0]] = {0}, exact = (int)lround(target), in_ladder = 0;
+    for (int i = 0; i < n_ladder; i++)
+        in_ladder |= ladder[i] == exact;
     out[n++] = 0;
+    if (!in_ladder && exact < whole)
+        out[n++] = exact; /* w/4 itself where the ladder skips it (w = 44: 11, 1.01x the bound without) */
     while (n < max) {
         int best = -1;
         double best_dist = 0;
@@ -268,15 +272,19 @@ static int generate_bsipipe(bsipipe_schedule_t *s)
  * get the same number; all m when m is not a multiple of that. BSIPipe
  * differs twice. With odd w and k >= 2 it runs groups of w, (w+1)/2 down
  * and (w-1)/2 up alternating (one basic unit of memory). At k = 1 with m a
- * multiple of 2w it runs groups of 2w (two units of memory): with one unit
- * each k = 1 junction costs idle time and the bubble stays near 7-10%
- * whatever N_s; with two it falls under the paper's bound
- * (docs/schedules.md). */
+ * multiple of w, two or more units, it runs groups of 2w (two units of
+ * memory; an odd number of units of even w ends with a group of w, half
+ * down, half up): with one unit each k = 1 junction costs idle time and the
+ * bubble stays near 7-10% whatever N_s; with two it falls under the paper's
+ * bound (docs/schedules.md). */
 static void mb_grouping(const bsipipe_parallel_config_t *pc, int *group, int *alternate)
 {
     int bsi = pc->schedule == BSIPIPE_SCHED_BSIPIPE, pairs = pc->m % (2 * pc->w) == 0;
     *alternate = bsi && pc->w % 2 && pc->k >= 2 && pairs;
-    *group = (pc->w % 2 && !*alternate) || (bsi && pc->k == 1 && pairs) ? 2 * pc->w : pc->w;
+    int k1_pairs = bsi && pc->k == 1 && pc->m % pc->w == 0 && pc->m >= 2 * pc->w;
+    *group = (pc->w % 2 && !*alternate) || k1_pairs ? 2 * pc->w : pc->w;
+    if (k1_pairs)
+        return; /* an odd number of units (even w): a last group of w */
     if (pc->m % *group)
         *group = pc->m;
 }

@@ -44,6 +44,7 @@ typedef struct greedy {
     int group;        /* micro-batches per group (schedule_mb_group) */
     int cap;          /* bidirectional: forwards of one basic unit on one device */
     int subunit;      /* subsequences of one pipe per sub-unit */
+    int alternate_ties; /* equal chunks of the two pipes: take turns (k = 1) */
     int n_sub_units;
 } greedy_t;
 
@@ -90,7 +91,8 @@ static long priority(const greedy_t *g, int d, const candidate_t *c)
         int unit = sub_unit(g, c->mb, c->sub), cur = 0;
         while (cur < g->n_sub_units - 1 && ds->fwd_done[cur] == ds->fwd_total[cur])
             cur++; /* every forward of `cur` done here */
-        long order = (long)c->mb * s->pc.k + c->sub;
+        long order = g->alternate_ties ? ((long)g->pos[c->mb] * s->pc.k + c->sub) * 2 + c->pipe
+                                       : (long)c->mb * s->pc.k + c->sub;
         long deep_first = (long)(s->n_chunks - 1 - c->chunk) * (1L << 32) + order;
         if (c->kind == BSIPIPE_OP_B) return (1L << 60) + deep_first;
         if (s->pc.concat && ds->live >= g->cap) return -1;
@@ -164,6 +166,14 @@ int generate_greedy(bsipipe_schedule_t *s, int subunit)
     g.cap = g.group * k * s->pc.p; /* forwards of one unit on one device */
     int whole = (g.group + 1) / 2 * k; /* a pipe's subsequences in one basic unit */
     g.subunit = subunit > 0 && subunit < whole ? subunit : whole;
+    /* With odd w the middle device holds the same chunks of both pipes. At
+     * k = 1 (groups of 2w, w micro-batches down then w up) ranking its ties
+     * by micro-batch made the down pipe win every one and the up pipe's wave
+     * wait there: 1.01-1.06x the bound from w = 35 (m = 2w). Taking turns by
+     * position in the pipe keeps every k = 1 plan of the sweeps below it. At
+     * k >= 2 (units of w split unevenly between the pipes, alternating) the
+     * micro-batch order measured better (docs/schedules.md). */
+    g.alternate_ties = k == 1 && s->n_pipes == 2;
     int n_sub_units = g.n_sub_units = m * k / g.subunit + 2;
     g.dev = calloc((size_t)s->n_devices, sizeof *g.dev);
     g.end = malloc(sizeof(double) * (size_t)compute_index_count(s));

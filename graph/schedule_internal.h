@@ -52,7 +52,8 @@ static inline int schedule_dev(const bsipipe_schedule_t *s, int pipe, int chunk)
 }
 /* Micro-batches of one group (bidirectional schedules; set once by
  * schedule_alloc, bsipipe_schedule.c says how it is chosen): the first half
- * of each group goes down, the second half up; with mb_alternate (BSIPipe,
+ * of each group goes down, the second half up (a last, shorter group too:
+ * BSIPipe at k = 1 with an odd number of units); with mb_alternate (BSIPipe,
  * odd w, groups of w) (w+1)/2 down in even groups and (w-1)/2 in odd ones. */
 static inline int schedule_mb_group(const bsipipe_schedule_t *s)
 {
@@ -62,10 +63,12 @@ static inline int schedule_mb_pipe(const bsipipe_schedule_t *s, int mb)
 {
     if (s->n_pipes == 1)
         return 0;
-    int group = s->mb_group, down = group / 2;
+    int group = s->mb_group, base = mb / group * group;
+    int size = s->pc.m - base < group ? s->pc.m - base : group; /* a last, partial group */
+    int down = size / 2;
     if (s->mb_alternate && (mb / group) % 2 == 0)
         down++;
-    return (mb % group) >= down;
+    return mb - base >= down;
 }
 
 /* Compute-order generators: fill the per-device lists with F/B/W ops. */

@@ -9,6 +9,7 @@ inner, up outer, down outer; B likewise; [n]: n idle units).
 
     scripts/cpsat-bsipipe.py W K UNITS [CAP]      (CAP default: one unit, 2kw)
     scripts/cpsat-bsipipe.py --periodic W K [CAP]
+    scripts/cpsat-bsipipe.py --steady W [CAP]
 
 --periodic: the best schedule that repeats one basic unit every T = 6kw
 (T = 12kw and a pair of units for odd w): the ops of one unit with their
@@ -16,6 +17,11 @@ times, copies shifted by multiples of T must not overlap on a device and
 hold at most CAP stashes together (spans up to T + 4w are searched). Such a plan's idle per device is
 L - T for every number of units (L: one unit's span), so it meets the
 paper's bound for every N_s iff L - T <= 2(w - 1).
+
+--steady (k = 1): whether the middle of a long plan can run without idle
+within CAP stashes: one down and one up micro-batch every 12 units on every
+device (each device's 8 ops of a pair tile the period), the copies of all
+earlier pairs sharing the memory. Prints the shortest span of one pair.
 """
 import sys
 from ortools.sat.python import cp_model
@@ -105,7 +111,51 @@ def solve_periodic(w, k, cap, seconds=120):
           f"paper's 2(w-1) = {2 * w - 2}")
 
 
+def solve_steady(w, cap, seconds=120):
+    period, chunks, dev = 12, 2 * w, placement(w)
+    horizon = 12 * w + 24
+    dur = {'F': 1, 'B': 2}
+    M = cp_model.CpModel()
+    T = {(kind, pipe, c): M.NewIntVar(0, horizon, '') for pipe in (0, 1) for c in range(chunks) for kind in 'FB'}
+    for pipe in (0, 1):
+        for c in range(chunks):
+            if c:
+                M.Add(T[('F', pipe, c)] >= T[('F', pipe, c - 1)] + 1)
+            if c < chunks - 1:
+                M.Add(T[('B', pipe, c)] >= T[('B', pipe, c + 1)] + 2)
+        M.Add(T[('B', pipe, chunks - 1)] >= T[('F', pipe, chunks - 1)] + 1)
+    M.Add(T[('F', 0, 0)] == 0)
+    copies = horizon // period + 4  # enough for the oldest live pair
+    for d in range(w):
+        slots, held = [], []
+        for (kind, pipe, c), t in T.items():
+            if dev[(pipe, c)] != d:
+                continue
+            q, r = M.NewIntVar(0, horizon // period + 1, ''), M.NewIntVar(0, period - 1, '')
+            M.Add(t == period * q + r)
+            slots += [M.NewFixedSizeIntervalVar(r + period * j, dur[kind], '') for j in (0, 1)]
+            if kind == 'F':
+                end = T[('B', pipe, c)] + 2
+                size = M.NewIntVar(1, horizon, '')
+                M.Add(size == end - t)
+                held += [M.NewIntervalVar(t + period * j, size, end + period * j, '') for j in range(copies)]
+        M.AddNoOverlap(slots)  # residues mod 12, wrapped
+        M.AddCumulative(held, [1] * len(held), cap)
+    span = M.NewIntVar(0, horizon + 2, '')
+    for (kind, _, _), t in T.items():
+        M.Add(span >= t + dur[kind])
+    M.Minimize(span)
+    solver, status = run(M, seconds)
+    found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+    print(f"w={w} k=1 cap={cap} idle-free steady state: {solver.StatusName(status)}"
+          + (f", span of one pair {solver.Value(span)} (critical path 6w = {6 * w})" if found else ""))
+
+
 def main():
+    if sys.argv[1:2] == ['--steady']:
+        w = int(sys.argv[2])
+        solve_steady(w, int(sys.argv[3]) if len(sys.argv) > 3 else 2 * w)
+        return
     if sys.argv[1:2] == ['--periodic']:
         w, k = int(sys.argv[2]), int(sys.argv[3])
         solve_periodic(w, k, int(sys.argv[4]) if len(sys.argv) > 4 else 2 * k * w)
