@@ -22,9 +22,14 @@
  * submitted, which is the device's plan order: every rank of a device
  * follows the device's op order, segment by segment.
  *
- * Across processes (StarPU-MPI, NCCL) a collective would become one task
- * per rank calling the transport with the same arguments; not done here
- * (engine_tp_check refuses). */
+ * Across StarPU-MPI ranks (--mpi) a TP group stays inside one process (the
+ * device-to-rank map is per device), so the collectives stay the tasks
+ * above; engine_mpi.c moves each rank's slice of a cross-rank SEND/RECV and
+ * each rank's shard of a cross-rank SYNC through StarPU-MPI, its slot tasks
+ * submitted here (engine_tp_submit_rank), and every chunk's squared
+ * gradient norm is computed once on its owner's process
+ * (engine_tp_submit_norm) and sent to every rank. Collectives across
+ * processes or GPUs (MPI / NCCL) are not written (engine_tp_check). */
 #include "tasks/engine_internal.h"
 #include "graph/bsipipe_error.h"
 #include "kernels/bsipipe_tp.h"
@@ -59,7 +64,8 @@ static const char *const kind_names[] = {
 
 /* One task of the TP group (engine-owned until the next iteration). */
 typedef struct tp_task {
-    op_args_t *a;             /* the rank copy of the op's arguments */
+    op_args_t *a;             /* the rank copy of the op's arguments (NULL: a norm task, outside the plan) */
+    struct bsipipe_engine *e;
     bsipipe_plan_pos_t pos;   /* its place in the worker's order (bsipipe policy) */
     struct starpu_task *task;
     int kind, rank, layer, recv;
@@ -152,9 +158,6 @@ int engine_tp_check(struct bsipipe_engine *e)
         return bsipipe_error_set(-ENOTSUP, "engine: tensor parallelism runs on CPU devices only for now (the "
                                  "collectives are in-process tasks; NCCL ones are not written): use --devices cpu "
                                  "or --tp 1");
-    if (e->o.mpi)
-        return bsipipe_error_set(-ENOTSUP, "engine: tensor parallelism across MPI ranks is not written yet (the "
-                                 "collectives are in-process tasks): run in one process, or use --tp 1");
     if (e->split)
         return bsipipe_error_set(-ENOTSUP, "engine: schedule %s splits the backward into B and W, which the "
                                  "tensor-parallel kernels do not provide yet: pick another schedule, or --tp 1",
@@ -553,6 +556,23 @@ static void tp_done(void *arg)
     engine_watchdog_task_ended(a->e, tt->recv);
 }
 
+/* Keeps tt until the next iteration (its task's cl_arg); frees it on failure. */
+static int tasks_keep(struct engine_tp *t, tp_task_t *tt)
+{
+    if (t->n_tasks == t->cap_tasks) {
+        long cap = t->cap_tasks ? 2 * t->cap_tasks : 1024;
+        tp_task_t **p = realloc(t->tasks, sizeof *p * (size_t)cap);
+        if (!p) {
+            free(tt);
+            return bsipipe_error_set(-ENOMEM, "out of memory");
+        }
+        t->tasks = p;
+        t->cap_tasks = cap;
+    }
+    t->tasks[t->n_tasks++] = tt;
+    return 0;
+}
+
 /* Submits b's task on rank r's worker of device c->d (or, dry, counts its
  * buffer uses). own: cl_arg is the tp_task (else the rank's op args, for the
  * engine's own SEND / RECV / SYNC codelets). */
@@ -574,17 +594,8 @@ static int tb_submit(tp_ctx_t *c, tb_t *b, struct starpu_codelet *cl, int r, int
         free(tt);
         return 0;
     }
-    if (t->n_tasks == t->cap_tasks) {
-        long cap = t->cap_tasks ? 2 * t->cap_tasks : 1024;
-        tp_task_t **p = realloc(t->tasks, sizeof *p * (size_t)cap);
-        if (!p) {
-            free(tt);
-            return bsipipe_error_set(-ENOMEM, "out of memory");
-        }
-        t->tasks = p;
-        t->cap_tasks = cap;
-    }
-    t->tasks[t->n_tasks++] = tt;
+    if (tasks_keep(t, tt) < 0)
+        return -ENOMEM;
     int d = c->d, w = d * e->T + r;
     tt->rank = r;
     tt->a = &t->args[d][(long)c->i * e->T + r];
@@ -1038,16 +1049,20 @@ static int tp_step(tp_ctx_t *c, int step)
         tb_t b = {.n = 0};
         if (!(b.t = tt_new(-1, -1)))
             return bsipipe_error_set(-ENOMEM, "out of memory");
+        /* The norm's inputs: every chunk's shards here, or across MPI ranks
+         * every chunk's squared norm (engine_tp_submit_norm, sent by its
+         * owner); then the rank's own replicas. */
         for (int x = 0; x < e->C; x++)
-            for (int q = 0; q < T; q++)
-                b.descr[b.n++] = (struct starpu_data_descr){t->rep[(long)x * T + q].h_grads, STARPU_R};
+            for (int q = 0; q < (e->mpi ? 1 : T); q++)
+                b.descr[b.n++] = (struct starpu_data_descr){
+                    e->mpi ? engine_mpi_sumsq(e, x) : t->rep[(long)x * T + q].h_grads, STARPU_R};
         for (int j = 0; j < c->a->n_own && b.n + 4 <= STEP_DESCR; j++) {
             int x = c->a->own_rep[j];
             tp_rep_t *p = &t->rep[(long)x * T + r];
             b.descr[b.n++] = (struct starpu_data_descr){p->h_params, STARPU_RW};
             b.descr[b.n++] = (struct starpu_data_descr){p->h_m, STARPU_RW};
             b.descr[b.n++] = (struct starpu_data_descr){p->h_v, STARPU_RW};
-            if (x >= e->C)
+            if (x >= e->C || e->mpi)
                 b.descr[b.n++] = (struct starpu_data_descr){p->h_grads, STARPU_R};
         }
         if ((rc = tb_submit(c, &b, &engine_cl_tp_step, r, 1)) < 0)
@@ -1073,6 +1088,27 @@ static void ctx_init(tp_ctx_t *c, struct bsipipe_engine *e, int d, int i, int dr
         c->len = c->a->len;
         c->ls = c->len / e->T;
     }
+}
+
+int engine_tp_submit_rank(struct bsipipe_engine *e, int d, int i, int r, struct starpu_codelet *cl,
+                          const struct starpu_data_descr *descr, int n)
+{
+    tp_ctx_t c;
+    ctx_init(&c, e, d, i, 0);
+    tb_t b = {.n = 0};
+    if (n > STEP_DESCR || !(b.t = tt_new(-1, -1)))
+        return bsipipe_error_set(-ENOMEM, "out of memory");
+    for (int j = 0; j < n; j++)
+        b.descr[b.n++] = descr[j];
+    return tb_submit(&c, &b, cl, r, 0);
+}
+
+starpu_data_handle_t engine_tp_rep_grads(struct bsipipe_engine *e, int x, int r, long *n)
+{
+    const tp_rep_t *p = &e->tp->rep[(long)x * e->T + r];
+    if (n)
+        *n = p->n;
+    return p->h_grads;
 }
 
 int engine_tp_submit_op(struct bsipipe_engine *e, int d, int i, int step, int dry_run)
@@ -1139,7 +1175,7 @@ int engine_tp_full(struct bsipipe_engine *e, int pipe, int which, float *out)
 {
     struct engine_tp *t = e->tp;
     int T = e->T;
-    float *shard = malloc(sizeof(float) * (size_t)t->shard_n * (size_t)T);
+    float *shard = calloc((size_t)t->shard_n * (size_t)T, sizeof(float));
     if (!shard)
         return bsipipe_error_set(-ENOMEM, "out of memory");
     for (int c = 0; c < e->C; c++)
@@ -1147,6 +1183,8 @@ int engine_tp_full(struct bsipipe_engine *e, int pipe, int which, float *out)
             tp_rep_t *p = &t->rep[((long)pipe * e->C + c) * T + r];
             starpu_data_handle_t h;
             const float *src = rep_vec(p, which, &h);
+            if (!src)
+                continue; /* another process's (MPI): zeros here, its values there */
             starpu_data_acquire(h, STARPU_R);
             memcpy(shard + (size_t)r * (size_t)t->shard_n + p->base, src, sizeof(float) * (size_t)p->n);
             starpu_data_release(h);
@@ -1190,7 +1228,11 @@ int engine_tp_set_full(struct bsipipe_engine *e, int pipe, int which, const floa
 
 int engine_tp_gather(struct bsipipe_engine *e, float *out, int grads)
 {
-    return engine_tp_full(e, 0, grads ? ENGINE_TP_GRADS : ENGINE_TP_PARAMS, out);
+    int rc = engine_tp_full(e, 0, grads ? ENGINE_TP_GRADS : ENGINE_TP_PARAMS, out);
+    /* Across MPI ranks every element comes from one process (the others
+     * hold zeros there): the sum is exact. Every rank calls. */
+    int arc = engine_mpi_sum_floats(e, out, bsipipe_model_params(&e->dims));
+    return rc < 0 ? rc : arc;
 }
 
 /* ---- codelets ---- */
@@ -1396,10 +1438,98 @@ static void tp_coll_cpu(void *buffers[], void *cl_arg)
     }
 }
 
-/* Global norm: per chunk, per rank, the split tensors of every rank and the
- * replicated ones of rank 0 (their gradients are equal on every rank after
- * the all-reduce); the same order on every rank, so every rank clips alike
- * and the replicas stay equal. */
+/* Squared norm of replica x's gradient shard g on rank q: its split
+ * tensors, and its replicated ones on rank 0 only (their gradients are equal
+ * on every rank after the all-reduce). */
+static double tp_shard_sumsq(const struct engine_tp *t, int x, int q, const float *g)
+{
+    const tp_rep_t *p = &t->rep[(long)x * t->T + q];
+    double s = 0;
+    for (int j = 0; j < t->nti; j++) {
+        const bsipipe_tp_tensor_info_t *ti = &t->ti[j];
+        long off = ti->offset - p->base;
+        if (off < 0 || off >= p->n || (ti->split == BSIPIPE_TP_REPLICATED && q > 0))
+            continue;
+        s += bsipipe_sumsq((long)ti->rows * ti->cols, g + off);
+    }
+    return s;
+}
+
+/* Chunk x's squared gradient norm from its T down shards, summed in rank
+ * order: what a STEP adds per chunk, so that across MPI ranks (this task
+ * on the chunk's process, its result sent to every rank) the norm has the
+ * bits of one process. Buffers: T grads R, then one double W. */
+static void tp_norm_cpu(void *buffers[], void *cl_arg)
+{
+    tp_task_t *tt = cl_arg;
+    struct bsipipe_engine *e = tt->e;
+    int T = e->T;
+    double *out = (double *)STARPU_VECTOR_GET_PTR(buffers[T]), s = 0;
+    for (int q = 0; q < T && !engine_failed(e) && e->o.emulate_flops <= 0; q++)
+        s += tp_shard_sumsq(e->tp, tt->rep, q, (const float *)STARPU_VECTOR_GET_PTR(buffers[q]));
+    *out = s;
+}
+
+static struct starpu_codelet engine_cl_tp_norm = {
+    .where = STARPU_CPU,
+    .cpu_funcs = {tp_norm_cpu},
+    .cpu_funcs_name = {"tp_norm_cpu"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .name = "NORM",
+};
+
+static void tp_norm_popped(void *arg)
+{
+    tp_task_t *tt = arg;
+    __atomic_fetch_add(&tt->e->tasks_popped, 1, __ATOMIC_SEQ_CST);
+}
+
+static void tp_norm_done(void *arg)
+{
+    tp_task_t *tt = arg;
+    engine_watchdog_task_ended(tt->e, 0);
+}
+
+int engine_tp_submit_norm(struct bsipipe_engine *e, int c, starpu_data_handle_t out)
+{
+    struct engine_tp *t = e->tp;
+    int T = e->T, d = e->rep[c].device;
+    tp_task_t *tt = tt_new(-1, -1);
+    if (!tt || tasks_keep(t, tt) < 0)
+        return bsipipe_error_set(-ENOMEM, "out of memory");
+    tt->e = e;
+    tt->rep = c;
+    struct starpu_data_descr descr[TP_MAX + 1];
+    for (int q = 0; q < T; q++)
+        descr[q] = (struct starpu_data_descr){t->rep[(long)c * T + q].h_grads, STARPU_R};
+    descr[T] = (struct starpu_data_descr){out, STARPU_W};
+    struct starpu_task *task =
+        starpu_task_build(&engine_cl_tp_norm, STARPU_DATA_MODE_ARRAY, descr, T + 1, STARPU_NAME, "NORM", 0);
+    if (!task)
+        return bsipipe_error_set(-ENOMEM, "engine: cannot build the norm task of chunk %d", c);
+    tt->task = task;
+    task->cl_arg = tt;
+    task->cl_arg_size = 0;
+    task->cl_arg_free = 0;
+    task->callback_func = tp_norm_done;
+    task->callback_arg = tt;
+    task->prologue_callback_pop_func = tp_norm_popped;
+    task->prologue_callback_pop_arg = tt;
+    if (!e->inorder) { /* on the chunk's device (under bsipipe: any worker, in arrival order, as without TP) */
+        task->workerids = t->wmask[d * T];
+        task->workerids_len = e->wmask_len;
+    }
+    e->ovh.n_tasks++;
+    if (starpu_task_submit(task) != 0)
+        return bsipipe_error_set(-EIO, "engine: StarPU refused the norm task of chunk %d", c);
+    __atomic_fetch_add(&e->tasks_submitted, 1, __ATOMIC_SEQ_CST);
+    return 0;
+}
+
+/* Global norm: per chunk the sum over its ranks' shards (tp_shard_sumsq,
+ * in rank order), then over the chunks; across MPI ranks the per-chunk sums
+ * come from their owners (engine_tp_submit_norm). The same order on every
+ * rank, so every rank clips alike and the replicas stay equal. */
 static void tp_step_cpu(void *buffers[], void *cl_arg)
 {
     tp_task_t *tt = cl_arg;
@@ -1410,18 +1540,14 @@ static void tp_step_cpu(void *buffers[], void *cl_arg)
         return;
     int T = e->T, rc = 0;
     double sumsq = 0;
-    for (int x = 0; x < e->C; x++)
-        for (int q = 0; q < T; q++) {
-            const tp_rep_t *p = &t->rep[(long)x * T + q];
-            const float *g = (const float *)STARPU_VECTOR_GET_PTR(buffers[x * T + q]);
-            for (int j = 0; j < t->nti; j++) {
-                const bsipipe_tp_tensor_info_t *ti = &t->ti[j];
-                long off = ti->offset - p->base;
-                if (off < 0 || off >= p->n || (ti->split == BSIPIPE_TP_REPLICATED && q > 0))
-                    continue;
-                sumsq += bsipipe_sumsq((long)ti->rows * ti->cols, g + off);
-            }
-        }
+    for (int x = 0; x < e->C; x++) {
+        double part = 0;
+        if (e->mpi)
+            part = *(const double *)STARPU_VECTOR_GET_PTR(buffers[x]);
+        for (int q = 0; q < T && !e->mpi; q++)
+            part += tp_shard_sumsq(t, x, q, (const float *)STARPU_VECTOR_GET_PTR(buffers[x * T + q]));
+        sumsq += part;
+    }
     double norm = sqrt(sumsq), mul = 1.0;
     if (e->o.opt.grad_clip > 0 && e->o.opt.grad_clip / (norm + 1e-6) < 1.0)
         mul = e->o.opt.grad_clip / (norm + 1e-6);
@@ -1429,16 +1555,16 @@ static void tp_step_cpu(void *buffers[], void *cl_arg)
         e->gnorm = norm;
     bsipipe_adamw_t opt = e->o.opt;
     opt.lr *= e->lr_scale;
-    int b = e->C * T;
+    int b = e->mpi ? e->C : e->C * T;
     for (int j = 0; j < a->n_own && rc == 0; j++) {
-        int x = a->own_rep[j];
+        int x = a->own_rep[j], own_g = x >= e->C || e->mpi;
         const tp_rep_t *p = &t->rep[(long)x * T + tt->rank];
         float *P = (float *)STARPU_VECTOR_GET_PTR(buffers[b]);
         float *m = (float *)STARPU_VECTOR_GET_PTR(buffers[b + 1]);
         float *v = (float *)STARPU_VECTOR_GET_PTR(buffers[b + 2]);
-        const float *g = x >= e->C ? (const float *)STARPU_VECTOR_GET_PTR(buffers[b + 3])
-                                   : (const float *)STARPU_VECTOR_GET_PTR(buffers[x * T + tt->rank]);
-        b += x >= e->C ? 4 : 3;
+        const float *g = own_g ? (const float *)STARPU_VECTOR_GET_PTR(buffers[b + 3])
+                               : (const float *)STARPU_VECTOR_GET_PTR(buffers[x * T + tt->rank]);
+        b += own_g ? 4 : 3;
         for (int k = 0; k < t->nti && rc == 0; k++) {
             const bsipipe_tp_tensor_info_t *ti = &t->ti[k];
             long off = ti->offset - p->base, cnt = (long)ti->rows * ti->cols;
