@@ -47,20 +47,20 @@ enum { TP_MAX = 16, TP_DESCR = 2 * TP_MAX + 8, STEP_DESCR = 512 };
 /* Roles of a task's buffers (index in buffers[] per role, -1: absent). */
 enum {
     R_P, R_G, R_X, R_Y, R_ST, R_KV, R_DKV, R_GA, R_PA, R_RE, R_GD, R_D2, R_GB, R_SC, R_HX, R_HL, R_HC, R_TOK,
-    R_TGT, R_LOSS, R_DY, R_N
+    R_TGT, R_LOSS, R_DY, R_WS, R_N
 };
 
 /* Segment and collective kinds. */
 enum {
     S_EMB_VOCAB, S_EMB_POS, S_NORM1, S_ATTN, S_NORM2, S_MLP, S_OUT, S_HNORM, S_HLOGITS, S_HSUMS, S_HBWD, S_HBNORM,
-    S_BMLP, S_BNORM2, S_BATTN, S_BNORM1, S_EBPOS, S_EBVOCAB,
+    S_BMLP, S_BNORM2, S_BATTN, S_BNORM1, S_EBPOS, S_EBVOCAB, S_BMLPX, S_BATTNX, S_WMLP, S_WATTN,
     C_AG, C_RS, C_ARMAX, C_ARSUM, C_AREP
 };
 
 static const char *const kind_names[] = {
     "emb_vocab", "emb_pos", "norm1", "attn", "norm2", "mlp", "out", "head_norm", "head_logits", "head_ce_sums",
     "head_bwd_logits", "head_bwd_norm", "bwd_mlp", "bwd_norm2", "bwd_attn", "bwd_norm1", "emb_bwd_pos",
-    "emb_bwd_vocab", "all_gather", "reduce_scatter", "all_reduce_max", "all_reduce_sum", "all_reduce_replicated"};
+    "emb_bwd_vocab", "bwd_mlp_x", "bwd_attn_x", "wgrad_mlp", "wgrad_attn", "all_gather", "reduce_scatter", "all_reduce_max", "all_reduce_sum", "all_reduce_replicated"};
 
 /* One task of the TP group (engine-owned until the next iteration). */
 typedef struct tp_task {
@@ -158,10 +158,6 @@ int engine_tp_check(struct bsipipe_engine *e)
         return bsipipe_error_set(-ENOTSUP, "engine: tensor parallelism runs on CPU devices only for now (the "
                                  "collectives are in-process tasks; NCCL ones are not written): use --devices cpu "
                                  "or --tp 1");
-    if (e->split)
-        return bsipipe_error_set(-ENOTSUP, "engine: schedule %s splits the backward into B and W, which the "
-                                 "tensor-parallel kernels do not provide yet: pick another schedule, or --tp 1",
-                                 bsipipe_schedule_kind_name(e->o.pc.schedule));
     bsipipe_tp_t tp = {T, 0};
     int rc = bsipipe_tp_check(&e->dims, &tp, 0);
     for (int s = 0; s < e->k && rc == 0; s++)
@@ -276,7 +272,7 @@ int engine_tp_buffers(struct bsipipe_engine *e, const float *init)
                     e->n_stash[i] = (uint32_t)((l1 - l0) * bsipipe_tp_stash_size(D, T, (int)len));
                     e->n_dx[i] = c > 0 ? (uint32_t)(ls * d_) : 0;
                     e->n_dy[i] = c == e->C - 1 ? (uint32_t)(ls * d_) : 0;
-                    e->n_wstash[i] = 0;
+                    e->n_wstash[i] = e->split ? (uint32_t)((l1 - l0) * bsipipe_tp_wstash_size(D, T, (int)len)) : 0;
                 }
             }
         }
@@ -694,6 +690,12 @@ static double attn_flops(const tp_ctx_t *c)
     return 2 * n * 4 * h * h + 4 * keys * h;
 }
 
+/* The attention block's weight products (Q, K, V and the output projection). */
+static double wattn_flops(const tp_ctx_t *c)
+{
+    return 2.0 * c->len * 4 * (double)c->e->d * c->e->d;
+}
+
 static double seg_flops(const tp_ctx_t *c, int kind, int l)
 {
     const bsipipe_model_dims_t *D = &c->e->dims;
@@ -703,6 +705,9 @@ static double seg_flops(const tp_ctx_t *c, int kind, int l)
     case S_BATTN: return 2 * attn_flops(c);
     case S_MLP: return bsipipe_model_layer_flops(D, c->a->start, c->len) - attn_flops(c);
     case S_BMLP: return 2 * (bsipipe_model_layer_flops(D, c->a->start, c->len) - attn_flops(c));
+    case S_BMLPX: case S_WMLP: return bsipipe_model_layer_flops(D, c->a->start, c->len) - attn_flops(c);
+    case S_BATTNX: return 2 * attn_flops(c) - wattn_flops(c);
+    case S_WATTN: return wattn_flops(c);
     case S_HLOGITS: return bsipipe_model_head_flops(D, c->len);
     case S_HBWD: return 2 * bsipipe_model_head_flops(D, c->len);
     default: return 0;
@@ -723,7 +728,7 @@ static void emu_plan(tp_ctx_t *c)
 {
     struct bsipipe_engine *e = c->e;
     const bsipipe_op_t *op = &c->a->op;
-    if (e->o.emulate_flops <= 0 || (op->kind != BSIPIPE_OP_F && op->kind != BSIPIPE_OP_B))
+    if (e->o.emulate_flops <= 0 || op->kind > BSIPIPE_OP_W)
         return;
     bsipipe_cost_model_t cost = bsipipe_cost_model_emulated(e->o.emulate_flops);
     double comm = bsipipe_sim_tp_comm(e->sched, &cost, op, NULL);
@@ -733,9 +738,13 @@ static void emu_plan(tp_ctx_t *c)
         ncoll = 4 * nl + first + 2 * last;
         w = nl * bsipipe_model_layer_flops(&e->dims, c->a->start, c->len) +
             (last ? 3 * bsipipe_model_head_flops(&e->dims, c->len) : 0);
-    } else {
+    } else if (op->kind == BSIPIPE_OP_B && !e->split) {
         ncoll = 6 * nl + first;
         w = 2 * nl * bsipipe_model_layer_flops(&e->dims, c->a->start, c->len);
+    } else { /* split backward: the segments' own weights (seg_flops) */
+        int b = op->kind == BSIPIPE_OP_B;
+        ncoll = b ? 4 * nl + first : 2 * nl;
+        w = nl * (b ? seg_flops(c, S_BMLPX, 0) + seg_flops(c, S_BATTNX, 0) : seg_flops(c, S_WMLP, 0) + seg_flops(c, S_WATTN, 0));
     }
     c->emu_unit = w > 0 ? comp / w : 0;
     c->emu_coll = ncoll > 0 ? comm / ncoll : 0;
@@ -838,6 +847,32 @@ static int seg(tp_ctx_t *c, int kind, int l)
             tb_role(&b, R_GA, comm_h(e, B_GA, d, r), STARPU_R);
             tb_role(&b, R_PA, comm_h(e, B_PA, d, r), STARPU_W);
             tb_role(&b, R_SC, t->scratch, STARPU_SCRATCH);
+            break;
+        case S_BMLPX: /* the chunk's wstash is written first here (the B's first layer) */
+            tb_role(&b, R_P, P, STARPU_R);
+            tb_role(&b, R_ST, ST, STARPU_R);
+            tb_role(&b, R_GD, comm_h(e, B_GD, d, r), STARPU_R);
+            tb_role(&b, R_PA, comm_h(e, B_PA, d, r), STARPU_W);
+            tb_role(&b, R_SC, t->scratch, STARPU_SCRATCH);
+            tb_role(&b, R_WS, e->h_wstash[ai], last ? STARPU_W : STARPU_RW);
+            break;
+        case S_BATTNX:
+            b.t->clear = last && op->sub == e->k - 1;
+            tb_role(&b, R_P, P, STARPU_R);
+            tb_role(&b, R_ST, ST, STARPU_R);
+            tb_role(&b, R_KV, e->h_kv[ki], STARPU_R);
+            tb_role(&b, R_DKV, e->h_dkv[ki], b.t->clear ? STARPU_W : STARPU_RW);
+            tb_role(&b, R_GD, comm_h(e, B_GD, d, r), STARPU_R);
+            tb_role(&b, R_PA, comm_h(e, B_PA, d, r), STARPU_W);
+            tb_role(&b, R_SC, t->scratch, STARPU_SCRATCH);
+            tb_role(&b, R_WS, e->h_wstash[ai], STARPU_RW);
+            break;
+        case S_WMLP:
+        case S_WATTN:
+            tb_role(&b, R_G, G, STARPU_RW);
+            tb_role(&b, R_ST, ST, STARPU_R);
+            tb_role(&b, R_WS, e->h_wstash[ai], STARPU_R);
+            tb_role(&b, R_GA, comm_h(e, B_GA, d, r), STARPU_R);
             break;
         case S_BNORM2:
             tb_role(&b, R_P, P, STARPU_R);
@@ -971,14 +1006,18 @@ static int tp_backward(tp_ctx_t *c)
     for (int l = a->l1 - 1; l >= a->l0; l--) {
         long st = (long)(l - a->l0) * stash1;
         tp_h_fn gin = l < a->l1 - 1 ? h_gb : a->op.chunk == e->C - 1 ? h_dy : h_in;
+        /* Split (ZeroBubble): the weight products and the re-gathers of the
+         * norm outputs they need go to W (tp_wgrad). */
         DO(coll(c, C_AG, 0, cnt, gin, h_gd, 0));
-        DO(coll(c, C_AG, st + bsipipe_tp_stash_norm_offset(&e->dims, T, c->len, 2), cnt, h_st, h_ga, 0));
-        DO(seg(c, S_BMLP, l));
+        if (!e->split)
+            DO(coll(c, C_AG, st + bsipipe_tp_stash_norm_offset(&e->dims, T, c->len, 2), cnt, h_st, h_ga, 0));
+        DO(seg(c, e->split ? S_BMLPX : S_BMLP, l));
         DO(coll(c, C_RS, 0, cnt, h_pa, h_re, 0));
         DO(seg(c, S_BNORM2, l));
         DO(coll(c, C_AG, 0, cnt, h_d2, h_gd, 0));
-        DO(coll(c, C_AG, st + bsipipe_tp_stash_norm_offset(&e->dims, T, c->len, 1), cnt, h_st, h_ga, 0));
-        DO(seg(c, S_BATTN, l));
+        if (!e->split)
+            DO(coll(c, C_AG, st + bsipipe_tp_stash_norm_offset(&e->dims, T, c->len, 1), cnt, h_st, h_ga, 0));
+        DO(seg(c, e->split ? S_BATTNX : S_BATTN, l));
         DO(coll(c, C_RS, 0, cnt, h_pa, h_re, 0));
         DO(seg(c, S_BNORM1, l));
     }
@@ -986,6 +1025,24 @@ static int tp_backward(tp_ctx_t *c)
         DO(seg(c, S_EBPOS, a->l0));
         DO(coll(c, C_AG, 0, cnt, h_gb, h_ga, 0));
         DO(seg(c, S_EBVOCAB, a->l0));
+    }
+    return 0;
+}
+
+/* W of a split backward: per layer, in the B's order, the weight halves
+ * after the all-gathers of the norm outputs they read. */
+static int tp_wgrad(tp_ctx_t *c)
+{
+    struct bsipipe_engine *e = c->e;
+    const op_args_t *a = c->a;
+    int T = e->T, rc = 0;
+    long cnt = (long)c->ls * e->d, stash1 = bsipipe_tp_stash_size(&e->dims, T, c->len);
+    for (int l = a->l1 - 1; l >= a->l0; l--) {
+        long st = (long)(l - a->l0) * stash1;
+        DO(coll(c, C_AG, st + bsipipe_tp_stash_norm_offset(&e->dims, T, c->len, 2), cnt, h_st, h_ga, 0));
+        DO(seg(c, S_WMLP, l));
+        DO(coll(c, C_AG, st + bsipipe_tp_stash_norm_offset(&e->dims, T, c->len, 1), cnt, h_st, h_ga, 0));
+        DO(seg(c, S_WATTN, l));
     }
     return 0;
 }
@@ -1121,6 +1178,8 @@ int engine_tp_submit_op(struct bsipipe_engine *e, int d, int i, int step, int dr
         return tp_forward(&c);
     case BSIPIPE_OP_B:
         return tp_backward(&c);
+    case BSIPIPE_OP_W:
+        return tp_wgrad(&c);
     case BSIPIPE_OP_SEND:
     case BSIPIPE_OP_RECV:
     case BSIPIPE_OP_SYNC:
@@ -1269,9 +1328,11 @@ static void tp_seg_cpu(void *buffers[], void *cl_arg)
     const float *lay = P ? P + loff : NULL;
     float *glay = G ? G + loff : NULL;
     long li = l - a->l0;
-    float *st = BUF(R_ST, float *), *kv = BUF(R_KV, float *), *dkv = BUF(R_DKV, float *);
+    float *st = BUF(R_ST, float *), *kv = BUF(R_KV, float *), *dkv = BUF(R_DKV, float *), *ws = BUF(R_WS, float *);
     if (st && l < D->n_layers)
         st += li * bsipipe_tp_stash_size(D, T, len);
+    if (ws)
+        ws += li * bsipipe_tp_wstash_size(D, T, len);
     if (kv)
         kv += li * bsipipe_tp_kv_size(D, T);
     int emulate = e->o.emulate_flops > 0;
@@ -1289,11 +1350,15 @@ static void tp_seg_cpu(void *buffers[], void *cl_arg)
         tp_mem(e, a->op.device, 4.0 * NX(R_ST));
     if (tt->kind == S_ATTN && l == a->l0 && a->op.sub == 0)
         tp_mem(e, a->op.device, 4.0 * NX(R_KV));
-    if (tt->kind == S_BATTN && tt->clear)
+    int battn = tt->kind == S_BATTN || tt->kind == S_BATTNX;
+    if (battn && tt->clear)
         tp_mem(e, a->op.device, 4.0 * NX(R_DKV));
-    if (tt->kind == S_BNORM1 && l == a->l0)
-        tp_mem(e, a->op.device, -4.0 * NX(R_ST));
-    if (tt->kind == S_BATTN && l == a->l0 && a->op.sub == 0) /* the last use of the micro-batch's K/V here */
+    /* the stash lives until the backward's last segment (split: the W's), as the planner counts it */
+    if ((tt->kind == S_BNORM1 && !e->split) || tt->kind == S_WATTN) {
+        if (l == a->l0)
+            tp_mem(e, a->op.device, -4.0 * NX(R_ST));
+    }
+    if (battn && l == a->l0 && a->op.sub == 0) /* the last use of the micro-batch's K/V here */
         tp_mem(e, a->op.device, -4.0 * (NX(R_KV) + NX(R_DKV)));
     if (emulate) { /* the memory is counted as when computing; the time is the planner's share */
         engine_emulate_hold(tt->emu_s);
@@ -1344,6 +1409,18 @@ static void tp_seg_cpu(void *buffers[], void *cl_arg)
         break;
     case S_BMLP:
         rc = bsipipe_tp_layer_bwd_mlp(D, &tp, len, lay, glay, st, GD, GA, PA, SC);
+        break;
+    case S_BMLPX:
+        rc = bsipipe_tp_layer_bwd_mlp_x(D, &tp, len, lay, st, GD, PA, SC, ws);
+        break;
+    case S_BATTNX:
+        rc = bsipipe_tp_layer_bwd_attn_x(D, &tp, a->start, len, lay, st, kv, dkv, GD, PA, SC, ws);
+        break;
+    case S_WMLP:
+        rc = bsipipe_tp_layer_wgrad_mlp(D, &tp, len, glay, st, ws, GA);
+        break;
+    case S_WATTN:
+        rc = bsipipe_tp_layer_wgrad_attn(D, &tp, len, glay, st, ws, GA);
         break;
     case S_BNORM2:
         rc = bsipipe_tp_layer_bwd_norm2(D, &tp, len, lay, glay, st, BUF(R_X, const float *), RE, D2);

@@ -16,7 +16,8 @@
  *
  * Configurations: GPT and LLaMA under BSIPipe (GPT with the naive mapping,
  * so that SYNC crosses ranks; LLaMA with the topology-aware one) and 1F1B,
- * w = 4, D_t = 2; and GPT 1F1B at D_t = 4.
+ * LLaMA under Seq1F1B-I and GPT under ZB-H1 (split backward), w = 4,
+ * D_t = 2; and GPT 1F1B at D_t = 4.
  *
  * Checks, against D_t = 1 in one process: the tolerances of test_engine_tp
  * (loss 1e-5 relative, every gradient 1e-4 of its tensor's largest,
@@ -54,6 +55,8 @@ static const config_t configs[] = {
     {&gpt, BSIPIPE_SCHED_1F1B, 0, 2},
     {&llama, BSIPIPE_SCHED_1F1B, 0, 2},
     {&gpt, BSIPIPE_SCHED_1F1B, 0, 4},
+    {&llama, BSIPIPE_SCHED_SEQ1F1B_I, 0, 2},
+    {&gpt, BSIPIPE_SCHED_ZB_H1, 0, 2},
 };
 enum { N_CONFIGS = sizeof configs / sizeof configs[0] };
 
