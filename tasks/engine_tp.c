@@ -155,8 +155,8 @@ int engine_tp_check(struct bsipipe_engine *e)
         return bsipipe_error_set(BSIPIPE_ECONFIG, "engine: tensor-parallel degree %d is above the engine's %d; "
                                  "use --tp %d or less", T, TP_MAX, TP_MAX);
     if (e->o.devices != BSIPIPE_DEVICES_CPU)
-        return bsipipe_error_set(-ENOTSUP, "engine: tensor parallelism runs on CPU devices only for now (the "
-                                 "collectives are in-process tasks; NCCL ones are not written): use --devices cpu "
+        return bsipipe_error_set(-ENOTSUP, "engine: tensor parallelism runs on CPU devices only (the sharded "
+                                 "kernels and their collectives have no CUDA / NCCL version yet): use --devices cpu "
                                  "or --tp 1");
     bsipipe_tp_t tp = {T, 0};
     int rc = bsipipe_tp_check(&e->dims, &tp, 0);

@@ -434,6 +434,16 @@ int main(int argc, char **argv)
     bsipipe_model_dims_t short_seq = gpt;
     short_seq.seq_len = 30; /* the planner aligns pieces to D_t: S must be a multiple */
     check_refused(&short_seq, BSIPIPE_SCHED_1F1B, 4, 1, BSIPIPE_ECONFIG, "nearest valid S: 28 or 32");
+    { /* CUDA devices: refused before StarPU starts, naming the fix */
+        bsipipe_engine_options_t o = tp_options(&gpt, BSIPIPE_SCHED_1F1B, 2);
+        o.devices = BSIPIPE_DEVICES_CUDA;
+        bsipipe_engine_t *e = NULL;
+        int rc = bsipipe_engine_create(&o, &e);
+        printf("refused: 1f1b tp 2 on CUDA devices: %s\n", bsipipe_error_detail());
+        CHECK(rc == -ENOTSUP && e == NULL, "tp on CUDA devices: rc %d, want -ENOTSUP", rc);
+        CHECK_CONTAINS(bsipipe_error_detail(), "use --devices cpu or --tp 1");
+        bsipipe_engine_destroy(e);
+    }
     /* Emulated device time. */
     check_emulated(&gpt, BSIPIPE_SCHED_BSIPIPE, 2);
     check_emulated(&llama, BSIPIPE_SCHED_SEQ1F1B_I, 4);
