@@ -3,6 +3,7 @@
 #include "graph/bsipipe_sim.h"
 #include "graph/schedule_internal.h"
 #include "graph/bsipipe_error.h"
+#include "kernels/bsipipe_tp.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,14 +153,26 @@ double bsipipe_sim_tp_comm(const bsipipe_schedule_t *s, const bsipipe_cost_model
 
 /* Bytes of one chunk's parameters (fp32), first chunk with the embedding,
  * last with the head; sharded over D_t. */
+/* Parameters of one TP rank's shard of a chunk: with D_t dividing the
+ * heads, the FFN width and the vocabulary, the sharded kernels' exact count
+ * (split tensors / D_t, the norms and GPT's wpe replicated whole:
+ * docs/tensor-parallel.md); otherwise (a plan the engine refuses) the
+ * whole chunk / D_t. */
 static double chunk_param_elems(const bsipipe_schedule_t *s, int chunk)
 {
-    int first, last;
+    int first, last, tp = s->pc.tp;
+    const bsipipe_model_dims_t *D = &s->dims;
     bsipipe_schedule_chunk_layers(s, chunk, &first, &last);
-    double e = (double)(last - first) * bsipipe_model_layer_params(&s->dims);
-    if (chunk == 0) e += bsipipe_model_embed_params(&s->dims);
-    if (chunk == s->n_chunks - 1) e += bsipipe_model_head_params(&s->dims);
-    return e / s->pc.tp;
+    if (tp > 1 && D->n_heads % tp == 0 && D->ffn_hidden % tp == 0 && D->vocab % tp == 0) {
+        double e = (double)(last - first) * bsipipe_tp_layer_params(D, tp);
+        if (chunk == 0) e += bsipipe_tp_embed_params(D, tp);
+        if (chunk == s->n_chunks - 1) e += bsipipe_tp_head_params(D, tp);
+        return e;
+    }
+    double e = (double)(last - first) * bsipipe_model_layer_params(D);
+    if (chunk == 0) e += bsipipe_model_embed_params(D);
+    if (chunk == s->n_chunks - 1) e += bsipipe_model_head_params(D);
+    return e / (tp > 1 ? tp : 1);
 }
 
 void bsipipe_sim_result_destroy(bsipipe_sim_result_t *r)

@@ -90,6 +90,10 @@ long bsipipe_tp_kv_size(const bsipipe_model_dims_t *d, int size);
  * x n1 x2 n2 [len/size, d], norm stats 2 x [2, len/size], q att [len, d/size],
  * lse [H/size, len], a1 [len, A1/size], a2 [len, F/size]. */
 long bsipipe_tp_stash_size(const bsipipe_model_dims_t *d, int size, int len);
+/* Split backward: what one layer's B saves for its W (len % size == 0):
+ * the gathered output gradients of the MLP and the attention [len, d],
+ * da1 [len, A1/size], dqkv [len, 3 d/size]. */
+long bsipipe_tp_wstash_size(const bsipipe_model_dims_t *d, int size, int len);
 /* Scratch of one chunk driver call (forward or backward), comm buffers
  * included. */
 long bsipipe_tp_work_size(const bsipipe_model_dims_t *d, int size, int len);

@@ -83,6 +83,26 @@ int BSIPIPE_FN(bsipipe_tp_layer_bwd_norm1)(const bsipipe_model_dims_t *d,
     const bsipipe_tp_t *tp, int len, const BSIPIPE_R *layer, BSIPIPE_R *grads,
     const BSIPIPE_R *stash, const BSIPIPE_R *dx2, const BSIPIPE_R *red, BSIPIPE_R *dx);
 
+/* Split backward (ZeroBubble B / W): the input halves of bwd_mlp and
+ * bwd_attn (same inputs but no grads and no gath; they save the gathered
+ * output gradient, da1 and dqkv in wst, the layer's
+ * bsipipe_tp_wstash_size), then, in W, the weight halves: before each an
+ * all_gather of stash.n2 (MLP) or stash.n1 (attention) -> gath. The
+ * products are the fused segments', on the same operands. */
+int BSIPIPE_FN(bsipipe_tp_layer_bwd_mlp_x)(const bsipipe_model_dims_t *d,
+    const bsipipe_tp_t *tp, int len, const BSIPIPE_R *layer, const BSIPIPE_R *stash,
+    const BSIPIPE_R *gdy, BSIPIPE_R *part, BSIPIPE_R *work, BSIPIPE_R *wst);
+int BSIPIPE_FN(bsipipe_tp_layer_bwd_attn_x)(const bsipipe_model_dims_t *d,
+    const bsipipe_tp_t *tp, int start, int len, const BSIPIPE_R *layer,
+    const BSIPIPE_R *stash, const BSIPIPE_R *kv, BSIPIPE_R *dkv, const BSIPIPE_R *gdy,
+    BSIPIPE_R *part, BSIPIPE_R *work, BSIPIPE_R *wst);
+int BSIPIPE_FN(bsipipe_tp_layer_wgrad_mlp)(const bsipipe_model_dims_t *d,
+    const bsipipe_tp_t *tp, int len, BSIPIPE_R *grads, const BSIPIPE_R *stash,
+    const BSIPIPE_R *wst, const BSIPIPE_R *gath);
+int BSIPIPE_FN(bsipipe_tp_layer_wgrad_attn)(const bsipipe_model_dims_t *d,
+    const bsipipe_tp_t *tp, int len, BSIPIPE_R *grads, const BSIPIPE_R *stash,
+    const BSIPIPE_R *wst, const BSIPIPE_R *gath);
+
 /* ---- chunk drivers (segments + comm, one rank) -------------------------- */
 /* As bsipipe_chunk_forward / _backward on the rank's shard: layers, grads
  * (l1-l0) * bsipipe_tp_layer_params; x_in, x_out, dy, dx [ls, d] slices (x_out

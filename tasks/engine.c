@@ -1253,10 +1253,10 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
         if (e->args[d][i].op.kind != BSIPIPE_OP_STEP)
             rc = submit_op(e, d, i, step, 0);
     }
+    if (rc == 0 && e->T > 1) /* replicated gradients summed over the TP ranks before any norm or STEP reads them */
+        rc = engine_tp_submit_reduce(e, 0);
     if (rc == 0)
         rc = engine_mpi_submit_norms(e);
-    if (rc == 0 && e->T > 1) /* replicated gradients summed over the TP ranks before any STEP reads them */
-        rc = engine_tp_submit_reduce(e, 0);
     for (int d = 0; d < e->W && rc == 0; d++) {
         int n;
         const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);

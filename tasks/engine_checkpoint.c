@@ -375,8 +375,11 @@ static int write_part(bsipipe_engine_t *e, const char *dir, const char *name, lo
     uint64_t total = part_bytes(e, e->rank, &k);
     size_t hlen = PART_FIXED_BYTES + (size_t)k * PART_REPLICA_BYTES;
     unsigned char *h = calloc(1, hlen);
+    long P = bsipipe_engine_n_params(e);
+    float *full = e->T > 1 ? malloc(3 * sizeof(float) * (size_t)P) : NULL; /* params, m, v of one pipe */
+    int full_pipe = -1;
     const char *what = "cannot create";
-    if (!path || !w.buf || !h) {
+    if (!path || !w.buf || !h || (e->T > 1 && !full)) {
         rc = -ENOMEM;
         goto fail;
     }
@@ -407,9 +410,21 @@ static int write_part(bsipipe_engine_t *e, const char *dir, const char *name, lo
         goto fail;
     for (int i = 0; i < n_replicas(e); i++) {
         replica_t *r = &e->rep[i];
-        if (engine_local(e, r->device) &&
-            ((rc = writer_put_handle(&w, r->h_params, r->n)) < 0 || (rc = writer_put_handle(&w, r->h_m, r->n)) < 0 ||
-             (rc = writer_put_handle(&w, r->h_v, r->n)) < 0))
+        if (!engine_local(e, r->device))
+            continue;
+        if (e->T > 1) { /* the replica's slice of the whole-model vectors, from this process's shards */
+            if (i / e->C != full_pipe && (rc = tp_full_pipe(e, full_pipe = i / e->C, full, P)) < 0) {
+                what = "cannot gather the tensor-parallel shards for";
+                goto fail;
+            }
+            if ((rc = writer_put_floats(&w, full + r->base, r->n)) < 0 ||
+                (rc = writer_put_floats(&w, full + P + r->base, r->n)) < 0 ||
+                (rc = writer_put_floats(&w, full + 2 * P + r->base, r->n)) < 0)
+                goto fail;
+            continue;
+        }
+        if ((rc = writer_put_handle(&w, r->h_params, r->n)) < 0 || (rc = writer_put_handle(&w, r->h_m, r->n)) < 0 ||
+            (rc = writer_put_handle(&w, r->h_v, r->n)) < 0)
             goto fail;
     }
     uint32_t crc = ckpt_crc_final(&w.crc);
@@ -435,6 +450,7 @@ static int write_part(bsipipe_engine_t *e, const char *dir, const char *name, lo
     *bytes = total;
     *crc_out = crc;
     free(h);
+    free(full);
     free(w.buf);
     free(path);
     return 0;
@@ -446,6 +462,7 @@ fail:
     rc = bsipipe_error_set(rc, "checkpoint: rank %d %s its part %s: %s (the previous checkpoint is intact)", e->rank,
                            what, path ? path : name, strerror(-rc));
     free(h);
+    free(full);
     free(w.buf);
     free(path);
     return rc;
@@ -719,6 +736,10 @@ int bsipipe_engine_load(bsipipe_engine_t *e, const char *dir, long *iteration)
                 for (int c = 0; c < e->C; c++) {
                     replica_t *r = &e->rep[pipe * e->C + c];
                     const unsigned char *p = ckpt_load_replica(&l, (size_t)(pipe * e->C + c));
+                    if (!engine_local(e, r->device) || !p) { /* another process's (MPI): its shards are cut there */
+                        memset(full + r->base, 0, sizeof(float) * (size_t)r->n);
+                        continue;
+                    }
                     floats_from_le(full + r->base, p + 4 * (size_t)which * (size_t)r->n, (size_t)r->n);
                 }
                 rc = engine_tp_set_full(e, pipe, which == 0 ? ENGINE_TP_PARAMS : which == 1 ? ENGINE_TP_M

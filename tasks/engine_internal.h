@@ -332,7 +332,7 @@ starpu_data_handle_t engine_mpi_sumsq(struct bsipipe_engine *e, int c);
 
 /* ---- Tensor parallelism (engine_tp.c) ---- */
 /* Before StarPU: the rules D_t must follow (heads, FFN, vocabulary, every
- * piece; CPU devices in one process; no split backward, no emulation):
+ * piece; CPU devices; no split backward):
  * BSIPIPE_ECONFIG or -ENOTSUP with a sentence naming the fix. */
 int engine_tp_check(struct bsipipe_engine *e);
 /* The model's part of it, before planning (the planner's own check names
@@ -348,6 +348,15 @@ int engine_tp_args(struct bsipipe_engine *e);
 /* Op i of device d as the TP group's tasks (segments on each rank's worker,
  * collectives as tasks over every rank's buffers); dry_run: count uses. */
 int engine_tp_submit_op(struct bsipipe_engine *e, int d, int i, int step, int dry_run);
+/* Across MPI ranks (engine_mpi.c): the slot task of op i of device d for
+ * TP rank r (on r's worker, in its plan order; cl_arg = the rank's op
+ * args), replica x's gradient shard of rank r (n: its floats), and chunk
+ * c's squared gradient norm over its T shards into `out` (one double), on
+ * the chunk's process. */
+int engine_tp_submit_rank(struct bsipipe_engine *e, int d, int i, int r, struct starpu_codelet *cl,
+                          const struct starpu_data_descr *descr, int n);
+starpu_data_handle_t engine_tp_rep_grads(struct bsipipe_engine *e, int x, int r, long *n);
+int engine_tp_submit_norm(struct bsipipe_engine *e, int c, starpu_data_handle_t out);
 /* Before the STEPs: the all-reduce of every replica's replicated gradients. */
 int engine_tp_submit_reduce(struct bsipipe_engine *e, int dry_run);
 /* Around an iteration: per-rank records reset / merged into e->rec. */

@@ -440,10 +440,12 @@ static int setup_ranks(struct bsipipe_engine *e)
             e->dev_rank[d] = e->o.device_rank[d];
         }
     } else {
-        /* One node per rank, room for its share of the devices. */
-        int per_node = (e->W * e->o.pc.tp + e->nranks - 1) / e->nranks;
-        if (!e->o.naive_mapping && bsipipe_schedule_n_pipes(e->sched) > 1 && per_node % (2 * e->o.pc.tp))
-            per_node += 2 * e->o.pc.tp - per_node % (2 * e->o.pc.tp); /* mirrored pairs fit together */
+        /* One node per rank, room for its share of the devices, each a
+         * whole TP group of T workers (a group never spans ranks). */
+        int T = e->o.pc.tp > 1 ? e->o.pc.tp : 1, groups = (e->W + e->nranks - 1) / e->nranks;
+        if (!e->o.naive_mapping && bsipipe_schedule_n_pipes(e->sched) > 1 && groups % 2)
+            groups++; /* mirrored pairs fit together */
+        int per_node = groups * T;
         int rc = bsipipe_map_devices(&e->o.pc, e->nranks, per_node, !e->o.naive_mapping, e->dev_rank);
         if (rc < 0)
             return rc;
@@ -600,7 +602,7 @@ static int size_iteration(struct bsipipe_engine *e)
     for (int d = 0; d < e->W; d++) {
         int n_ops;
         bsipipe_schedule_device_ops(e->sched, d, &n_ops);
-        n += 2L * n_ops;
+        n += 2L * n_ops * e->T; /* with TP: a message per TP rank */
     }
     n += (long)e->C * e->nranks;
     if (n > m->cap) {
@@ -618,6 +620,17 @@ static int size_iteration(struct bsipipe_engine *e)
 
 /* ---- submission ---- */
 
+/* The slot task of op i of device d (TP rank r's with tensor parallelism). */
+static int submit_slot(struct bsipipe_engine *e, int d, int i, int r, struct starpu_codelet *cl,
+                       struct starpu_data_descr *descr, int n)
+{
+    return e->T > 1 ? engine_tp_submit_rank(e, d, i, r, cl, descr, n) : engine_task_submit(e, d, i, cl, descr, n);
+}
+
+/* With tensor parallelism (T > 1) a cross-rank op is T messages, one per TP
+ * rank: its [len/T, d] slice (tag index channel * T + r, the channel of the
+ * in-process transport) or its gradient shard (chunk * T + r), each with its
+ * slot task on rank r's worker. The TP group itself never spans processes. */
 int engine_mpi_submit_op(struct bsipipe_engine *e, int d, int i, int dry_run)
 {
     struct engine_mpi *m = e->mpi;
@@ -630,66 +643,74 @@ int engine_mpi_submit_op(struct bsipipe_engine *e, int d, int i, int dry_run)
         return 0; /* both ends here (or both elsewhere): an ordinary op */
     if (!engine_local(e, d))
         return 1; /* the other rank's part */
-    int peer_rank = e->dev_rank[op->peer], rc = 0;
+    int peer_rank = e->dev_rank[op->peer], rc = 0, T = e->T;
     const char *name = e->args[d][i].name;
-    long ai = op->sub >= 0 ? act_index(e, op->mb, op->sub, op->chunk) : 0;
+    long ai = op->sub >= 0 ? act_index(e, op->mb, op->sub, op->chunk) * T : 0;
     struct starpu_data_descr descr[2];
-    switch (op->kind) {
-    case BSIPIPE_OP_SEND: {
-        starpu_data_handle_t src = op->tensor == BSIPIPE_TENSOR_ACT ? e->h_x_out[ai] : e->h_dx[ai];
-        if (!src)
-            return bsipipe_error_set(-EINVAL, "engine: %s has no source buffer", name);
-        if (dry_run) { /* two uses: the marker task, then the isend */
-            engine_buffer_use(e, src, 1);
-            engine_buffer_use(e, src, 1);
-            return 1;
-        }
-        /* The marker holds the plan slot; RW orders the isend after it. */
-        descr[0] = (struct starpu_data_descr){src, STARPU_RW};
-        if ((rc = engine_task_submit(e, d, i, &bsipipe_cl_mpi_send, descr, 1)) < 0)
-            return rc;
-        if ((rc = post_send(m, src, peer_rank, TAG_CHANNEL, op->channel, 0)) < 0)
-            return rc;
-        engine_buffer_use(e, src, 0); /* the last use: unregistered after the send completes */
-        return 1;
-    }
-    case BSIPIPE_OP_RECV: {
-        starpu_data_handle_t dst = e->h_recv[op->channel];
-        if (!dst)
-            return bsipipe_error_set(-EINVAL, "engine: %s has no receive buffer", name);
-        if (dry_run)
-            return 1; /* its consumer's use is counted there */
-        if ((rc = post_recv(m, dst, peer_rank, TAG_CHANNEL, op->channel, d, op->peer, name)) < 0)
-            return rc;
-        rc = engine_task_submit(e, d, i, &bsipipe_cl_mpi_marker, descr, 0);
-        return rc < 0 ? rc : 1;
-    }
-    default: { /* SYNC of mirrored replicas on two ranks */
-        if (dry_run)
-            return 1;
-        replica_t *down = &e->rep[op->chunk], *up = &e->rep[e->C + op->chunk];
-        if (op->pipe == 1) { /* up side: send the gradient, get the sum back */
-            descr[0] = (struct starpu_data_descr){up->h_grads, STARPU_RW};
-            if ((rc = engine_task_submit(e, d, i, &bsipipe_cl_mpi_sync_up, descr, 1)) < 0 ||
-                (rc = post_send(m, up->h_grads, peer_rank, TAG_SYNC_UP, op->chunk, 1)) < 0 ||
-                (rc = post_recv(m, up->h_grads, peer_rank, TAG_SYNC_DOWN, op->chunk, d, op->peer, name)) < 0)
+    for (int r = 0; r < T; r++) {
+        long ch = (long)op->channel * T + r, ck = (long)op->chunk * T + r;
+        switch (op->kind) {
+        case BSIPIPE_OP_SEND: {
+            starpu_data_handle_t src = op->tensor == BSIPIPE_TENSOR_ACT ? e->h_x_out[ai + r] : e->h_dx[ai + r];
+            if (!src)
+                return bsipipe_error_set(-EINVAL, "engine: %s has no source buffer", name);
+            if (dry_run) { /* two uses: the marker task, then the isend */
+                engine_buffer_use(e, src, 1);
+                engine_buffer_use(e, src, 1);
+                break;
+            }
+            /* The marker holds the plan slot; RW orders the isend after it. */
+            descr[0] = (struct starpu_data_descr){src, STARPU_RW};
+            if ((rc = submit_slot(e, d, i, r, &bsipipe_cl_mpi_send, descr, 1)) < 0)
                 return rc;
-            return 1;
+            if ((rc = post_send(m, src, peer_rank, TAG_CHANNEL, ch, 0)) < 0)
+                return rc;
+            engine_buffer_use(e, src, 0); /* the last use: unregistered after the send completes */
+            break;
         }
-        /* down side: receive the up gradient into a buffer, sum, send back */
-        starpu_data_handle_t in;
-        starpu_vector_data_register(&in, -1, 0, (uint32_t)up->n, sizeof(float));
-        if ((rc = post_recv(m, in, peer_rank, TAG_SYNC_UP, op->chunk, d, op->peer, name)) < 0)
-            return rc;
-        descr[0] = (struct starpu_data_descr){down->h_grads, STARPU_RW};
-        descr[1] = (struct starpu_data_descr){in, STARPU_RW};
-        if ((rc = engine_task_submit(e, d, i, &bsipipe_cl_sync, descr, 2)) < 0 ||
-            (rc = post_send(m, in, peer_rank, TAG_SYNC_DOWN, op->chunk, 1)) < 0)
-            return rc;
-        starpu_data_unregister_submit(in);
-        return 1;
+        case BSIPIPE_OP_RECV: {
+            starpu_data_handle_t dst = e->h_recv[ch];
+            if (!dst)
+                return bsipipe_error_set(-EINVAL, "engine: %s has no receive buffer", name);
+            if (dry_run)
+                break; /* its consumer's use is counted there */
+            if ((rc = post_recv(m, dst, peer_rank, TAG_CHANNEL, ch, d, op->peer, name)) < 0)
+                return rc;
+            if ((rc = submit_slot(e, d, i, r, &bsipipe_cl_mpi_marker, descr, 0)) < 0)
+                return rc;
+            break;
+        }
+        default: { /* SYNC of mirrored replicas on two ranks */
+            if (dry_run)
+                break;
+            long n_up = e->rep[e->C + op->chunk].n;
+            starpu_data_handle_t down = T > 1 ? engine_tp_rep_grads(e, op->chunk, r, NULL) : e->rep[op->chunk].h_grads;
+            starpu_data_handle_t up = T > 1 ? engine_tp_rep_grads(e, e->C + op->chunk, r, &n_up)
+                                            : e->rep[e->C + op->chunk].h_grads;
+            if (op->pipe == 1) { /* up side: send the gradient, get the sum back */
+                descr[0] = (struct starpu_data_descr){up, STARPU_RW};
+                if ((rc = submit_slot(e, d, i, r, &bsipipe_cl_mpi_sync_up, descr, 1)) < 0 ||
+                    (rc = post_send(m, up, peer_rank, TAG_SYNC_UP, ck, 1)) < 0 ||
+                    (rc = post_recv(m, up, peer_rank, TAG_SYNC_DOWN, ck, d, op->peer, name)) < 0)
+                    return rc;
+                break;
+            }
+            /* down side: receive the up gradient into a buffer, sum, send back */
+            starpu_data_handle_t in;
+            starpu_vector_data_register(&in, -1, 0, (uint32_t)n_up, sizeof(float));
+            if ((rc = post_recv(m, in, peer_rank, TAG_SYNC_UP, ck, d, op->peer, name)) < 0)
+                return rc;
+            descr[0] = (struct starpu_data_descr){down, STARPU_RW};
+            descr[1] = (struct starpu_data_descr){in, STARPU_RW};
+            if ((rc = submit_slot(e, d, i, r, &bsipipe_cl_sync, descr, 2)) < 0 ||
+                (rc = post_send(m, in, peer_rank, TAG_SYNC_DOWN, ck, 1)) < 0)
+                return rc;
+            starpu_data_unregister_submit(in);
+            break;
+        }
+        }
     }
-    }
+    return 1;
 }
 
 int engine_mpi_submit_norms(struct bsipipe_engine *e)
@@ -707,7 +728,8 @@ int engine_mpi_submit_norms(struct bsipipe_engine *e)
             continue;
         }
         struct starpu_data_descr descr[2] = {{e->rep[c].h_grads, STARPU_R}, {m->h_sumsq[c], STARPU_W}};
-        if ((rc = engine_task_submit(e, owner_dev, -1, &bsipipe_cl_norm, descr, 2)) < 0)
+        if ((rc = e->T > 1 ? engine_tp_submit_norm(e, c, m->h_sumsq[c])
+                           : engine_task_submit(e, owner_dev, -1, &bsipipe_cl_norm, descr, 2)) < 0)
             return rc;
         for (int r = 0; r < e->nranks; r++)
             if (r != e->rank && (rc = post_send(m, m->h_sumsq[c], r, TAG_NORM, c, -1)) < 0)

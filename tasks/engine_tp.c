@@ -22,9 +22,14 @@
  * submitted, which is the device's plan order: every rank of a device
  * follows the device's op order, segment by segment.
  *
- * Across processes (StarPU-MPI, NCCL) a collective would become one task
- * per rank calling the transport with the same arguments; not done here
- * (engine_tp_check refuses). */
+ * Across StarPU-MPI ranks (--mpi) a TP group stays inside one process (the
+ * device-to-rank map is per device), so the collectives stay the tasks
+ * above; engine_mpi.c moves each rank's slice of a cross-rank SEND/RECV and
+ * each rank's shard of a cross-rank SYNC through StarPU-MPI, its slot tasks
+ * submitted here (engine_tp_submit_rank), and every chunk's squared
+ * gradient norm is computed once on its owner's process
+ * (engine_tp_submit_norm) and sent to every rank. Collectives across
+ * processes or GPUs (MPI / NCCL) are not written (engine_tp_check). */
 #include "tasks/engine_internal.h"
 #include "graph/bsipipe_error.h"
 #include "kernels/bsipipe_tp.h"
@@ -42,24 +47,25 @@ enum { TP_MAX = 16, TP_DESCR = 2 * TP_MAX + 8, STEP_DESCR = 512 };
 /* Roles of a task's buffers (index in buffers[] per role, -1: absent). */
 enum {
     R_P, R_G, R_X, R_Y, R_ST, R_KV, R_DKV, R_GA, R_PA, R_RE, R_GD, R_D2, R_GB, R_SC, R_HX, R_HL, R_HC, R_TOK,
-    R_TGT, R_LOSS, R_DY, R_N
+    R_TGT, R_LOSS, R_DY, R_WS, R_N
 };
 
 /* Segment and collective kinds. */
 enum {
     S_EMB_VOCAB, S_EMB_POS, S_NORM1, S_ATTN, S_NORM2, S_MLP, S_OUT, S_HNORM, S_HLOGITS, S_HSUMS, S_HBWD, S_HBNORM,
-    S_BMLP, S_BNORM2, S_BATTN, S_BNORM1, S_EBPOS, S_EBVOCAB,
+    S_BMLP, S_BNORM2, S_BATTN, S_BNORM1, S_EBPOS, S_EBVOCAB, S_BMLPX, S_BATTNX, S_WMLP, S_WATTN,
     C_AG, C_RS, C_ARMAX, C_ARSUM, C_AREP
 };
 
 static const char *const kind_names[] = {
     "emb_vocab", "emb_pos", "norm1", "attn", "norm2", "mlp", "out", "head_norm", "head_logits", "head_ce_sums",
     "head_bwd_logits", "head_bwd_norm", "bwd_mlp", "bwd_norm2", "bwd_attn", "bwd_norm1", "emb_bwd_pos",
-    "emb_bwd_vocab", "all_gather", "reduce_scatter", "all_reduce_max", "all_reduce_sum", "all_reduce_replicated"};
+    "emb_bwd_vocab", "bwd_mlp_x", "bwd_attn_x", "wgrad_mlp", "wgrad_attn", "all_gather", "reduce_scatter", "all_reduce_max", "all_reduce_sum", "all_reduce_replicated"};
 
 /* One task of the TP group (engine-owned until the next iteration). */
 typedef struct tp_task {
-    op_args_t *a;             /* the rank copy of the op's arguments */
+    op_args_t *a;             /* the rank copy of the op's arguments (NULL: a norm task, outside the plan) */
+    struct bsipipe_engine *e;
     bsipipe_plan_pos_t pos;   /* its place in the worker's order (bsipipe policy) */
     struct starpu_task *task;
     int kind, rank, layer, recv;
@@ -149,16 +155,9 @@ int engine_tp_check(struct bsipipe_engine *e)
         return bsipipe_error_set(BSIPIPE_ECONFIG, "engine: tensor-parallel degree %d is above the engine's %d; "
                                  "use --tp %d or less", T, TP_MAX, TP_MAX);
     if (e->o.devices != BSIPIPE_DEVICES_CPU)
-        return bsipipe_error_set(-ENOTSUP, "engine: tensor parallelism runs on CPU devices only for now (the "
-                                 "collectives are in-process tasks; NCCL ones are not written): use --devices cpu "
+        return bsipipe_error_set(-ENOTSUP, "engine: tensor parallelism runs on CPU devices only (the sharded "
+                                 "kernels and their collectives have no CUDA / NCCL version yet): use --devices cpu "
                                  "or --tp 1");
-    if (e->o.mpi)
-        return bsipipe_error_set(-ENOTSUP, "engine: tensor parallelism across MPI ranks is not written yet (the "
-                                 "collectives are in-process tasks): run in one process, or use --tp 1");
-    if (e->split)
-        return bsipipe_error_set(-ENOTSUP, "engine: schedule %s splits the backward into B and W, which the "
-                                 "tensor-parallel kernels do not provide yet: pick another schedule, or --tp 1",
-                                 bsipipe_schedule_kind_name(e->o.pc.schedule));
     bsipipe_tp_t tp = {T, 0};
     int rc = bsipipe_tp_check(&e->dims, &tp, 0);
     for (int s = 0; s < e->k && rc == 0; s++)
@@ -273,7 +272,7 @@ int engine_tp_buffers(struct bsipipe_engine *e, const float *init)
                     e->n_stash[i] = (uint32_t)((l1 - l0) * bsipipe_tp_stash_size(D, T, (int)len));
                     e->n_dx[i] = c > 0 ? (uint32_t)(ls * d_) : 0;
                     e->n_dy[i] = c == e->C - 1 ? (uint32_t)(ls * d_) : 0;
-                    e->n_wstash[i] = 0;
+                    e->n_wstash[i] = e->split ? (uint32_t)((l1 - l0) * bsipipe_tp_wstash_size(D, T, (int)len)) : 0;
                 }
             }
         }
@@ -553,6 +552,23 @@ static void tp_done(void *arg)
     engine_watchdog_task_ended(a->e, tt->recv);
 }
 
+/* Keeps tt until the next iteration (its task's cl_arg); frees it on failure. */
+static int tasks_keep(struct engine_tp *t, tp_task_t *tt)
+{
+    if (t->n_tasks == t->cap_tasks) {
+        long cap = t->cap_tasks ? 2 * t->cap_tasks : 1024;
+        tp_task_t **p = realloc(t->tasks, sizeof *p * (size_t)cap);
+        if (!p) {
+            free(tt);
+            return bsipipe_error_set(-ENOMEM, "out of memory");
+        }
+        t->tasks = p;
+        t->cap_tasks = cap;
+    }
+    t->tasks[t->n_tasks++] = tt;
+    return 0;
+}
+
 /* Submits b's task on rank r's worker of device c->d (or, dry, counts its
  * buffer uses). own: cl_arg is the tp_task (else the rank's op args, for the
  * engine's own SEND / RECV / SYNC codelets). */
@@ -574,17 +590,8 @@ static int tb_submit(tp_ctx_t *c, tb_t *b, struct starpu_codelet *cl, int r, int
         free(tt);
         return 0;
     }
-    if (t->n_tasks == t->cap_tasks) {
-        long cap = t->cap_tasks ? 2 * t->cap_tasks : 1024;
-        tp_task_t **p = realloc(t->tasks, sizeof *p * (size_t)cap);
-        if (!p) {
-            free(tt);
-            return bsipipe_error_set(-ENOMEM, "out of memory");
-        }
-        t->tasks = p;
-        t->cap_tasks = cap;
-    }
-    t->tasks[t->n_tasks++] = tt;
+    if (tasks_keep(t, tt) < 0)
+        return -ENOMEM;
     int d = c->d, w = d * e->T + r;
     tt->rank = r;
     tt->a = &t->args[d][(long)c->i * e->T + r];
@@ -683,6 +690,12 @@ static double attn_flops(const tp_ctx_t *c)
     return 2 * n * 4 * h * h + 4 * keys * h;
 }
 
+/* The attention block's weight products (Q, K, V and the output projection). */
+static double wattn_flops(const tp_ctx_t *c)
+{
+    return 2.0 * c->len * 4 * (double)c->e->d * c->e->d;
+}
+
 static double seg_flops(const tp_ctx_t *c, int kind, int l)
 {
     const bsipipe_model_dims_t *D = &c->e->dims;
@@ -692,6 +705,9 @@ static double seg_flops(const tp_ctx_t *c, int kind, int l)
     case S_BATTN: return 2 * attn_flops(c);
     case S_MLP: return bsipipe_model_layer_flops(D, c->a->start, c->len) - attn_flops(c);
     case S_BMLP: return 2 * (bsipipe_model_layer_flops(D, c->a->start, c->len) - attn_flops(c));
+    case S_BMLPX: case S_WMLP: return bsipipe_model_layer_flops(D, c->a->start, c->len) - attn_flops(c);
+    case S_BATTNX: return 2 * attn_flops(c) - wattn_flops(c);
+    case S_WATTN: return wattn_flops(c);
     case S_HLOGITS: return bsipipe_model_head_flops(D, c->len);
     case S_HBWD: return 2 * bsipipe_model_head_flops(D, c->len);
     default: return 0;
@@ -712,7 +728,7 @@ static void emu_plan(tp_ctx_t *c)
 {
     struct bsipipe_engine *e = c->e;
     const bsipipe_op_t *op = &c->a->op;
-    if (e->o.emulate_flops <= 0 || (op->kind != BSIPIPE_OP_F && op->kind != BSIPIPE_OP_B))
+    if (e->o.emulate_flops <= 0 || op->kind > BSIPIPE_OP_W)
         return;
     bsipipe_cost_model_t cost = bsipipe_cost_model_emulated(e->o.emulate_flops);
     double comm = bsipipe_sim_tp_comm(e->sched, &cost, op, NULL);
@@ -722,9 +738,13 @@ static void emu_plan(tp_ctx_t *c)
         ncoll = 4 * nl + first + 2 * last;
         w = nl * bsipipe_model_layer_flops(&e->dims, c->a->start, c->len) +
             (last ? 3 * bsipipe_model_head_flops(&e->dims, c->len) : 0);
-    } else {
+    } else if (op->kind == BSIPIPE_OP_B && !e->split) {
         ncoll = 6 * nl + first;
         w = 2 * nl * bsipipe_model_layer_flops(&e->dims, c->a->start, c->len);
+    } else { /* split backward: the segments' own weights (seg_flops) */
+        int b = op->kind == BSIPIPE_OP_B;
+        ncoll = b ? 4 * nl + first : 2 * nl;
+        w = nl * (b ? seg_flops(c, S_BMLPX, 0) + seg_flops(c, S_BATTNX, 0) : seg_flops(c, S_WMLP, 0) + seg_flops(c, S_WATTN, 0));
     }
     c->emu_unit = w > 0 ? comp / w : 0;
     c->emu_coll = ncoll > 0 ? comm / ncoll : 0;
@@ -827,6 +847,32 @@ static int seg(tp_ctx_t *c, int kind, int l)
             tb_role(&b, R_GA, comm_h(e, B_GA, d, r), STARPU_R);
             tb_role(&b, R_PA, comm_h(e, B_PA, d, r), STARPU_W);
             tb_role(&b, R_SC, t->scratch, STARPU_SCRATCH);
+            break;
+        case S_BMLPX: /* the chunk's wstash is written first here (the B's first layer) */
+            tb_role(&b, R_P, P, STARPU_R);
+            tb_role(&b, R_ST, ST, STARPU_R);
+            tb_role(&b, R_GD, comm_h(e, B_GD, d, r), STARPU_R);
+            tb_role(&b, R_PA, comm_h(e, B_PA, d, r), STARPU_W);
+            tb_role(&b, R_SC, t->scratch, STARPU_SCRATCH);
+            tb_role(&b, R_WS, e->h_wstash[ai], last ? STARPU_W : STARPU_RW);
+            break;
+        case S_BATTNX:
+            b.t->clear = last && op->sub == e->k - 1;
+            tb_role(&b, R_P, P, STARPU_R);
+            tb_role(&b, R_ST, ST, STARPU_R);
+            tb_role(&b, R_KV, e->h_kv[ki], STARPU_R);
+            tb_role(&b, R_DKV, e->h_dkv[ki], b.t->clear ? STARPU_W : STARPU_RW);
+            tb_role(&b, R_GD, comm_h(e, B_GD, d, r), STARPU_R);
+            tb_role(&b, R_PA, comm_h(e, B_PA, d, r), STARPU_W);
+            tb_role(&b, R_SC, t->scratch, STARPU_SCRATCH);
+            tb_role(&b, R_WS, e->h_wstash[ai], STARPU_RW);
+            break;
+        case S_WMLP:
+        case S_WATTN:
+            tb_role(&b, R_G, G, STARPU_RW);
+            tb_role(&b, R_ST, ST, STARPU_R);
+            tb_role(&b, R_WS, e->h_wstash[ai], STARPU_R);
+            tb_role(&b, R_GA, comm_h(e, B_GA, d, r), STARPU_R);
             break;
         case S_BNORM2:
             tb_role(&b, R_P, P, STARPU_R);
@@ -960,14 +1006,18 @@ static int tp_backward(tp_ctx_t *c)
     for (int l = a->l1 - 1; l >= a->l0; l--) {
         long st = (long)(l - a->l0) * stash1;
         tp_h_fn gin = l < a->l1 - 1 ? h_gb : a->op.chunk == e->C - 1 ? h_dy : h_in;
+        /* Split (ZeroBubble): the weight products and the re-gathers of the
+         * norm outputs they need go to W (tp_wgrad). */
         DO(coll(c, C_AG, 0, cnt, gin, h_gd, 0));
-        DO(coll(c, C_AG, st + bsipipe_tp_stash_norm_offset(&e->dims, T, c->len, 2), cnt, h_st, h_ga, 0));
-        DO(seg(c, S_BMLP, l));
+        if (!e->split)
+            DO(coll(c, C_AG, st + bsipipe_tp_stash_norm_offset(&e->dims, T, c->len, 2), cnt, h_st, h_ga, 0));
+        DO(seg(c, e->split ? S_BMLPX : S_BMLP, l));
         DO(coll(c, C_RS, 0, cnt, h_pa, h_re, 0));
         DO(seg(c, S_BNORM2, l));
         DO(coll(c, C_AG, 0, cnt, h_d2, h_gd, 0));
-        DO(coll(c, C_AG, st + bsipipe_tp_stash_norm_offset(&e->dims, T, c->len, 1), cnt, h_st, h_ga, 0));
-        DO(seg(c, S_BATTN, l));
+        if (!e->split)
+            DO(coll(c, C_AG, st + bsipipe_tp_stash_norm_offset(&e->dims, T, c->len, 1), cnt, h_st, h_ga, 0));
+        DO(seg(c, e->split ? S_BATTNX : S_BATTN, l));
         DO(coll(c, C_RS, 0, cnt, h_pa, h_re, 0));
         DO(seg(c, S_BNORM1, l));
     }
@@ -975,6 +1025,24 @@ static int tp_backward(tp_ctx_t *c)
         DO(seg(c, S_EBPOS, a->l0));
         DO(coll(c, C_AG, 0, cnt, h_gb, h_ga, 0));
         DO(seg(c, S_EBVOCAB, a->l0));
+    }
+    return 0;
+}
+
+/* W of a split backward: per layer, in the B's order, the weight halves
+ * after the all-gathers of the norm outputs they read. */
+static int tp_wgrad(tp_ctx_t *c)
+{
+    struct bsipipe_engine *e = c->e;
+    const op_args_t *a = c->a;
+    int T = e->T, rc = 0;
+    long cnt = (long)c->ls * e->d, stash1 = bsipipe_tp_stash_size(&e->dims, T, c->len);
+    for (int l = a->l1 - 1; l >= a->l0; l--) {
+        long st = (long)(l - a->l0) * stash1;
+        DO(coll(c, C_AG, st + bsipipe_tp_stash_norm_offset(&e->dims, T, c->len, 2), cnt, h_st, h_ga, 0));
+        DO(seg(c, S_WMLP, l));
+        DO(coll(c, C_AG, st + bsipipe_tp_stash_norm_offset(&e->dims, T, c->len, 1), cnt, h_st, h_ga, 0));
+        DO(seg(c, S_WATTN, l));
     }
     return 0;
 }
@@ -1038,16 +1106,20 @@ static int tp_step(tp_ctx_t *c, int step)
         tb_t b = {.n = 0};
         if (!(b.t = tt_new(-1, -1)))
             return bsipipe_error_set(-ENOMEM, "out of memory");
+        /* The norm's inputs: every chunk's shards here, or across MPI ranks
+         * every chunk's squared norm (engine_tp_submit_norm, sent by its
+         * owner); then the rank's own replicas. */
         for (int x = 0; x < e->C; x++)
-            for (int q = 0; q < T; q++)
-                b.descr[b.n++] = (struct starpu_data_descr){t->rep[(long)x * T + q].h_grads, STARPU_R};
+            for (int q = 0; q < (e->mpi ? 1 : T); q++)
+                b.descr[b.n++] = (struct starpu_data_descr){
+                    e->mpi ? engine_mpi_sumsq(e, x) : t->rep[(long)x * T + q].h_grads, STARPU_R};
         for (int j = 0; j < c->a->n_own && b.n + 4 <= STEP_DESCR; j++) {
             int x = c->a->own_rep[j];
             tp_rep_t *p = &t->rep[(long)x * T + r];
             b.descr[b.n++] = (struct starpu_data_descr){p->h_params, STARPU_RW};
             b.descr[b.n++] = (struct starpu_data_descr){p->h_m, STARPU_RW};
             b.descr[b.n++] = (struct starpu_data_descr){p->h_v, STARPU_RW};
-            if (x >= e->C)
+            if (x >= e->C || e->mpi)
                 b.descr[b.n++] = (struct starpu_data_descr){p->h_grads, STARPU_R};
         }
         if ((rc = tb_submit(c, &b, &engine_cl_tp_step, r, 1)) < 0)
@@ -1075,6 +1147,27 @@ static void ctx_init(tp_ctx_t *c, struct bsipipe_engine *e, int d, int i, int dr
     }
 }
 
+int engine_tp_submit_rank(struct bsipipe_engine *e, int d, int i, int r, struct starpu_codelet *cl,
+                          const struct starpu_data_descr *descr, int n)
+{
+    tp_ctx_t c;
+    ctx_init(&c, e, d, i, 0);
+    tb_t b = {.n = 0};
+    if (n > STEP_DESCR || !(b.t = tt_new(-1, -1)))
+        return bsipipe_error_set(-ENOMEM, "out of memory");
+    for (int j = 0; j < n; j++)
+        b.descr[b.n++] = descr[j];
+    return tb_submit(&c, &b, cl, r, 0);
+}
+
+starpu_data_handle_t engine_tp_rep_grads(struct bsipipe_engine *e, int x, int r, long *n)
+{
+    const tp_rep_t *p = &e->tp->rep[(long)x * e->T + r];
+    if (n)
+        *n = p->n;
+    return p->h_grads;
+}
+
 int engine_tp_submit_op(struct bsipipe_engine *e, int d, int i, int step, int dry_run)
 {
     tp_ctx_t c;
@@ -1085,6 +1178,8 @@ int engine_tp_submit_op(struct bsipipe_engine *e, int d, int i, int step, int dr
         return tp_forward(&c);
     case BSIPIPE_OP_B:
         return tp_backward(&c);
+    case BSIPIPE_OP_W:
+        return tp_wgrad(&c);
     case BSIPIPE_OP_SEND:
     case BSIPIPE_OP_RECV:
     case BSIPIPE_OP_SYNC:
@@ -1139,7 +1234,7 @@ int engine_tp_full(struct bsipipe_engine *e, int pipe, int which, float *out)
 {
     struct engine_tp *t = e->tp;
     int T = e->T;
-    float *shard = malloc(sizeof(float) * (size_t)t->shard_n * (size_t)T);
+    float *shard = calloc((size_t)t->shard_n * (size_t)T, sizeof(float));
     if (!shard)
         return bsipipe_error_set(-ENOMEM, "out of memory");
     for (int c = 0; c < e->C; c++)
@@ -1147,6 +1242,8 @@ int engine_tp_full(struct bsipipe_engine *e, int pipe, int which, float *out)
             tp_rep_t *p = &t->rep[((long)pipe * e->C + c) * T + r];
             starpu_data_handle_t h;
             const float *src = rep_vec(p, which, &h);
+            if (!src)
+                continue; /* another process's (MPI): zeros here, its values there */
             starpu_data_acquire(h, STARPU_R);
             memcpy(shard + (size_t)r * (size_t)t->shard_n + p->base, src, sizeof(float) * (size_t)p->n);
             starpu_data_release(h);
@@ -1190,7 +1287,11 @@ int engine_tp_set_full(struct bsipipe_engine *e, int pipe, int which, const floa
 
 int engine_tp_gather(struct bsipipe_engine *e, float *out, int grads)
 {
-    return engine_tp_full(e, 0, grads ? ENGINE_TP_GRADS : ENGINE_TP_PARAMS, out);
+    int rc = engine_tp_full(e, 0, grads ? ENGINE_TP_GRADS : ENGINE_TP_PARAMS, out);
+    /* Across MPI ranks every element comes from one process (the others
+     * hold zeros there): the sum is exact. Every rank calls. */
+    int arc = engine_mpi_sum_floats(e, out, bsipipe_model_params(&e->dims));
+    return rc < 0 ? rc : arc;
 }
 
 /* ---- codelets ---- */
@@ -1227,9 +1328,11 @@ static void tp_seg_cpu(void *buffers[], void *cl_arg)
     const float *lay = P ? P + loff : NULL;
     float *glay = G ? G + loff : NULL;
     long li = l - a->l0;
-    float *st = BUF(R_ST, float *), *kv = BUF(R_KV, float *), *dkv = BUF(R_DKV, float *);
+    float *st = BUF(R_ST, float *), *kv = BUF(R_KV, float *), *dkv = BUF(R_DKV, float *), *ws = BUF(R_WS, float *);
     if (st && l < D->n_layers)
         st += li * bsipipe_tp_stash_size(D, T, len);
+    if (ws)
+        ws += li * bsipipe_tp_wstash_size(D, T, len);
     if (kv)
         kv += li * bsipipe_tp_kv_size(D, T);
     int emulate = e->o.emulate_flops > 0;
@@ -1247,11 +1350,15 @@ static void tp_seg_cpu(void *buffers[], void *cl_arg)
         tp_mem(e, a->op.device, 4.0 * NX(R_ST));
     if (tt->kind == S_ATTN && l == a->l0 && a->op.sub == 0)
         tp_mem(e, a->op.device, 4.0 * NX(R_KV));
-    if (tt->kind == S_BATTN && tt->clear)
+    int battn = tt->kind == S_BATTN || tt->kind == S_BATTNX;
+    if (battn && tt->clear)
         tp_mem(e, a->op.device, 4.0 * NX(R_DKV));
-    if (tt->kind == S_BNORM1 && l == a->l0)
-        tp_mem(e, a->op.device, -4.0 * NX(R_ST));
-    if (tt->kind == S_BATTN && l == a->l0 && a->op.sub == 0) /* the last use of the micro-batch's K/V here */
+    /* the stash lives until the backward's last segment (split: the W's), as the planner counts it */
+    if ((tt->kind == S_BNORM1 && !e->split) || tt->kind == S_WATTN) {
+        if (l == a->l0)
+            tp_mem(e, a->op.device, -4.0 * NX(R_ST));
+    }
+    if (battn && l == a->l0 && a->op.sub == 0) /* the last use of the micro-batch's K/V here */
         tp_mem(e, a->op.device, -4.0 * (NX(R_KV) + NX(R_DKV)));
     if (emulate) { /* the memory is counted as when computing; the time is the planner's share */
         engine_emulate_hold(tt->emu_s);
@@ -1302,6 +1409,18 @@ static void tp_seg_cpu(void *buffers[], void *cl_arg)
         break;
     case S_BMLP:
         rc = bsipipe_tp_layer_bwd_mlp(D, &tp, len, lay, glay, st, GD, GA, PA, SC);
+        break;
+    case S_BMLPX:
+        rc = bsipipe_tp_layer_bwd_mlp_x(D, &tp, len, lay, st, GD, PA, SC, ws);
+        break;
+    case S_BATTNX:
+        rc = bsipipe_tp_layer_bwd_attn_x(D, &tp, a->start, len, lay, st, kv, dkv, GD, PA, SC, ws);
+        break;
+    case S_WMLP:
+        rc = bsipipe_tp_layer_wgrad_mlp(D, &tp, len, glay, st, ws, GA);
+        break;
+    case S_WATTN:
+        rc = bsipipe_tp_layer_wgrad_attn(D, &tp, len, glay, st, ws, GA);
         break;
     case S_BNORM2:
         rc = bsipipe_tp_layer_bwd_norm2(D, &tp, len, lay, glay, st, BUF(R_X, const float *), RE, D2);
@@ -1396,10 +1515,98 @@ static void tp_coll_cpu(void *buffers[], void *cl_arg)
     }
 }
 
-/* Global norm: per chunk, per rank, the split tensors of every rank and the
- * replicated ones of rank 0 (their gradients are equal on every rank after
- * the all-reduce); the same order on every rank, so every rank clips alike
- * and the replicas stay equal. */
+/* Squared norm of replica x's gradient shard g on rank q: its split
+ * tensors, and its replicated ones on rank 0 only (their gradients are equal
+ * on every rank after the all-reduce). */
+static double tp_shard_sumsq(const struct engine_tp *t, int x, int q, const float *g)
+{
+    const tp_rep_t *p = &t->rep[(long)x * t->T + q];
+    double s = 0;
+    for (int j = 0; j < t->nti; j++) {
+        const bsipipe_tp_tensor_info_t *ti = &t->ti[j];
+        long off = ti->offset - p->base;
+        if (off < 0 || off >= p->n || (ti->split == BSIPIPE_TP_REPLICATED && q > 0))
+            continue;
+        s += bsipipe_sumsq((long)ti->rows * ti->cols, g + off);
+    }
+    return s;
+}
+
+/* Chunk x's squared gradient norm from its T down shards, summed in rank
+ * order: what a STEP adds per chunk, so that across MPI ranks (this task
+ * on the chunk's process, its result sent to every rank) the norm has the
+ * bits of one process. Buffers: T grads R, then one double W. */
+static void tp_norm_cpu(void *buffers[], void *cl_arg)
+{
+    tp_task_t *tt = cl_arg;
+    struct bsipipe_engine *e = tt->e;
+    int T = e->T;
+    double *out = (double *)STARPU_VECTOR_GET_PTR(buffers[T]), s = 0;
+    for (int q = 0; q < T && !engine_failed(e) && e->o.emulate_flops <= 0; q++)
+        s += tp_shard_sumsq(e->tp, tt->rep, q, (const float *)STARPU_VECTOR_GET_PTR(buffers[q]));
+    *out = s;
+}
+
+static struct starpu_codelet engine_cl_tp_norm = {
+    .where = STARPU_CPU,
+    .cpu_funcs = {tp_norm_cpu},
+    .cpu_funcs_name = {"tp_norm_cpu"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .name = "NORM",
+};
+
+static void tp_norm_popped(void *arg)
+{
+    tp_task_t *tt = arg;
+    __atomic_fetch_add(&tt->e->tasks_popped, 1, __ATOMIC_SEQ_CST);
+}
+
+static void tp_norm_done(void *arg)
+{
+    tp_task_t *tt = arg;
+    engine_watchdog_task_ended(tt->e, 0);
+}
+
+int engine_tp_submit_norm(struct bsipipe_engine *e, int c, starpu_data_handle_t out)
+{
+    struct engine_tp *t = e->tp;
+    int T = e->T, d = e->rep[c].device;
+    tp_task_t *tt = tt_new(-1, -1);
+    if (!tt || tasks_keep(t, tt) < 0)
+        return bsipipe_error_set(-ENOMEM, "out of memory");
+    tt->e = e;
+    tt->rep = c;
+    struct starpu_data_descr descr[TP_MAX + 1];
+    for (int q = 0; q < T; q++)
+        descr[q] = (struct starpu_data_descr){t->rep[(long)c * T + q].h_grads, STARPU_R};
+    descr[T] = (struct starpu_data_descr){out, STARPU_W};
+    struct starpu_task *task =
+        starpu_task_build(&engine_cl_tp_norm, STARPU_DATA_MODE_ARRAY, descr, T + 1, STARPU_NAME, "NORM", 0);
+    if (!task)
+        return bsipipe_error_set(-ENOMEM, "engine: cannot build the norm task of chunk %d", c);
+    tt->task = task;
+    task->cl_arg = tt;
+    task->cl_arg_size = 0;
+    task->cl_arg_free = 0;
+    task->callback_func = tp_norm_done;
+    task->callback_arg = tt;
+    task->prologue_callback_pop_func = tp_norm_popped;
+    task->prologue_callback_pop_arg = tt;
+    if (!e->inorder) { /* on the chunk's device (under bsipipe: any worker, in arrival order, as without TP) */
+        task->workerids = t->wmask[d * T];
+        task->workerids_len = e->wmask_len;
+    }
+    e->ovh.n_tasks++;
+    if (starpu_task_submit(task) != 0)
+        return bsipipe_error_set(-EIO, "engine: StarPU refused the norm task of chunk %d", c);
+    __atomic_fetch_add(&e->tasks_submitted, 1, __ATOMIC_SEQ_CST);
+    return 0;
+}
+
+/* Global norm: per chunk the sum over its ranks' shards (tp_shard_sumsq,
+ * in rank order), then over the chunks; across MPI ranks the per-chunk sums
+ * come from their owners (engine_tp_submit_norm). The same order on every
+ * rank, so every rank clips alike and the replicas stay equal. */
 static void tp_step_cpu(void *buffers[], void *cl_arg)
 {
     tp_task_t *tt = cl_arg;
@@ -1410,18 +1617,14 @@ static void tp_step_cpu(void *buffers[], void *cl_arg)
         return;
     int T = e->T, rc = 0;
     double sumsq = 0;
-    for (int x = 0; x < e->C; x++)
-        for (int q = 0; q < T; q++) {
-            const tp_rep_t *p = &t->rep[(long)x * T + q];
-            const float *g = (const float *)STARPU_VECTOR_GET_PTR(buffers[x * T + q]);
-            for (int j = 0; j < t->nti; j++) {
-                const bsipipe_tp_tensor_info_t *ti = &t->ti[j];
-                long off = ti->offset - p->base;
-                if (off < 0 || off >= p->n || (ti->split == BSIPIPE_TP_REPLICATED && q > 0))
-                    continue;
-                sumsq += bsipipe_sumsq((long)ti->rows * ti->cols, g + off);
-            }
-        }
+    for (int x = 0; x < e->C; x++) {
+        double part = 0;
+        if (e->mpi)
+            part = *(const double *)STARPU_VECTOR_GET_PTR(buffers[x]);
+        for (int q = 0; q < T && !e->mpi; q++)
+            part += tp_shard_sumsq(t, x, q, (const float *)STARPU_VECTOR_GET_PTR(buffers[x * T + q]));
+        sumsq += part;
+    }
     double norm = sqrt(sumsq), mul = 1.0;
     if (e->o.opt.grad_clip > 0 && e->o.opt.grad_clip / (norm + 1e-6) < 1.0)
         mul = e->o.opt.grad_clip / (norm + 1e-6);
@@ -1429,16 +1632,16 @@ static void tp_step_cpu(void *buffers[], void *cl_arg)
         e->gnorm = norm;
     bsipipe_adamw_t opt = e->o.opt;
     opt.lr *= e->lr_scale;
-    int b = e->C * T;
+    int b = e->mpi ? e->C : e->C * T;
     for (int j = 0; j < a->n_own && rc == 0; j++) {
-        int x = a->own_rep[j];
+        int x = a->own_rep[j], own_g = x >= e->C || e->mpi;
         const tp_rep_t *p = &t->rep[(long)x * T + tt->rank];
         float *P = (float *)STARPU_VECTOR_GET_PTR(buffers[b]);
         float *m = (float *)STARPU_VECTOR_GET_PTR(buffers[b + 1]);
         float *v = (float *)STARPU_VECTOR_GET_PTR(buffers[b + 2]);
-        const float *g = x >= e->C ? (const float *)STARPU_VECTOR_GET_PTR(buffers[b + 3])
-                                   : (const float *)STARPU_VECTOR_GET_PTR(buffers[x * T + tt->rank]);
-        b += x >= e->C ? 4 : 3;
+        const float *g = own_g ? (const float *)STARPU_VECTOR_GET_PTR(buffers[b + 3])
+                               : (const float *)STARPU_VECTOR_GET_PTR(buffers[x * T + tt->rank]);
+        b += own_g ? 4 : 3;
         for (int k = 0; k < t->nti && rc == 0; k++) {
             const bsipipe_tp_tensor_info_t *ti = &t->ti[k];
             long off = ti->offset - p->base, cnt = (long)ti->rows * ti->cols;

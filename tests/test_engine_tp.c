@@ -3,7 +3,8 @@
  * then D_t StarPU workers, every segment and collective a task) must give the
  * D_t = 1 run's loss and, after one forward-backward, its gradients, and
  * after a few AdamW iterations its parameters (gathered from the shards), for
- * GPT and LLaMA under the bsipipe, 1f1b and seq1f1b-i schedules. A checkpoint
+ * GPT and LLaMA under the bsipipe, 1f1b, seq1f1b-i and zb-h1 (split
+ * backward) schedules. A checkpoint
  * saved at one degree resumes at another (check_checkpoint). Bad degrees
  * are refused with BSIPIPE_ECONFIG naming the rule.
  *
@@ -414,6 +415,10 @@ int main(int argc, char **argv)
         check_equal(&gpt, kinds[i], "bsipipe", both, 2);
         check_equal(&llama, kinds[i], "bsipipe", i == 0 ? both : two, i == 0 ? 2 : 1);
     }
+    /* The split backward (ZeroBubble B / W): the weight products and the
+     * norm outputs' re-gathers in W. */
+    check_equal(&gpt, BSIPIPE_SCHED_ZB_H1, "bsipipe", both, 2);
+    check_equal(&llama, BSIPIPE_SCHED_ZB_H1, "bsipipe", both, 2);
     /* A built-in policy: placement by worker masks, no plan order. */
     check_equal(&gpt, BSIPIPE_SCHED_SEQ1F1B_I, "lws", two, 1);
     /* Degrees that do not divide the model or the pieces, and what TP does
@@ -429,10 +434,20 @@ int main(int argc, char **argv)
     bsipipe_model_dims_t short_seq = gpt;
     short_seq.seq_len = 30; /* the planner aligns pieces to D_t: S must be a multiple */
     check_refused(&short_seq, BSIPIPE_SCHED_1F1B, 4, 1, BSIPIPE_ECONFIG, "nearest valid S: 28 or 32");
-    check_refused(&gpt, BSIPIPE_SCHED_ZB_H1, 2, 1, -ENOTSUP, "splits the backward");
+    { /* CUDA devices: refused before StarPU starts, naming the fix */
+        bsipipe_engine_options_t o = tp_options(&gpt, BSIPIPE_SCHED_1F1B, 2);
+        o.devices = BSIPIPE_DEVICES_CUDA;
+        bsipipe_engine_t *e = NULL;
+        int rc = bsipipe_engine_create(&o, &e);
+        printf("refused: 1f1b tp 2 on CUDA devices: %s\n", bsipipe_error_detail());
+        CHECK(rc == -ENOTSUP && e == NULL, "tp on CUDA devices: rc %d, want -ENOTSUP", rc);
+        CHECK_CONTAINS(bsipipe_error_detail(), "use --devices cpu or --tp 1");
+        bsipipe_engine_destroy(e);
+    }
     /* Emulated device time. */
     check_emulated(&gpt, BSIPIPE_SCHED_BSIPIPE, 2);
     check_emulated(&llama, BSIPIPE_SCHED_SEQ1F1B_I, 4);
+    check_emulated(&gpt, BSIPIPE_SCHED_ZB_H1, 2); /* W ops: their weight products and re-gathers */
     /* Checkpoints across degrees: BSIPipe (two pipes of replicas) and
      * seq1f1b-i (pieces aligned to D_t). */
     const int ab_gpt[][2] = {{2, 1}, {1, 4}, {4, 2}}, ab_llama[][2] = {{2, 4}};

@@ -8,7 +8,8 @@
  * the gradient at the chunk input (gathered from the ranks' token slices),
  * and every parameter gradient (unsharded). Also: the loss and the replicated
  * gradients are bitwise the same on every rank; shard -> unshard gives the
- * parameters back bitwise; bad degrees give BSIPIPE_ECONFIG naming the rule.
+ * parameters back bitwise; the split backward's segments (ZeroBubble B / W)
+ * give the fused ones' bits; bad degrees give BSIPIPE_ECONFIG naming the rule.
  *
  * Tolerance, derived as in test_kernel_split.c. Sharding changes no formula,
  * only the order of some sums: the row-parallel products (wo, the second MLP
@@ -331,6 +332,74 @@ static void bench(void)
     free(p); free(tok); free(tgt);
 }
 
+/* The split backward's segments (bwd_mlp_x / bwd_attn_x, then
+ * wgrad_mlp / wgrad_attn) against the fused bwd_mlp / bwd_attn on the same
+ * inputs (deterministic values in [-0.5, 0.5), gradients and dKV starting
+ * from the same values): the same products on the same operands, so the
+ * partial input gradient, dKV and every weight gradient must match bit for
+ * bit, and the split must have written its whole wstash. */
+static float split_val(unsigned *x)
+{
+    *x = *x * 1664525u + 1013904223u;
+    return (float)((*x >> 8) & 0xffff) / 65536.0f - 0.5f;
+}
+
+static void split_backward(const bsipipe_model_dims_t *d, int size, int rank, int start, int len)
+{
+    bsipipe_tp_t tp = {size, rank};
+    long np = bsipipe_tp_layer_params(d, size), ns = bsipipe_tp_stash_size(d, size, len),
+         nkv = bsipipe_tp_kv_size(d, size), nw = bsipipe_tp_seg_work_size(d, size, len),
+         nws = bsipipe_tp_wstash_size(d, size, len), nh = (long)len * d->hidden;
+    float *layer = malloc(sizeof(float) * (size_t)np), *stash = malloc(sizeof(float) * (size_t)ns);
+    float *kv = malloc(sizeof(float) * (size_t)nkv), *gdy = malloc(sizeof(float) * (size_t)nh);
+    float *gath = malloc(sizeof(float) * (size_t)nh), *work = malloc(sizeof(float) * (size_t)nw);
+    float *g[2], *dkv[2], *part[2], *wst = malloc(sizeof(float) * (size_t)nws);
+    unsigned x = 12345;
+    for (long j = 0; j < np; j++) layer[j] = split_val(&x);
+    for (long j = 0; j < ns; j++) stash[j] = split_val(&x);
+    for (long j = 0; j < nkv; j++) kv[j] = split_val(&x);
+    for (long j = 0; j < nh; j++) gdy[j] = split_val(&x), gath[j] = split_val(&x);
+    for (long j = 0; j < nws; j++) wst[j] = NAN; /* every element must be written */
+    for (int v = 0; v < 2; v++) {
+        g[v] = malloc(sizeof(float) * (size_t)np);
+        dkv[v] = malloc(sizeof(float) * (size_t)nkv);
+        part[v] = malloc(sizeof(float) * (size_t)nh);
+        unsigned y = 777;
+        for (long j = 0; j < np; j++) g[v][j] = split_val(&y);
+        for (long j = 0; j < nkv; j++) dkv[v][j] = split_val(&y);
+    }
+    int rc = bsipipe_tp_layer_bwd_mlp(d, &tp, len, layer, g[0], stash, gdy, gath, part[0], work);
+    rc |= bsipipe_tp_layer_bwd_mlp_x(d, &tp, len, layer, stash, gdy, part[1], work, wst);
+    rc |= bsipipe_tp_layer_wgrad_mlp(d, &tp, len, g[1], stash, wst, gath);
+    int mlp = !memcmp(part[0], part[1], sizeof(float) * (size_t)nh);
+    rc |= bsipipe_tp_layer_bwd_attn(d, &tp, start, len, layer, g[0], stash, kv, dkv[0], gdy, gath, part[0], work);
+    rc |= bsipipe_tp_layer_bwd_attn_x(d, &tp, start, len, layer, stash, kv, dkv[1], gdy, part[1], work, wst);
+    rc |= bsipipe_tp_layer_wgrad_attn(d, &tp, len, g[1], stash, wst, gath);
+    int attn = !memcmp(part[0], part[1], sizeof(float) * (size_t)nh);
+    int grads = !memcmp(g[0], g[1], sizeof(float) * (size_t)np), dk = !memcmp(dkv[0], dkv[1], sizeof(float) * (size_t)nkv);
+    long unset = 0;
+    for (long j = 0; j < nws; j++)
+        unset += wst[j] != wst[j];
+    const char *fam = d->family == BSIPIPE_MODEL_GPT ? "gpt" : "llama";
+    printf("split backward %-5s D_t=%d rank %d piece [%d, %d): partial dn2 %s, dn1 %s, weight grads %s, dKV %s, "
+           "wstash elements unwritten %ld of %ld\n", fam, size, rank, start, start + len, mlp ? "bitwise" : "DIFFER",
+           attn ? "bitwise" : "DIFFER", grads ? "bitwise" : "DIFFER", dk ? "bitwise" : "DIFFER", unset, nws);
+    CHECK(rc == 0, "%s split segments: %s", fam, bsipipe_error_detail());
+    CHECK(mlp && attn, "%s D_t=%d: split input gradients differ from the fused ones", fam, size);
+    CHECK(grads, "%s D_t=%d: split weight gradients differ from the fused ones", fam, size);
+    CHECK(dk, "%s D_t=%d: split dKV differs from the fused one", fam, size);
+    CHECK(unset == 0, "%s D_t=%d: %ld wstash elements never written", fam, size, unset);
+    CHECK(bsipipe_tp_wstash_size(d, size, len + 1) == (size > 1 ? BSIPIPE_ECONFIG : (long)(len + 1) *
+          (5L * d->hidden + (d->family == BSIPIPE_MODEL_LLAMA ? 2 : 1) * d->ffn_hidden)),
+          "%s: wstash size of an odd piece", fam);
+    for (int v = 0; v < 2; v++) {
+        free(g[v]);
+        free(dkv[v]);
+        free(part[v]);
+    }
+    free(layer); free(stash); free(kv); free(gdy); free(gath); free(work); free(wst);
+}
+
 int main(int argc, char **argv)
 {
     bsipipe_model_dims_t gpt = {BSIPIPE_MODEL_GPT, 2, 32, 4, 128, 64, 16};
@@ -345,6 +414,10 @@ int main(int argc, char **argv)
     for (int size = 1; size <= 4; size *= 2) {
         roundtrip(&gpt, size);
         roundtrip(&llama, size);
+    }
+    for (int size = 1; size <= 4; size *= 2) {
+        split_backward(&gpt, size, size - 1, 4, 12);
+        split_backward(&llama, size, size / 2, 4, 12);
     }
     errors();
     local_comm();

@@ -226,6 +226,14 @@ long bsipipe_tp_stash_size(const bsipipe_model_dims_t *d, int size, int len)
     return o.total;
 }
 
+long bsipipe_tp_wstash_size(const bsipipe_model_dims_t *d, int size, int len)
+{
+    int rc = len_check(d, size, len);
+    if (rc)
+        return rc;
+    return (long)len * (2L * d->hidden + bsipipe__a1_width(d) / size + 3L * d->hidden / size);
+}
+
 long bsipipe_tp_stash_norm_offset(const bsipipe_model_dims_t *d, int size, int len, int which)
 {
     struct bsipipe_stash_off o;

@@ -356,6 +356,126 @@ int FN(bsipipe_tp_layer_bwd_attn)(const bsipipe_model_dims_t *d, const bsipipe_t
     return 0;
 }
 
+/* ---- split backward (ZeroBubble B / W) ----
+ * The fused segments above with their weight products deferred: the input
+ * half saves what they read (the two gathered output gradients, da1 and
+ * dqkv) in the layer's wstash; the weight half reads it with the forward's
+ * stash and the gathered norm output, all-gathered again before it, as the
+ * planner charges (2 all-gathers per layer in W, 4 collectives in B). Same
+ * products on the same operands: the gradients are the fused ones, bit for
+ * bit, when the W's run in the B's order. */
+
+/* Offsets in one layer's wstash: gdy of the MLP and of the attention
+ * [len, d], da1 [len, A1/size], dqkv [len, 3 d/size]. */
+static void tp_wst_off(const struct tp_layer *t, int len, size_t o[4])
+{
+    o[0] = 0;
+    o[1] = (size_t)len * t->h;
+    o[2] = 2 * (size_t)len * t->h;
+    o[3] = o[2] + (size_t)len * t->a1s;
+}
+
+int FN(bsipipe_tp_layer_bwd_mlp_x)(const bsipipe_model_dims_t *d, const bsipipe_tp_t *tp,
+                                   int len, const R *layer, const R *stash, const R *gdy,
+                                   R *part, R *work, R *wst)
+{
+    struct tp_layer t;
+    int rc = tp_layer_init(d, tp, 0, len, layer, &t);
+    if (rc)
+        return rc;
+    if (!stash || !gdy || !part || !work || !wst)
+        return TP_NULL("stash, gdy, part, work, wstash");
+    size_t o[4];
+    tp_wst_off(&t, len, o);
+    int h = t.h, fs = t.fs, a1s = t.a1s;
+    const R *a1 = stash + t.so.a1;
+    R *da2 = work, *da1 = wst + o[2];
+    lin_bwd_x(len, h, fs, gdy, h, t.p.w2, fs, (R)0, da2, fs);
+    if (t.llama)
+        swiglu_bwd(len, fs, a1, da2, da1);
+    else
+        gelu_bwd((size_t)len * fs, a1, da2, da1);
+    lin_bwd_x(len, a1s, h, da1, a1s, t.p.w1, h, (R)0, part, h); /* dn2, partial */
+    memcpy(wst + o[0], gdy, sizeof(R) * (size_t)len * h);
+    return 0;
+}
+
+int FN(bsipipe_tp_layer_bwd_attn_x)(const bsipipe_model_dims_t *d, const bsipipe_tp_t *tp,
+                                    int start, int len, const R *layer, const R *stash,
+                                    const R *kv, R *dkv, const R *gdy, R *part, R *work, R *wst)
+{
+    struct tp_layer t;
+    int rc = tp_layer_init(d, tp, start, len, layer, &t);
+    if (rc)
+        return rc;
+    if (!stash || !kv || !dkv || !gdy || !part || !work || !wst)
+        return TP_NULL("stash, kv, dkv, gdy, part, work, wstash");
+    size_t o[4];
+    tp_wst_off(&t, len, o);
+    int h = t.h, hs = t.hs;
+    size_t rows = (size_t)d->seq_len * hs;
+    const R *K = kv, *V = kv + rows, *q = stash + t.so.q, *att = stash + t.so.att;
+    R *dK = dkv, *dV = dkv + rows, *datt = work, *dqkv = wst + o[3];
+    lin_bwd_x(len, h, hs, gdy, h, t.p.wo, hs, (R)0, datt, hs);
+    rc = FN(bsipipe_attention_backward)(t.H, t.hd, start, len, q, hs, K, V, hs, att, datt, hs,
+                                        stash + t.so.lse, dqkv, 3 * hs, dK, dV);
+    if (rc)
+        return rc;
+    for (int i = 0; i < len; i++) {
+        memcpy(dqkv + IX(i, hs, 3 * hs), dK + IX(start + i, 0, hs), sizeof(R) * hs);
+        memcpy(dqkv + IX(i, 2 * hs, 3 * hs), dV + IX(start + i, 0, hs), sizeof(R) * hs);
+    }
+    if (t.llama) {
+        rope(len, t.H, t.hd, start, dqkv, 3 * hs, -1);
+        rope(len, t.H, t.hd, start, dqkv + hs, 3 * hs, -1);
+    }
+    lin_bwd_x(len, 3 * hs, h, dqkv, 3 * hs, t.p.wqkv, h, (R)0, part, h); /* dn1, partial */
+    memcpy(wst + o[1], gdy, sizeof(R) * (size_t)len * h);
+    return 0;
+}
+
+/* tp_layer_init reads the layer only for offsets: the gradient vector has
+ * the parameters' layout. */
+int FN(bsipipe_tp_layer_wgrad_mlp)(const bsipipe_model_dims_t *d, const bsipipe_tp_t *tp,
+                                   int len, R *grads, const R *stash, const R *wst,
+                                   const R *gath)
+{
+    struct tp_layer t;
+    struct lg g;
+    int rc = tp_layer_init(d, tp, 0, len, grads, &t);
+    if (rc)
+        return rc;
+    if (!stash || !wst || !gath)
+        return TP_NULL("stash, wstash, gath");
+    tp_grads(d, tp->size, grads, &g);
+    size_t o[4];
+    tp_wst_off(&t, len, o);
+    int h = t.h, fs = t.fs, a1s = t.a1s;
+    lin_bwd_w(len, h, fs, wst + o[0], h, stash + t.so.a2, fs, g.w2, fs);
+    lin_bwd_w(len, a1s, h, wst + o[2], a1s, gath, h, g.w1, h);
+    return 0;
+}
+
+int FN(bsipipe_tp_layer_wgrad_attn)(const bsipipe_model_dims_t *d, const bsipipe_tp_t *tp,
+                                    int len, R *grads, const R *stash, const R *wst,
+                                    const R *gath)
+{
+    struct tp_layer t;
+    struct lg g;
+    int rc = tp_layer_init(d, tp, 0, len, grads, &t);
+    if (rc)
+        return rc;
+    if (!stash || !wst || !gath)
+        return TP_NULL("stash, wstash, gath");
+    tp_grads(d, tp->size, grads, &g);
+    size_t o[4];
+    tp_wst_off(&t, len, o);
+    int h = t.h, hs = t.hs;
+    lin_bwd_w(len, h, hs, wst + o[1], h, stash + t.so.att, hs, g.wo, hs);
+    lin_bwd_w(len, 3 * hs, h, wst + o[3], 3 * hs, gath, h, g.wqkv, h);
+    return 0;
+}
+
 int FN(bsipipe_tp_layer_bwd_norm1)(const bsipipe_model_dims_t *d, const bsipipe_tp_t *tp,
                                    int len, const R *layer, R *grads, const R *stash,
                                    const R *dx2, const R *red, R *dx)
