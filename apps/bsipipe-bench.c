@@ -48,6 +48,12 @@ static void usage(FILE *out)
 "  --watchdog S      seconds a send may wait (default 30; ablation preset 2)\n"
 "  --recv MODE       posted (default: the receives behind a compute op are\n"
 "                    posted before it), in-place or blocking (docs/policies.md)\n"
+"  --calibrate       first one untimed run of each row measures its ops' times\n"
+"                    (bsipipe_engine_op_seconds); the table gains the bubble\n"
+"                    predicted on those times, and each bsipipe row a twin,\n"
+"                    'bsipipe, planned on measured ops', whose plan the\n"
+"                    optimising pass re-times on them (same memory; not with\n"
+"                    --mpi or --tp)\n"
 "  --idle-spin LIST  how long a worker waiting for its next op spins before it\n"
 "                    sleeps: comma-separated 'auto' (default: 1000 µs when every\n"
 "                    worker has a core, else none) or µs (0: sleep at once);\n"
@@ -157,6 +163,7 @@ typedef struct variant {
     int blocking_recv;       /* receives hold their device (bsipipe_engine_set_blocking_recv) */
     int idle_spin_us;        /* options.idle_spin_us: 0 auto, < 0 sleep at once, > 0 µs */
     int recv_in_place;       /* options.recv_in_place: no posting ahead */
+    int measured_plan;       /* --calibrate: the plan re-timed on the measured op times */
     char label[64];
 } variant_t;
 
@@ -194,9 +201,12 @@ typedef struct row {
     double speedup[2];       /* median per-repetition ratio against seq1f1b, seq1f1b-i */
     double act_bytes[2], sync_bytes[2]; /* last iteration: inside / across ranks */
     double pred_act, pred_params; /* planner, bytes per GPU (TP rank), largest over devices */
+    double pred_bubble_measured; /* --calibrate: the plan run, simulated on the measured op times */
+    bsipipe_schedule_t *plan;    /* --calibrate, measured_plan: the re-timed plan the engine runs */
 } row_t;
 
 static int bench_tp = 1; /* --tp: the same degree for every row */
+static int bench_calibrate; /* --calibrate */
 
 static bsipipe_parallel_config_t make_pc(const variant_t *v, const config_t *c, int p, int k)
 {
@@ -302,7 +312,117 @@ static bsipipe_engine_options_t engine_options(const row_t *r, const config_t *c
     o.naive_mapping = r->v.naive_mapping;
     o.idle_spin_us = r->v.idle_spin_us;
     o.recv_in_place = r->v.recv_in_place;
+    o.plan = r->plan;
     return o;
+}
+
+/* --calibrate: one untimed run of a plan (warm-up, then one measured
+ * iteration) gives every op's time (*secs, the caller frees it). */
+static int measure_op_seconds(const row_t *r, const config_t *c, const char *policy, int warmup, int seed,
+                              const int *tokens, const int *targets, double **secs)
+{
+    bsipipe_engine_options_t o = engine_options(r, c, policy, seed);
+    o.plan = NULL;
+    bsipipe_engine_t *e = NULL;
+    long per = (long)c->m * c->dims.seq_len;
+    *secs = NULL;
+    int rc = bsipipe_engine_create(&o, &e);
+    for (int it = 0; rc == 0 && it <= warmup; it++) {
+        double loss, gnorm;
+        rc = bsipipe_engine_iteration(e, tokens + it * per, targets + it * per, &loss, &gnorm);
+    }
+    if (rc == 0) {
+        int n = bsipipe_sim_op_slots(bsipipe_engine_schedule(e));
+        rc = (*secs = malloc(sizeof(double) * (size_t)n)) ? bsipipe_engine_op_seconds(e, *secs, n)
+                                                          : bsipipe_error_set(-ENOMEM, "out of memory");
+    }
+    bsipipe_engine_destroy(e);
+    return rc;
+}
+
+/* The row's plan on measured op times: simulated (the prediction), and for a
+ * measured_plan row re-timed by the optimising pass (activation budget 0: no
+ * device holds more than in the constructed plan). *makespan: predicted
+ * seconds; *plan: the plan (the caller owns it). */
+static int plan_on_measured(const row_t *r, const config_t *c, const double *secs, bsipipe_schedule_t **plan,
+                            double *bubble, double *makespan)
+{
+    bsipipe_schedule_t *s = NULL;
+    int rc = bsipipe_schedule_create(&r->pc, &c->dims, &s);
+    bsipipe_cost_model_t cost = bsipipe_cost_model_emulated(1.0);
+    cost.op_seconds = secs;
+    cost.blocking_recv = r->v.blocking_recv;
+    cost.recv_in_place = r->v.recv_in_place;
+    if (rc == 0 && r->v.measured_plan)
+        rc = bsipipe_schedule_optimise(s, &cost, 0, NULL);
+    bsipipe_sim_result_t *sim = NULL;
+    if (rc == 0 && (rc = bsipipe_simulate(s, &cost, &sim)) == 0) {
+        *bubble = sim->bubble_ratio;
+        *makespan = sim->makespan;
+    }
+    bsipipe_sim_result_destroy(sim);
+    if (rc < 0) {
+        bsipipe_schedule_destroy(s);
+        s = NULL;
+    }
+    *plan = s;
+    return rc;
+}
+
+/* --calibrate for one row: the prediction on its measured op times; a
+ * measured_plan row also takes, among k = 1, 2, 4 (those its config
+ * allows), the k whose re-timed plan the measured times predict fastest,
+ * and runs that plan. *note: what was tried, for the table's legend. */
+static void calibrate_row(row_t *r, const config_t *c, const char *policy, int warmup, int seed,
+                          const int *tokens, const int *targets, char *note, size_t note_len)
+{
+    static const int ks[] = {1, 2, 4};
+    r->pred_bubble_measured = NAN;
+    int rc = 0, best_k = r->pc.k, tried = 0;
+    double best = INFINITY;
+    size_t used = 0;
+    note[0] = 0;
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0] && rc == 0; i++) {
+        row_t trial = *r;
+        if (r->v.measured_plan) {
+            trial.pc.k = ks[i];
+            if (bsipipe_parallel_config_validate(&trial.pc, &c->dims) < 0)
+                continue;
+        } else if (i > 0) {
+            break;
+        }
+        double *secs = NULL, bubble = NAN, makespan = NAN;
+        bsipipe_schedule_t *s = NULL;
+        rc = measure_op_seconds(&trial, c, policy, warmup, seed, tokens, targets, &secs);
+        if (rc == 0)
+            rc = plan_on_measured(&trial, c, secs, &s, &bubble, &makespan);
+        free(secs);
+        if (rc == 0 && makespan < best) {
+            best = makespan;
+            best_k = trial.pc.k;
+            r->pred_bubble_measured = bubble;
+            bsipipe_schedule_destroy(r->plan);
+            r->plan = r->v.measured_plan ? s : NULL;
+            if (!r->v.measured_plan)
+                bsipipe_schedule_destroy(s);
+        } else {
+            bsipipe_schedule_destroy(s);
+        }
+        if (rc == 0 && r->v.measured_plan && used < note_len)
+            used += (size_t)snprintf(note + used, note_len - used, "%sk = %d: %.1f ms", tried++ ? ", " : "",
+                                     trial.pc.k, makespan * 1e3);
+    }
+    if (rc < 0) {
+        r->status = 2;
+        snprintf(r->error, sizeof r->error, "calibration: %s", bsipipe_error_detail());
+        return;
+    }
+    if (best_k != r->pc.k) { /* the planner's own predictions for the k it runs */
+        r->pc.k = best_k;
+        double keep = r->pred_bubble_measured;
+        plan_row(r, c);
+        r->pred_bubble_measured = keep;
+    }
 }
 
 /* One repetition of one row: create, warm up, time, destroy. */
@@ -556,14 +676,19 @@ static void print_table(const config_t *c, row_t *rows, int nr, int reps, int it
                                                 : "rate-independent",
            c->emulate ? "; EMULATED: compute tasks sleep for their FLOPs, no loss is computed" : "");
     printf("| schedule | p | k | mode | tokens/s median (min, max) | bubble measured | predicted (FLOPs) | "
-           "predicted (unit) | peak act MiB min/med/max | vs Seq1F1B | vs Seq1F1B-I | overhead µs/task |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "predicted (unit) | %speak act MiB min/med/max | vs Seq1F1B | vs Seq1F1B-I | overhead µs/task |\n",
+           bench_calibrate ? "predicted (measured ops) | " : "");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|%s\n", bench_calibrate ? "---|" : "");
     for (int i = 0; i < nr; i++) {
         row_t *r = &rows[i];
         summary_t s = summarize(r, c);
-        char pf[16], pu[16], bm[16];
+        char pf[16], pu[16], bm[16], pm[24] = "";
         fmt_pct(pf, sizeof pf, r->pred_bubble_flops);
         fmt_pct(pu, sizeof pu, r->pred_bubble_unit);
+        if (bench_calibrate) {
+            fmt_pct(pm, sizeof pm - 3, r->pred_bubble_measured);
+            strcat(pm, " | ");
+        }
         fmt_pct(bm, sizeof bm, s.bub_med);
         const char *md = c->emulate ? "emulated" : "real";
         if (r->n_samples == 0) {
@@ -573,8 +698,9 @@ static void print_table(const config_t *c, row_t *rows, int nr, int reps, int it
                 snprintf(brief + sizeof brief - 6, 6, " ...");
             for (char *q = brief; *q; q++)
                 if (*q == '|') *q = '/';
-            printf("| %s | %d | %d | %s | %s: %s | — | %s | %s | — | — | — | — |\n", r->v.label, r->pc.p, r->pc.k, md,
-                   r->status == 1 ? "SKIPPED" : strstr(r->error, "deadlock") ? "DEADLOCK" : "FAILED", brief, pf, pu);
+            printf("| %s | %d | %d | %s | %s: %s | — | %s | %s | %s— | — | — | — |\n", r->v.label, r->pc.p, r->pc.k,
+                   md, r->status == 1 ? "SKIPPED" : strstr(r->error, "deadlock") ? "DEADLOCK" : "FAILED", brief, pf,
+                   pu, pm);
             continue;
         }
         char s1[16] = "—", s2[16] = "—";
@@ -582,9 +708,10 @@ static void print_table(const config_t *c, row_t *rows, int nr, int reps, int it
         if (!isnan(r->speedup[1])) snprintf(s2, sizeof s2, "%.2fx", r->speedup[1]);
         char ov[16] = "—";
         if (!isnan(s.ovh)) snprintf(ov, sizeof ov, "%.0f", s.ovh);
-        printf("| %s | %d | %d | %s | %.0f (%.0f, %.0f)%s | %s | %s | %s | %.2f / %.2f / %.2f | %s | %s | %s |\n",
+        printf("| %s | %d | %d | %s | %.0f (%.0f, %.0f)%s | %s | %s | %s | %s%.2f / %.2f / %.2f | %s | %s | %s |\n",
                r->v.label, r->pc.p, r->pc.k, md, s.tok_med, s.tok_min, s.tok_max,
-               r->status == 2 ? " (then failed)" : "", bm, pf, pu, r->peak[0], r->peak[1], r->peak[2], s1, s2, ov);
+               r->status == 2 ? " (then failed)" : "", bm, pf, pu, pm, r->peak[0], r->peak[1], r->peak[2], s1, s2,
+               ov);
     }
     for (int i = 0; i < nr; i++)
         if (rows[i].status == 2)
@@ -623,6 +750,7 @@ static void write_csv_rows(FILE *f, const char *preset, const config_t *c, row_t
         for (int j = 0; j < 3; j++)
             csv_field(f, r->n_samples ? r->peak[j] : NAN);
         csv_field(f, r->speedup[0]); csv_field(f, r->speedup[1]);
+        csv_field(f, bench_calibrate ? r->pred_bubble_measured : NAN);
         fprintf(f, ",\"%s\"\n", err);
     }
 }
@@ -631,7 +759,7 @@ static const char *const csv_header =
     "preset,config,mode,device_tflops,model,layers,hidden,heads,seq,w,p,k,m,schedule,comm,status,samples,"
     "tokens_s_median,tokens_s_min,tokens_s_max,bubble_measured_median,bubble_pred_flops,bubble_pred_unit,"
     "makespan_s_median,makespan_s_pred_emulated,overhead_us_per_task,peak_act_mib_min,peak_act_mib_median,"
-    "peak_act_mib_max,speedup_vs_seq1f1b,speedup_vs_seq1f1b_i,error\n";
+    "peak_act_mib_max,speedup_vs_seq1f1b,speedup_vs_seq1f1b_i,bubble_pred_measured_ops,error\n";
 
 static void xml_text(FILE *f, const char *s)
 {
@@ -925,7 +1053,7 @@ int main(int argc, char **argv)
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
     enum { O_SCHEDS = 256, O_REPS, O_WARMUP, O_ITERS, O_W, O_P, O_K, O_M, O_POLICY, O_COMM, O_WATCHDOG, O_MODEL,
            O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_SEED, O_EMULATE, O_TFLOPS, O_PRESET, O_CSV, O_SVG, O_TRACE,
-           O_MPI, O_DEVICES, O_GPUS, O_PRECISION, O_OVERHEAD, O_TP, O_IDLE_SPIN, O_RECV };
+           O_MPI, O_DEVICES, O_GPUS, O_PRECISION, O_OVERHEAD, O_TP, O_IDLE_SPIN, O_RECV, O_CALIBRATE };
     static const struct option longopts[] = {
         {"schedules", 1, 0, O_SCHEDS}, {"reps", 1, 0, O_REPS}, {"warmup", 1, 0, O_WARMUP},
         {"iters", 1, 0, O_ITERS}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P}, {"k", 1, 0, O_K}, {"m", 1, 0, O_M},
@@ -935,6 +1063,7 @@ int main(int argc, char **argv)
         {"emulate", 0, 0, O_EMULATE}, {"device-tflops", 1, 0, O_TFLOPS}, {"preset", 1, 0, O_PRESET},
         {"csv", 1, 0, O_CSV}, {"svg", 1, 0, O_SVG}, {"trace", 1, 0, O_TRACE}, {"mpi", 0, 0, O_MPI}, {"devices", 1, 0, O_DEVICES}, {"gpus", 1, 0, O_GPUS},
         {"precision", 1, 0, O_PRECISION}, {"overhead", 0, 0, O_OVERHEAD}, {"tp", 1, 0, O_TP}, {"idle-spin", 1, 0, O_IDLE_SPIN}, {"recv", 1, 0, O_RECV},
+        {"calibrate", 0, 0, O_CALIBRATE},
         {"version", 0, 0, 'V'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
@@ -947,6 +1076,7 @@ int main(int argc, char **argv)
         case O_WARMUP: bad = cli_parse_int(PROG, "--warmup", optarg, 0, 1000, &warmup); break;
         case O_ITERS: bad = cli_parse_int(PROG, "--iters", optarg, 1, 1000, &iters); set_iters = 1; break;
         case O_OVERHEAD: overhead = 1; break;
+        case O_CALIBRATE: bench_calibrate = 1; break;
         case O_W: bad = cli_parse_int(PROG, "--w", optarg, 1, 64, &w); set_w = 1; break;
         case O_P: bad = cli_parse_int(PROG, "--p", optarg, 1, 64, &p); break;
         case O_K: bad = cli_parse_int(PROG, "--k", optarg, 1, 4096, &k); break;
@@ -1046,6 +1176,11 @@ int main(int argc, char **argv)
         fprintf(stderr, PROG ": no CUDA device found; run with --devices cpu%s\n",
                 bsipipe_cuda_compiled() ? "" : " (libbsipipe was built without CUDA)");
         return 1;
+    }
+    if (bench_calibrate && (mpi || bench_tp > 1 || is_tp || overhead)) {
+        fprintf(stderr, PROG ": --calibrate measures op times in one process without tensor parallelism (no --mpi, "
+                        "--tp, --preset tp, --overhead)\n");
+        return 2;
     }
     if (mpi && trace) {
         fprintf(stderr, PROG ": --trace is not supported with --mpi yet; trace a single process\n");
@@ -1218,6 +1353,30 @@ int main(int argc, char **argv)
         nv = n;
     }
 
+    /* --calibrate: each bsipipe row gets a twin whose plan is re-timed on
+     * the measured op times, run side by side. */
+    if (bench_calibrate) {
+        variant_t base_var[MAX_VARIANTS];
+        memcpy(base_var, var, sizeof base_var);
+        int n = 0;
+        for (int i = 0; i < nv; i++) {
+            int twin = base_var[i].kind == BSIPIPE_SCHED_BSIPIPE;
+            if (n + 1 + twin > MAX_VARIANTS) {
+                fprintf(stderr, PROG ": --calibrate adds a row per bsipipe row: more than %d rows; name fewer "
+                                "schedules\n", MAX_VARIANTS);
+                return 2;
+            }
+            var[n++] = base_var[i];
+            if (twin) {
+                var[n] = base_var[i];
+                var[n].measured_plan = 1;
+                snprintf(var[n].label, sizeof var[n].label, "%.30s, planned on measured ops", base_var[i].label);
+                n++;
+            }
+        }
+        nv = n;
+    }
+
     /* Configurations. */
     config_t cfg[MAX_CONFIGS];
     int nc = 0;
@@ -1356,6 +1515,15 @@ int main(int argc, char **argv)
         } else {
             for (int it = 0; it < n_data; it++)
                 make_data(tokens + it * per, targets + it * per, cf->m, S, cf->dims.vocab, (unsigned long long)seed, it);
+            char cal_notes[MAX_VARIANTS][200];
+            for (int i = 0; bench_calibrate && i < nv; i++)
+                if (rows[i].status == 0) {
+                    calibrate_row(&rows[i], cf, policy, warmup, seed, tokens, targets, cal_notes[i],
+                                  sizeof cal_notes[i]);
+                    if (rows[i].status == 2)
+                        printf("%s: %s: %s\n", cf->title, rows[i].v.label, rows[i].error);
+                    fprintf(stderr, PROG ": %s: %s calibrated\n", cf->title, rows[i].v.label);
+                }
             for (int rep = 0; rep < reps; rep++) {
                 for (int i = 0; i < nv; i++) {
                     row_t *r = &rows[i];
@@ -1392,6 +1560,13 @@ int main(int argc, char **argv)
                     break;
                 }
             print_table(cf, rows, nv, reps, iters);
+            for (int i = 0; bench_calibrate && i < nv; i++)
+                if (rows[i].v.measured_plan && rows[i].status != 1 && cal_notes[i][0])
+                    printf("\n%s: k and order chosen on the measured op times (predicted makespan %s): k = %d\n",
+                           rows[i].v.label, cal_notes[i], rows[i].pc.k);
+            if (bench_calibrate)
+                printf("\npredicted (measured ops): the plan each row runs, simulated on its ops' times measured "
+                       "in one untimed run (--calibrate); predicted (FLOPs, unit): the constructed plan\n");
             if (is_tp)
                 tp_line_fill(&tp_lines[ci], cf, &rows[0]);
             if (is_ablation && mpi)
@@ -1418,7 +1593,7 @@ int main(int argc, char **argv)
         }
         for (int i = 0; i < nv; i++) {
             ran += rows[i].status != 1;
-            free(rows[i].tok); free(rows[i].bubble); free(rows[i].makespan); free(rows[i].busy);
+            bsipipe_schedule_destroy(rows[i].plan); free(rows[i].tok); free(rows[i].bubble); free(rows[i].makespan); free(rows[i].busy);
             free(rows[i].rep_tok);
         }
         free(tokens);

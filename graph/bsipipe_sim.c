@@ -68,9 +68,21 @@ static int piece_len(const bsipipe_schedule_t *s, int sub)
     return s->sub_starts[sub + 1] - s->sub_starts[sub];
 }
 
+int bsipipe_sim_op_slots(const bsipipe_schedule_t *s)
+{
+    return 3 * s->pc.k * s->n_chunks;
+}
+
+int bsipipe_sim_op_slot(const bsipipe_schedule_t *s, const bsipipe_op_t *op)
+{
+    return (op->kind * s->pc.k + op->sub) * s->n_chunks + op->chunk;
+}
+
 double bsipipe_sim_op_cost(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *c, const bsipipe_op_t *op)
 {
     int split = split_backward(s);
+    if (c->op_seconds && op->kind <= BSIPIPE_OP_W)
+        return c->op_seconds[bsipipe_sim_op_slot(s, op)];
     if (c->unit) {
         if (op->kind == BSIPIPE_OP_F) return c->f_unit;
         if (op->kind == BSIPIPE_OP_B) return split ? c->b_unit / 2 : c->b_unit;

@@ -48,7 +48,18 @@ typedef struct bsipipe_cost_model {
                                tensor-parallel collectives keep their link class's
                                charge (the engine's --emulate: its transfers are real
                                copies, its collectives emulated) */
+    const double *op_seconds; /* optional: measured time of each compute op, by
+                               bsipipe_sim_op_slot (F, B and W of each piece and chunk,
+                               the same for every micro-batch and pipe), overriding the
+                               unit and FLOPs costs of compute ops; from a run, e.g.
+                               bsipipe_engine_op_seconds. Borrowed: must outlive the
+                               calls that use the model */
 } bsipipe_cost_model_t;
+
+/* Measured op times (cost->op_seconds): the slot of compute op `op` and the
+ * number of slots of s, 3 (F, B, W) x pieces x chunks. */
+int bsipipe_sim_op_slot(const bsipipe_schedule_t *s, const bsipipe_op_t *op);
+int bsipipe_sim_op_slots(const bsipipe_schedule_t *s);
 
 /* Posting ahead: how many places before its own the RECV at index i of
  * device d is posted. A post never blocks, so under early receive (comm

@@ -223,6 +223,15 @@ int bsipipe_engine_floor_iteration(bsipipe_engine_t *e, int flags, bsipipe_engin
  * (busy_s has one entry per device). */
 int bsipipe_engine_device_busy(const bsipipe_engine_t *e, double *busy_s);
 
+/* Measured op times of the last iteration, for planning and predicting on
+ * them (bsipipe_cost_model_t.op_seconds): out[bsipipe_sim_op_slot(s, op)] =
+ * mean seconds of the F, B or W ops of that piece and chunk over every
+ * micro-batch, pipe and device of this process (n >= bsipipe_sim_op_slots;
+ * slots the plan has no op for stay 0). -ENODATA when an op of the plan has
+ * no record here (no iteration yet, or another MPI rank ran it), -ENOTSUP
+ * with tensor parallelism. */
+int bsipipe_engine_op_seconds(const bsipipe_engine_t *e, double *out, int n);
+
 /* Peak live activation bytes of each device in the last iteration (stash of a
  * piece from its forward's start to its backward's end — W's when split —,
  * KV cache and its gradient per micro-batch and chunk), the quantities the

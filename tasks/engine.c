@@ -1417,6 +1417,48 @@ int bsipipe_engine_device_busy(const bsipipe_engine_t *e, double *busy_s)
     return 0;
 }
 
+int bsipipe_engine_op_seconds(const bsipipe_engine_t *e, double *out, int n)
+{
+    if (!e || !out)
+        return bsipipe_error_set(-EINVAL, "engine: no output buffer");
+    int slots = bsipipe_sim_op_slots(e->sched);
+    if (n < slots)
+        return bsipipe_error_set(-EINVAL, "engine: %d op-time slots needed, %d given", slots, n);
+    if (e->T > 1) /* an op's span there holds its collectives' waits, not one device's work */
+        return bsipipe_error_set(-ENOTSUP, "measured op times: not with tensor parallelism (D_t = %d); "
+                                 "plan with the FLOPs cost model there", e->T);
+    int *count = calloc((size_t)slots, sizeof *count);
+    if (!count)
+        return bsipipe_error_set(-ENOMEM, "out of memory");
+    for (int i = 0; i < slots; i++)
+        out[i] = 0;
+    for (int d = 0; d < e->W; d++) {
+        int nd;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &nd);
+        for (int i = 0; i < nd && engine_local(e, d); i++)
+            if (ops[i].kind <= BSIPIPE_OP_W && e->rec[d][i].end_us > e->rec[d][i].start_us) {
+                int slot = bsipipe_sim_op_slot(e->sched, &ops[i]);
+                out[slot] += (e->rec[d][i].end_us - e->rec[d][i].start_us) * 1e-6;
+                count[slot]++;
+            }
+    }
+    int missing = 0;
+    for (int d = 0; d < e->W && !missing; d++) {
+        int nd;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &nd);
+        for (int i = 0; i < nd && !missing; i++)
+            missing = ops[i].kind <= BSIPIPE_OP_W && !count[bsipipe_sim_op_slot(e->sched, &ops[i])];
+    }
+    for (int i = 0; i < slots; i++)
+        if (count[i])
+            out[i] /= count[i];
+    free(count);
+    if (missing)
+        return bsipipe_error_set(-ENODATA, "measured op times: some ops have no record on this process "
+                                 "(run an iteration first; with MPI, other ranks ran them)");
+    return 0;
+}
+
 int bsipipe_engine_peak_memory(const bsipipe_engine_t *e, double *bytes)
 {
     if (!e || !bytes)

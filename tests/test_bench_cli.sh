@@ -42,6 +42,16 @@ grep -q "18.4 GiB (GPT); slowest" "$tmp/tpp" && ok || fail "--preset tp: the pap
 expect 2 "--preset tp sets the tensor-parallel degree itself" --preset tp --tp 2
 expect 2 "a multiple of 4 from 8 to 64" --preset tp --w 6
 
+# --calibrate: a prediction on the measured op times for every row, and
+# bsipipe's twin running its plan re-timed on them.
+expect 2 "--calibrate measures op times in one process" --calibrate --tp 2
+"$bench" $tiny --reps 1 --schedules 1f1b,bsipipe --calibrate >"$tmp/cal" 2>&1 || fail "--calibrate: $(tail -3 "$tmp/cal")"
+grep -q "predicted (measured ops)" "$tmp/cal" && ok || fail "--calibrate: no measured-ops column"
+for s in "1f1b" "bsipipe" "bsipipe, planned on measured ops"; do
+    if grep -qE "^\| $s \| [0-9]+ \| [0-9]+ \| real \| [0-9]+ \(.*\| [0-9.]+% \| [0-9.]+ / " "$tmp/cal"; then ok; else
+        fail "--calibrate: no measured row with a measured-ops prediction for '$s'"; fi
+done
+
 # Real compute: three schedules, CSV and SVG.
 "$bench" $tiny --schedules seq1f1b,seq1f1b-i,bsipipe --csv "$tmp/b.csv" --svg "$tmp/b.svg" >"$tmp/out" 2>&1 ||
     fail "tiny real run: $(tail -3 "$tmp/out")"

@@ -157,6 +157,24 @@ int main(void)
             sum += busy[d];
         }
         CHECK(fabs(1 - sum / (4 * st.makespan_s) - st.bubble_ratio) < 1e-9, "bubble = 1 - busy / (w * makespan)");
+        /* Measured op times: every op of the plan has its slot's mean, so
+         * the plan simulated on them is as busy as the run measured. */
+        int slots = bsipipe_sim_op_slots(s);
+        double *secs = malloc(sizeof(double) * (size_t)slots), few[1];
+        CHECK(bsipipe_engine_op_seconds(e, few, 1) == -EINVAL, "op times: a short buffer is refused");
+        CHECK(secs && bsipipe_engine_op_seconds(e, secs, slots) == 0, "op times: %s", bsipipe_error_detail());
+        bsipipe_cost_model_t measured = bsipipe_cost_model_emulated(1.0);
+        measured.op_seconds = secs;
+        bsipipe_sim_result_t *r = NULL;
+        CHECK(secs && bsipipe_simulate(s, &measured, &r) == 0, "simulate on measured op times: %s",
+              bsipipe_error_detail());
+        double sim_busy = 0;
+        for (int d = 0; r && d < 4; d++)
+            sim_busy += r->device[d].busy;
+        printf("measured op times: simulated busy %.6f s, measured %.6f s\n", sim_busy, sum);
+        CHECK(fabs(sim_busy - sum) <= 1e-9 * sum, "simulated busy %.9f != measured %.9f", sim_busy, sum);
+        bsipipe_sim_result_destroy(r);
+        free(secs);
         bsipipe_engine_destroy(e);
     }
 
