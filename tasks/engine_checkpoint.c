@@ -234,6 +234,29 @@ static int tp_full_pipe(bsipipe_engine_t *e, int pipe, float *full, long P)
     return rc;
 }
 
+/* Replica i's params, m and v into the file: its handles, or with tensor
+ * parallelism its slice of the whole-model vectors, gathered from this
+ * process's shards into full (3 P floats) once per pipe (*full_pipe: the
+ * pipe gathered, -1 for none yet); *what says what failed. */
+static int write_replica(struct bsipipe_engine *e, writer_t *w, int i, float *full, long P, int *full_pipe,
+                         const char **what)
+{
+    const replica_t *r = &e->rep[i];
+    int rc;
+    if (e->T <= 1) {
+        if ((rc = writer_put_handle(w, r->h_params, r->n)) < 0 || (rc = writer_put_handle(w, r->h_m, r->n)) < 0)
+            return rc;
+        return writer_put_handle(w, r->h_v, r->n);
+    }
+    if (i / e->C != *full_pipe && (rc = tp_full_pipe(e, *full_pipe = i / e->C, full, P)) < 0) {
+        *what = "cannot gather the tensor-parallel shards for";
+        return rc;
+    }
+    if ((rc = writer_put_floats(w, full + r->base, r->n)) < 0 || (rc = writer_put_floats(w, full + P + r->base, r->n)) < 0)
+        return rc;
+    return writer_put_floats(w, full + 2 * P + r->base, r->n);
+}
+
 static int save_single(bsipipe_engine_t *e, const char *dir, long iteration)
 {
     char tmpname[64];
@@ -271,23 +294,9 @@ static int save_single(bsipipe_engine_t *e, const char *dir, long iteration)
      * the replica's slice of the whole-model vectors, gathered from the
      * ranks' shards: the file is the one a D_t = 1 run writes, so any
      * degree resumes it. */
-    for (int i = 0; i < n_replicas(e); i++) {
-        replica_t *r = &e->rep[i];
-        if (e->T > 1) {
-            if (i % e->C == 0 && (rc = tp_full_pipe(e, i / e->C, full, P)) < 0) {
-                what = "cannot gather the tensor-parallel shards for";
-                goto fail;
-            }
-            if ((rc = writer_put_floats(&w, full + r->base, r->n)) < 0 ||
-                (rc = writer_put_floats(&w, full + P + r->base, r->n)) < 0 ||
-                (rc = writer_put_floats(&w, full + 2 * P + r->base, r->n)) < 0)
-                goto fail;
-            continue;
-        }
-        if ((rc = writer_put_handle(&w, r->h_params, r->n)) < 0 || (rc = writer_put_handle(&w, r->h_m, r->n)) < 0 ||
-            (rc = writer_put_handle(&w, r->h_v, r->n)) < 0)
+    for (int i = 0, full_pipe = -1; i < n_replicas(e); i++)
+        if ((rc = write_replica(e, &w, i, full, P, &full_pipe, &what)) < 0)
             goto fail;
-    }
     unsigned char crc[4];
     ckpt_put_u32(crc, ckpt_crc_final(&w.crc));
     if ((rc = writer_put(&w, crc, sizeof crc, 1)) < 0 || (rc = writer_flush(&w)) < 0)
@@ -408,25 +417,9 @@ static int write_part(bsipipe_engine_t *e, const char *dir, const char *name, lo
     what = "cannot write";
     if ((rc = writer_put(&w, h, hlen, 0)) < 0)
         goto fail;
-    for (int i = 0; i < n_replicas(e); i++) {
-        replica_t *r = &e->rep[i];
-        if (!engine_local(e, r->device))
-            continue;
-        if (e->T > 1) { /* the replica's slice of the whole-model vectors, from this process's shards */
-            if (i / e->C != full_pipe && (rc = tp_full_pipe(e, full_pipe = i / e->C, full, P)) < 0) {
-                what = "cannot gather the tensor-parallel shards for";
-                goto fail;
-            }
-            if ((rc = writer_put_floats(&w, full + r->base, r->n)) < 0 ||
-                (rc = writer_put_floats(&w, full + P + r->base, r->n)) < 0 ||
-                (rc = writer_put_floats(&w, full + 2 * P + r->base, r->n)) < 0)
-                goto fail;
-            continue;
-        }
-        if ((rc = writer_put_handle(&w, r->h_params, r->n)) < 0 || (rc = writer_put_handle(&w, r->h_m, r->n)) < 0 ||
-            (rc = writer_put_handle(&w, r->h_v, r->n)) < 0)
+    for (int i = 0; i < n_replicas(e); i++)
+        if (engine_local(e, e->rep[i].device) && (rc = write_replica(e, &w, i, full, P, &full_pipe, &what)) < 0)
             goto fail;
-    }
     uint32_t crc = ckpt_crc_final(&w.crc);
     unsigned char c4[4];
     ckpt_put_u32(c4, crc);

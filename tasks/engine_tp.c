@@ -958,6 +958,14 @@ static starpu_data_handle_t h_y(tp_ctx_t *c, int q) { return c->e->h_x_out[c->ai
 static starpu_data_handle_t h_dy(tp_ctx_t *c, int q) { return c->e->h_dy[c->ai + q]; }
 static starpu_data_handle_t h_in(tp_ctx_t *c, int q) { return tp_input(c, q); }
 
+/* All-gather of a layer's norm output `which` (1: before attention, 2:
+ * before the MLP) from its stash (st: the layer's offset there): the input
+ * of the forward's column-parallel products and of their weight gradients. */
+static int regather_norm(tp_ctx_t *c, long st, int which, long cnt)
+{
+    return coll(c, C_AG, st + bsipipe_tp_stash_norm_offset(&c->e->dims, c->e->T, c->len, which), cnt, h_st, h_ga, 0);
+}
+
 static int tp_forward(tp_ctx_t *c)
 {
     struct bsipipe_engine *e = c->e;
@@ -973,11 +981,11 @@ static int tp_forward(tp_ctx_t *c)
     for (int l = a->l0; l < a->l1; l++) {
         long st = (long)(l - a->l0) * stash1;
         DO(seg(c, S_NORM1, l));
-        DO(coll(c, C_AG, st + bsipipe_tp_stash_norm_offset(&e->dims, T, c->len, 1), cnt, h_st, h_ga, 0));
+        DO(regather_norm(c, st, 1, cnt));
         DO(seg(c, S_ATTN, l));
         DO(coll(c, C_RS, 0, cnt, h_pa, h_re, 0));
         DO(seg(c, S_NORM2, l));
-        DO(coll(c, C_AG, st + bsipipe_tp_stash_norm_offset(&e->dims, T, c->len, 2), cnt, h_st, h_ga, 0));
+        DO(regather_norm(c, st, 2, cnt));
         DO(seg(c, S_MLP, l));
         DO(coll(c, C_RS, 0, cnt, h_pa, h_re, 0));
         DO(seg(c, S_OUT, l));
@@ -1010,13 +1018,13 @@ static int tp_backward(tp_ctx_t *c)
          * norm outputs they need go to W (tp_wgrad). */
         DO(coll(c, C_AG, 0, cnt, gin, h_gd, 0));
         if (!e->split)
-            DO(coll(c, C_AG, st + bsipipe_tp_stash_norm_offset(&e->dims, T, c->len, 2), cnt, h_st, h_ga, 0));
+            DO(regather_norm(c, st, 2, cnt));
         DO(seg(c, e->split ? S_BMLPX : S_BMLP, l));
         DO(coll(c, C_RS, 0, cnt, h_pa, h_re, 0));
         DO(seg(c, S_BNORM2, l));
         DO(coll(c, C_AG, 0, cnt, h_d2, h_gd, 0));
         if (!e->split)
-            DO(coll(c, C_AG, st + bsipipe_tp_stash_norm_offset(&e->dims, T, c->len, 1), cnt, h_st, h_ga, 0));
+            DO(regather_norm(c, st, 1, cnt));
         DO(seg(c, e->split ? S_BATTNX : S_BATTN, l));
         DO(coll(c, C_RS, 0, cnt, h_pa, h_re, 0));
         DO(seg(c, S_BNORM1, l));
@@ -1039,9 +1047,9 @@ static int tp_wgrad(tp_ctx_t *c)
     long cnt = (long)c->ls * e->d, stash1 = bsipipe_tp_stash_size(&e->dims, T, c->len);
     for (int l = a->l1 - 1; l >= a->l0; l--) {
         long st = (long)(l - a->l0) * stash1;
-        DO(coll(c, C_AG, st + bsipipe_tp_stash_norm_offset(&e->dims, T, c->len, 2), cnt, h_st, h_ga, 0));
+        DO(regather_norm(c, st, 2, cnt));
         DO(seg(c, S_WMLP, l));
-        DO(coll(c, C_AG, st + bsipipe_tp_stash_norm_offset(&e->dims, T, c->len, 1), cnt, h_st, h_ga, 0));
+        DO(regather_norm(c, st, 1, cnt));
         DO(seg(c, S_WATTN, l));
     }
     return 0;
