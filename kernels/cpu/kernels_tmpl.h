@@ -386,6 +386,26 @@ VEC_CLONES VEC_OPT static void swiglu_bwd(int n, int f, const R *gu, const R *dh
         }
 }
 
+/* swiglu forward / backward over n rows on the kernel threads, in fixed
+ * blocks of PAR_ROWS rows (as gelu_par) */
+static int swiglu_blk(void *v, int blk)
+{
+    struct gelu_ctx *c = v;
+    size_t r0 = (size_t)blk * PAR_ROWS;
+    int m = c->n - (int)r0 < PAR_ROWS ? c->n - (int)r0 : PAR_ROWS;
+    if (c->dg)
+        swiglu_bwd(m, c->f, c->h + r0 * 2 * c->f, c->dg + r0 * c->f, c->out + r0 * 2 * c->f);
+    else
+        swiglu_fwd(m, c->f, c->h + r0 * 2 * c->f, c->out + r0 * c->f);
+    return 0;
+}
+
+static void swiglu_par(int n, int f, const R *gu, const R *dh, R *out)
+{
+    struct gelu_ctx c = {n, f, gu, dh, out};
+    bsipipe__parallel_for((n + PAR_ROWS - 1) / PAR_ROWS, swiglu_blk, &c);
+}
+
 /* RoPE on rows of x[n, ld] (heads of hd columns, pairs (2i, 2i+1)), row r at
  * position pos0 + r. dir = +1 rotates (forward), -1 applies the transpose
  * (backward). Angles in double, cos/sin rounded to R (the PyTorch script does
@@ -889,7 +909,7 @@ static int layer_fwd(const bsipipe_model_dims_t *dm, int start, int len, const s
     norm_fwd_par(len, d, x2, p->n2w, p->n2b, n2, stash + so.s2);
     lin_fwd(len, a1w, d, n2, d, p->w1, d, (R)0, a1, a1w);
     if (llama)
-        swiglu_fwd(len, f, a1, a2);
+        swiglu_par(len, f, a1, NULL, a2);
     else
         gelu_par(len, f, a1, NULL, a2);
     if (y != x2)
@@ -965,7 +985,7 @@ static int layer_bwd(const bsipipe_model_dims_t *dm, int start, int len, const s
     /* MLP */
     lin_bwd_x(len, d, f, dy, d, p->w2, f, (R)0, da2, f);
     if (llama)
-        swiglu_bwd(len, f, a1, da2, da1);
+        swiglu_par(len, f, a1, da2, da1);
     else
         gelu_par(len, f, a1, da2, da1);
     lin_bwd_x(len, a1w, d, da1, a1w, p->w1, d, (R)0, dn, d);
