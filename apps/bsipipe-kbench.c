@@ -373,9 +373,9 @@ int main(int argc, char **argv)
            strcasecmp(blas_core(), "prescott") ? ""
                : " (CPU unknown to OpenBLAS: SSE3 kernels; try OPENBLAS_CORETYPE=Haswell "
                  "or SkylakeX, which applies to PyTorch's OpenBLAS as well)");
-    printf("%6s %-18s %8s %8s %9s | %11s %10s %7s %7s | %8s %9s %7s %7s %7s\n", "seq", "pieces", "GFLOP",
-           "time_s", "GFLOP/s", "sgemm GF/s", "attn GF/s", "attn_s", "rest_s", "torch_s", "torch GF/s", "attn_s",
-           "rest_s", "ratio");
+    printf("%6s %-18s %8s %8s %9s | %11s %10s %7s %7s %6s | %8s %9s %7s %7s %6s %7s\n", "seq", "pieces",
+           "GFLOP", "time_s", "GFLOP/s", "sgemm GF/s", "attn GF/s", "attn_s", "rest_s", "ns/el", "torch_s",
+           "torch GF/s", "attn_s", "rest_s", "ns/el", "ratio");
     int torch_said = 0;
     for (char *tok = strtok(seqs, ","); tok; tok = strtok(NULL, ",")) {
         bsipipe_model_dims_t d = {fam, 1, hidden, heads, ffn, 256, (int)strtol(tok, NULL, 10)};
@@ -450,17 +450,23 @@ int main(int argc, char **argv)
             snprintf(pieces + strlen(pieces), sizeof pieces - strlen(pieces), ",%d", st[j]);
         /* rest: the block's time outside its matrix products and attention
          * (norms, activations, residuals, copies) */
-        printf("%6d %-18s %8.1f %8.3f %9.1f | %11.1f %10.1f %7.3f %7.3f | ", S, pieces, fl * 1e-9, best,
-               fl / best * 1e-9, sg, at, attn_s, best - gemm_s - attn_s);
-        if (tt > 0)
-            printf("%8.3f %9.1f %7.3f %7.3f %7.2f\n", tt, fl / tt * 1e-9, tr.attn,
-                   tr.gemm > 0 && tr.attn > 0 ? tt - tr.gemm - tr.attn : -1.0, tt / best);
-        else
-            printf("%8s %9s %7s %7s %7s\n", tt == -2 ? "skip:mem" : "n/a", "-", "-", "-", "-");
+        /* ns/el: the remainder per element of one [S, hidden] activation,
+         * the unit the norms, residuals and copies work in */
+        double rest = best - gemm_s - attn_s, el = (double)S * h;
+        printf("%6d %-18s %8.1f %8.3f %9.1f | %11.1f %10.1f %7.3f %7.3f %6.2f | ", S, pieces, fl * 1e-9,
+               best, fl / best * 1e-9, sg, at, attn_s, rest, rest / el * 1e9);
+        if (tt > 0) {
+            double trest = tr.gemm > 0 && tr.attn > 0 ? tt - tr.gemm - tr.attn : -1.0;
+            printf("%8.3f %9.1f %7.3f %7.3f %6.2f %7.2f\n", tt, fl / tt * 1e-9, tr.attn, trest,
+                   trest / el * 1e9, tt / best);
+        } else {
+            printf("%8s %9s %7s %7s %6s %7s\n", tt == -2 ? "skip:mem" : "n/a", "-", "-", "-", "-", "-");
+        }
         fflush(stdout);
         free(st);
     }
     printf("# ratio = PyTorch time / bsipipe time (> 1: bsipipe faster); torch runs the whole sequence; "
-           "attn_s: attention alone, rest_s: block - matrix products alone - attention alone\n");
+           "attn_s: attention alone, rest_s: block - matrix products alone - attention alone, "
+           "ns/el: rest_s per element of [seq, hidden]\n");
     return 0;
 }

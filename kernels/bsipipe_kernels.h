@@ -51,12 +51,15 @@ typedef struct bsipipe_adamw {
 
 /* Tuning knobs (process-wide; set before running kernels, not thread-safe
  * against concurrent kernel calls).
- * Attention tile sizes (queries x keys), defaults 128 x 256; -EINVAL if < 1.
- * With more than one attention thread and a multi-threaded OpenBLAS, tiles are
- * shrunk so that OpenBLAS keeps each tile product on one thread. */
+ * Attention tile sizes (queries x keys), defaults 64 x 128; -EINVAL if < 1. */
 int bsipipe_kernels_set_tiles(int tile_q, int tile_k);
-/* Threads used inside one attention call (over heads), default 1 (a StarPU
- * CPU worker is one core). BLAS threading is OpenBLAS's own setting. */
+/* Threads used inside one kernel call, default 1 (a StarPU CPU worker is
+ * one core): attention heads, row blocks of the norms / activations /
+ * copies, and the parts of every large matrix product, all on one
+ * persistent pool. With n > 1 each part is a single-threaded BLAS call:
+ * OpenBLAS's own thread count is set to 1 for the duration of the product
+ * and restored after (process-wide, like these knobs). Results are bitwise
+ * the same for every n. */
 int bsipipe_kernels_set_threads(int n);
 int bsipipe_kernels_get_threads(void);
 

@@ -36,13 +36,20 @@ extern int bsipipe__tile_q, bsipipe__tile_k, bsipipe__threads;
 
 /* Threads of the BLAS (OpenBLAS's count when it is OpenBLAS, else 1). */
 int bsipipe__blas_threads(void);
+/* Puts the BLAS on one thread (OpenBLAS; a no-op for another BLAS) and
+ * returns the count to hand back to bsipipe__blas_restore: the kernels'
+ * own threads split the matrix products and call it single-threaded. */
+int bsipipe__blas_single(void);
+void bsipipe__blas_restore(int n);
 /* The attention tile sizes to use for head_dim (the knobs, shrunk when both
  * we and OpenBLAS run threads; see config.c). */
 void bsipipe__attention_tiles(int head_dim, int *bq, int *bk);
 
-/* Runs fn(ctx, i) for i in [0, n) on up to bsipipe__threads threads
- * (static round-robin, so results do not depend on timing). Returns the first
- * nonzero value returned by fn (in index order), else 0. */
+/* Runs fn(ctx, i) for i in [0, n) on up to bsipipe__threads threads of a
+ * persistent pool, indices claimed dynamically: fn(ctx, i) must compute
+ * index i on its own (its own outputs), so results do not depend on which
+ * thread ran it. Returns the first nonzero value returned by fn (in index
+ * order), else 0. */
 int bsipipe__parallel_for(int n, int (*fn)(void *ctx, int i), void *ctx);
 
 /* Tensor parallelism (tp_common.c): the same layouts for one rank's shard of

@@ -19,28 +19,85 @@
 
 /* ---------------------------------------------------------------- helpers */
 
+/* Matrix products on the kernel threads (bsipipe_kernels_set_threads): with
+ * n > 1 threads the larger of C's two dimensions is cut into n parts (edges
+ * on multiples of 16), each one single-threaded BLAS call on a pool thread,
+ * the BLAS's own threads set aside meanwhile. Its threaded server spun
+ * (sched_yield) between the block's many calls, against our attention and
+ * row threads, and left cores idle around each call.
+ * The parts are whole rows / columns of C, each element still one BLAS
+ * call's sum over all of K in the library's own K blocking, so the result
+ * does not depend on the cut (test_kernel_split checks it bitwise). Parts
+ * stay above PAR_GEMM_MIN multiply-adds: OpenBLAS sends small products to
+ * other kernels (its small-matrix path), which would change the bits. */
+#define PAR_GEMM_MIN (1 << 24)
+
+struct gemm_ctx {
+    enum CBLAS_TRANSPOSE ta, tb;
+    int m, n, k, lda, ldb, ldc, parts, cut_n;
+    R alpha, beta;
+    const R *a, *b;
+    R *c;
+};
+
+static int gemm_part(void *v, int p)
+{
+    const struct gemm_ctx *g = v;
+    int dim = g->cut_n ? g->n : g->m;
+    int lo = (int)((long)dim * p / g->parts) / 16 * 16;
+    int hi = p + 1 == g->parts ? dim : (int)((long)dim * (p + 1) / g->parts) / 16 * 16;
+    if (hi <= lo)
+        return 0;
+    if (g->cut_n) { /* columns [lo, hi) of C: rows of B^T or columns of B */
+        const R *b = g->tb == CblasTrans ? g->b + (size_t)lo * g->ldb : g->b + lo;
+        GEMM(CblasRowMajor, g->ta, g->tb, g->m, hi - lo, g->k, g->alpha, g->a, g->lda, b, g->ldb,
+             g->beta, g->c + lo, g->ldc);
+    } else { /* rows [lo, hi) of C */
+        const R *a = g->ta == CblasTrans ? g->a + lo : g->a + (size_t)lo * g->lda;
+        GEMM(CblasRowMajor, g->ta, g->tb, hi - lo, g->n, g->k, g->alpha, a, g->lda, g->b, g->ldb,
+             g->beta, g->c + (size_t)lo * g->ldc, g->ldc);
+    }
+    return 0;
+}
+
+static void gemm_run(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int m, int n, int k,
+                     const R *a, int lda, const R *b, int ldb, R beta, R *c, int ldc)
+{
+    double mnk = (double)m * n * k;
+    int parts = bsipipe__threads, dim = m > n ? m : n;
+    if (parts > dim / 16)
+        parts = dim / 16;
+    if (parts > 1 && mnk / parts < PAR_GEMM_MIN)
+        parts = (int)(mnk / PAR_GEMM_MIN);
+    if (parts <= 1) {
+        GEMM(CblasRowMajor, ta, tb, m, n, k, (R)1, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
+    struct gemm_ctx g = {ta, tb, m, n, k, lda, ldb, ldc, parts, n >= m, (R)1, beta, a, b, c};
+    int bt = bsipipe__blas_single();
+    bsipipe__parallel_for(parts, gemm_part, &g);
+    bsipipe__blas_restore(bt);
+}
+
 /* y[n, out] (ld ldy) = x[n, in] (ld ldx) @ w[out, in]^T (ld ldw) + beta * y */
 static void lin_fwd(int n, int out, int in, const R *x, int ldx, const R *w, int ldw,
                     R beta, R *y, int ldy)
 {
-    GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, (R)1, x, ldx, w, ldw, beta,
-         y, ldy);
+    gemm_run(CblasNoTrans, CblasTrans, n, out, in, x, ldx, w, ldw, beta, y, ldy);
 }
 
 /* dx[n, in] = dy[n, out] @ w[out, in] + beta * dx */
 static void lin_bwd_x(int n, int out, int in, const R *dy, int lddy, const R *w, int ldw,
                       R beta, R *dx, int lddx)
 {
-    GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, (R)1, dy, lddy, w, ldw,
-         beta, dx, lddx);
+    gemm_run(CblasNoTrans, CblasNoTrans, n, in, out, dy, lddy, w, ldw, beta, dx, lddx);
 }
 
 /* dw[out, in] += dy[n, out]^T @ x[n, in] */
 static void lin_bwd_w(int n, int out, int in, const R *dy, int lddy, const R *x, int ldx,
                       R *dw, int lddw)
 {
-    GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, (R)1, dy, lddy, x, ldx, (R)1,
-         dw, lddw);
+    gemm_run(CblasTrans, CblasNoTrans, out, in, n, dy, lddy, x, ldx, (R)1, dw, lddw);
 }
 
 /* LayerNorm (b != NULL) or RMSNorm (b == NULL) over rows of width d.
@@ -78,13 +135,15 @@ static void norm_fwd(int n, int d, const R *x, const R *w, const R *b, R *y, R *
     norm_fwd_rows(n, 0, n, d, x, w, b, y, st);
 }
 
-/* Backward of norm_fwd: dx (+)= ..., dw += , db += . accumulate_dx selects
- * dx += (residual branch) or dx =. */
+/* Backward of norm_fwd: dx = res + ... (res: the residual branch's
+ * gradient, NULL for none, may be dx itself), dw += , db += . Taking the
+ * residual here saves the block a copy pass per norm. */
 static void norm_bwd_rows(int n, int r0, int r1, int d, const R *x, const R *w, int has_b,
-                          const R *st, const R *dy, R *dx, R *dw, R *db, int accumulate_dx)
+                          const R *st, const R *dy, const R *res, R *dx, R *dw, R *db)
 {
     for (int i = r0; i < r1; i++) {
         const R *xr = x + IX(i, 0, d), *dyr = dy + IX(i, 0, d);
+        const R *rr = res ? res + IX(i, 0, d) : NULL;
         R *dxr = dx + IX(i, 0, d);
         R m = st[i], rs = st[n + i];
         double s1 = 0, s2 = 0; /* mean(dxhat), mean(dxhat * xhat) */
@@ -103,7 +162,7 @@ static void norm_bwd_rows(int n, int r0, int r1, int d, const R *x, const R *w, 
         for (int c = 0; c < d; c++) {
             R xh = (xr[c] - m) * rs, dxh = dyr[c] * w[c];
             R g = rs * (dxh - (R)s1 - xh * (R)s2);
-            dxr[c] = accumulate_dx ? dxr[c] + g : g;
+            dxr[c] = rr ? rr[c] + g : g;
         }
     }
 }
@@ -111,7 +170,7 @@ static void norm_bwd_rows(int n, int r0, int r1, int d, const R *x, const R *w, 
 static void norm_bwd(int n, int d, const R *x, const R *w, int has_b, const R *st,
                      const R *dy, R *dx, R *dw, R *db, int accumulate_dx)
 {
-    norm_bwd_rows(n, 0, n, d, x, w, has_b, st, dy, dx, dw, db, accumulate_dx);
+    norm_bwd_rows(n, 0, n, d, x, w, has_b, st, dy, accumulate_dx ? dx : NULL, dx, dw, db);
 }
 
 /* Row-parallel norms and activations of a layer, on the attention threads
@@ -124,7 +183,7 @@ static void norm_bwd(int n, int d, const R *x, const R *w, int has_b, const R *s
 
 struct par_ctx {
     int n, d, has_b;
-    const R *x, *w, *b, *st, *dy;
+    const R *x, *w, *b, *st, *dy, *res;
     R *y, *yst, *dx, *pw, *pb;
 };
 
@@ -138,7 +197,7 @@ static int norm_fwd_blk(void *v, int blk)
 
 static void norm_fwd_par(int n, int d, const R *x, const R *w, const R *b, R *y, R *st)
 {
-    struct par_ctx c = {n, d, 0, x, w, b, NULL, NULL, y, st, NULL, NULL, NULL};
+    struct par_ctx c = {n, d, 0, x, w, b, NULL, NULL, NULL, y, st, NULL, NULL, NULL};
     if (bsipipe__threads <= 1)
         norm_fwd(n, d, x, w, b, y, st); /* the same rows in the same order */
     else
@@ -149,20 +208,20 @@ static int norm_bwd_blk(void *v, int blk)
 {
     struct par_ctx *c = v;
     int r0 = blk * PAR_ROWS, r1 = r0 + PAR_ROWS < c->n ? r0 + PAR_ROWS : c->n;
-    norm_bwd_rows(c->n, r0, r1, c->d, c->x, c->w, c->has_b, c->st, c->dy, c->dx,
-                  c->pw + (size_t)blk * c->d, c->pb ? c->pb + (size_t)blk * c->d : NULL, 1);
+    norm_bwd_rows(c->n, r0, r1, c->d, c->x, c->w, c->has_b, c->st, c->dy, c->res, c->dx,
+                  c->pw + (size_t)blk * c->d, c->pb ? c->pb + (size_t)blk * c->d : NULL);
     return 0;
 }
 
-/* norm_bwd with dx += (the layers' residual form), weight gradients
+/* norm_bwd with dx = res + (the layers' residual form), weight gradients
  * through per-block partial sums (see above). -ENOMEM if the partials do
  * not fit. */
 static int norm_bwd_par(int n, int d, const R *x, const R *w, int has_b, const R *st,
-                        const R *dy, R *dx, R *dw, R *db)
+                        const R *dy, const R *res, R *dx, R *dw, R *db)
 {
     int nb = (n + PAR_ROWS - 1) / PAR_ROWS;
     R *pw = calloc((size_t)nb * d * (has_b ? 2 : 1), sizeof(R));
-    struct par_ctx c = {n, d, has_b, x, w, NULL, st, dy, NULL, NULL, dx, pw, NULL};
+    struct par_ctx c = {n, d, has_b, x, w, NULL, st, dy, res, NULL, NULL, dx, pw, NULL};
     if (!pw)
         return -ENOMEM;
     c.pb = has_b ? pw + (size_t)nb * d : NULL;
@@ -283,6 +342,29 @@ static void gelu_par(int n, int f, const R *h, const R *dg, R *out)
     bsipipe__parallel_for((n + PAR_ROWS - 1) / PAR_ROWS, gelu_blk, &c);
 }
 
+/* dst rows = src rows (w columns, own leading dimensions) on the kernel
+ * threads: the block's residual and K/V copies, in blocks of PAR_ROWS rows */
+struct copy_ctx {
+    int n, w, lds, ldd;
+    const R *src;
+    R *dst;
+};
+
+static int copy_blk(void *v, int blk)
+{
+    const struct copy_ctx *c = v;
+    int r0 = blk * PAR_ROWS, r1 = r0 + PAR_ROWS < c->n ? r0 + PAR_ROWS : c->n;
+    for (int i = r0; i < r1; i++)
+        memcpy(c->dst + IX(i, 0, c->ldd), c->src + IX(i, 0, c->lds), sizeof(R) * (size_t)c->w);
+    return 0;
+}
+
+static void copy_rows_par(int n, int w, const R *src, int lds, R *dst, int ldd)
+{
+    struct copy_ctx c = {n, w, lds, ldd, src, dst};
+    bsipipe__parallel_for((n + PAR_ROWS - 1) / PAR_ROWS, copy_blk, &c);
+}
+
 /* h[n, F] = silu(gate) * up, gu[n, 2F] = [gate | up] */
 VEC_CLONES VEC_OPT static void swiglu_fwd(int n, int f, const R *gu, R *h)
 {
@@ -302,6 +384,26 @@ VEC_CLONES VEC_OPT static void swiglu_bwd(int n, int f, const R *gu, const R *dh
             dgu[IX(i, c, 2 * f)] = dhv * u * sg * ((R)1 + g * ((R)1 - sg));
             dgu[IX(i, f + c, 2 * f)] = dhv * g * sg;
         }
+}
+
+/* swiglu forward / backward over n rows on the kernel threads, in fixed
+ * blocks of PAR_ROWS rows (as gelu_par) */
+static int swiglu_blk(void *v, int blk)
+{
+    struct gelu_ctx *c = v;
+    size_t r0 = (size_t)blk * PAR_ROWS;
+    int m = c->n - (int)r0 < PAR_ROWS ? c->n - (int)r0 : PAR_ROWS;
+    if (c->dg)
+        swiglu_bwd(m, c->f, c->h + r0 * 2 * c->f, c->dg + r0 * c->f, c->out + r0 * 2 * c->f);
+    else
+        swiglu_fwd(m, c->f, c->h + r0 * 2 * c->f, c->out + r0 * c->f);
+    return 0;
+}
+
+static void swiglu_par(int n, int f, const R *gu, const R *dh, R *out)
+{
+    struct gelu_ctx c = {n, f, gu, dh, out};
+    bsipipe__parallel_for((n + PAR_ROWS - 1) / PAR_ROWS, swiglu_blk, &c);
 }
 
 /* RoPE on rows of x[n, ld] (heads of hd columns, pairs (2i, 2i+1)), row r at
@@ -802,16 +904,16 @@ static int layer_fwd(const bsipipe_model_dims_t *dm, int start, int len, const s
                                        stash + so.lse);
     if (rc)
         return rc;
-    memcpy(x2, x, sizeof(R) * (size_t)len * d);
+    copy_rows_par(len, d, x, d, x2, d);
     lin_fwd(len, d, d, att, d, p->wo, d, (R)1, x2, d);
     norm_fwd_par(len, d, x2, p->n2w, p->n2b, n2, stash + so.s2);
     lin_fwd(len, a1w, d, n2, d, p->w1, d, (R)0, a1, a1w);
     if (llama)
-        swiglu_fwd(len, f, a1, a2);
+        swiglu_par(len, f, a1, NULL, a2);
     else
         gelu_par(len, f, a1, NULL, a2);
     if (y != x2)
-        memcpy(y, x2, sizeof(R) * (size_t)len * d);
+        copy_rows_par(len, d, x2, d, y, d);
     lin_fwd(len, d, f, a2, f, p->w2, f, (R)1, y, d);
     return 0;
 }
@@ -878,46 +980,43 @@ static int layer_bwd(const bsipipe_model_dims_t *dm, int start, int len, const s
     struct wst_off wso;
     wst_layout(dm, len, &wso);
     if (wst)
-        memcpy(wst + wso.dy, dy, sizeof(R) * (size_t)len * d);
+        copy_rows_par(len, d, dy, d, wst + wso.dy, d);
 
     /* MLP */
     lin_bwd_x(len, d, f, dy, d, p->w2, f, (R)0, da2, f);
     if (llama)
-        swiglu_bwd(len, f, a1, da2, da1);
+        swiglu_par(len, f, a1, da2, da1);
     else
         gelu_par(len, f, a1, da2, da1);
     lin_bwd_x(len, a1w, d, da1, a1w, p->w1, d, (R)0, dn, d);
     if (wst)
-        memcpy(wst + wso.da1, da1, sizeof(R) * (size_t)len * a1w);
-    memcpy(dx2, dy, sizeof(R) * (size_t)len * d);
-    rc = norm_bwd_par(len, d, x2, p->n2w, p->n2b != NULL, stash + so.s2, dn, dx2, g->n2w, g->n2b);
+        copy_rows_par(len, a1w, da1, a1w, wst + wso.da1, a1w);
+    rc = norm_bwd_par(len, d, x2, p->n2w, p->n2b != NULL, stash + so.s2, dn, dy, dx2, g->n2w,
+                      g->n2b);
     if (rc)
         return rc;
 
     /* attention */
     lin_bwd_x(len, d, d, dx2, d, p->wo, d, (R)0, datt, d);
     if (wst)
-        memcpy(wst + wso.dx2, dx2, sizeof(R) * (size_t)len * d);
+        copy_rows_par(len, d, dx2, d, wst + wso.dx2, d);
     rc = FN(bsipipe_attention_backward)(H, hd, start, len, q, d, K, Vc, d, att, datt, d,
                                         stash + so.lse, dqkv, 3 * d, dK, dV);
     if (rc)
         return rc;
-    for (int i = 0; i < len; i++) {
-        memcpy(dqkv + IX(i, d, 3 * d), dK + IX(start + i, 0, d), sizeof(R) * d);
-        memcpy(dqkv + IX(i, 2 * d, 3 * d), dV + IX(start + i, 0, d), sizeof(R) * d);
-    }
+    copy_rows_par(len, d, dK + IX(start, 0, d), d, dqkv + d, 3 * d);
+    copy_rows_par(len, d, dV + IX(start, 0, d), d, dqkv + 2 * d, 3 * d);
     if (llama) {
         rope(len, H, hd, start, dqkv, 3 * d, -1);
         rope(len, H, hd, start, dqkv + d, 3 * d, -1);
     }
     lin_bwd_x(len, 3 * d, d, dqkv, 3 * d, p->wqkv, d, (R)0, dn, d);
     if (wst)
-        memcpy(wst + wso.dqkv, dqkv, sizeof(R) * (size_t)len * 3 * d);
+        copy_rows_par(len, 3 * d, dqkv, 3 * d, wst + wso.dqkv, 3 * d);
     else
         layer_wgrad(dm, len, g, stash, dy, da1, dx2, dqkv);
     /* dx = dx2 + norm1'(dn): written over dy (no longer needed) */
-    memcpy(buf, dx2, sizeof(R) * (size_t)len * d);
-    return norm_bwd_par(len, d, x, p->n1w, p->n1b != NULL, stash + so.s1, dn, buf, g->n1w,
+    return norm_bwd_par(len, d, x, p->n1w, p->n1b != NULL, stash + so.s1, dn, dx2, buf, g->n1w,
                         g->n1b);
 }
 
