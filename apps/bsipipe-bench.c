@@ -226,7 +226,7 @@ static bsipipe_parallel_config_t make_pc(const variant_t *v, const config_t *c, 
 static void plan_row(row_t *r, const config_t *c)
 {
     bsipipe_schedule_t *s = NULL;
-    r->pred_bubble_flops = r->pred_bubble_unit = r->pred_makespan_flops = NAN;
+    r->pred_bubble_flops = r->pred_bubble_unit = r->pred_makespan_flops = r->pred_bubble_measured = NAN;
     if (bsipipe_schedule_create(&r->pc, &c->dims, &s) < 0) {
         r->status = 1;
         snprintf(r->error, sizeof r->error, "%s", bsipipe_error_detail());
@@ -376,21 +376,24 @@ static int plan_on_measured(const row_t *r, const config_t *c, const double *sec
 static void calibrate_row(row_t *r, const config_t *c, const char *policy, int warmup, int seed,
                           const int *tokens, const int *targets, char *note, size_t note_len)
 {
-    static const int ks[] = {1, 2, 4};
-    r->pred_bubble_measured = NAN;
-    int rc = 0, best_k = r->pc.k, tried = 0;
+    int ks[3] = {r->pc.k}, nk = 1, rc = 0, best_k = r->pc.k;
+    if (r->v.measured_plan) {
+        static const int tries[] = {1, 2, 4};
+        nk = 0;
+        for (size_t i = 0; i < sizeof tries / sizeof tries[0]; i++) {
+            bsipipe_parallel_config_t pc = r->pc;
+            pc.k = tries[i];
+            if (bsipipe_parallel_config_validate(&pc, &c->dims) == 0)
+                ks[nk++] = tries[i];
+        }
+    }
     double best = INFINITY;
     size_t used = 0;
+    r->pred_bubble_measured = NAN;
     note[0] = 0;
-    for (size_t i = 0; i < sizeof ks / sizeof ks[0] && rc == 0; i++) {
+    for (int i = 0; i < nk && rc == 0; i++) {
         row_t trial = *r;
-        if (r->v.measured_plan) {
-            trial.pc.k = ks[i];
-            if (bsipipe_parallel_config_validate(&trial.pc, &c->dims) < 0)
-                continue;
-        } else if (i > 0) {
-            break;
-        }
+        trial.pc.k = ks[i];
         double *secs = NULL, bubble = NAN, makespan = NAN;
         bsipipe_schedule_t *s = NULL;
         rc = measure_op_seconds(&trial, c, policy, warmup, seed, tokens, targets, &secs);
@@ -399,18 +402,18 @@ static void calibrate_row(row_t *r, const config_t *c, const char *policy, int w
         free(secs);
         if (rc == 0 && makespan < best) {
             best = makespan;
-            best_k = trial.pc.k;
+            best_k = ks[i];
             r->pred_bubble_measured = bubble;
-            bsipipe_schedule_destroy(r->plan);
-            r->plan = r->v.measured_plan ? s : NULL;
-            if (!r->v.measured_plan)
-                bsipipe_schedule_destroy(s);
-        } else {
-            bsipipe_schedule_destroy(s);
+            if (r->v.measured_plan) { /* keep it to run; the one it replaces goes */
+                bsipipe_schedule_t *kept = r->plan;
+                r->plan = s;
+                s = kept;
+            }
         }
+        bsipipe_schedule_destroy(s);
         if (rc == 0 && r->v.measured_plan && used < note_len)
-            used += (size_t)snprintf(note + used, note_len - used, "%sk = %d: %.1f ms", tried++ ? ", " : "",
-                                     trial.pc.k, makespan * 1e3);
+            used += (size_t)snprintf(note + used, note_len - used, "%sk = %d: %.1f ms", i ? ", " : "", ks[i],
+                                     makespan * 1e3);
     }
     if (rc < 0) {
         r->status = 2;
@@ -1515,7 +1518,7 @@ int main(int argc, char **argv)
         } else {
             for (int it = 0; it < n_data; it++)
                 make_data(tokens + it * per, targets + it * per, cf->m, S, cf->dims.vocab, (unsigned long long)seed, it);
-            char cal_notes[MAX_VARIANTS][200];
+            char cal_notes[MAX_VARIANTS][200] = {{0}};
             for (int i = 0; bench_calibrate && i < nv; i++)
                 if (rows[i].status == 0) {
                     calibrate_row(&rows[i], cf, policy, warmup, seed, tokens, targets, cal_notes[i],

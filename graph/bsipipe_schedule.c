@@ -174,8 +174,8 @@ static double unit_makespan(const bsipipe_schedule_t *s, double *end)
 /* Candidate sub-unit sizes for BSIPipe's list schedule, best first by what
  * the sweep of docs/schedules.md found (about w/4 subsequences per pipe):
  * 0 (the whole basic unit) first, then w/4 rounded, then sizes from a
- * geometric ladder in order of their distance from w/4. Writes up to max of them; returns how
- * many. */
+ * geometric ladder in order of their distance from w/4. Writes up to max
+ * of them; returns how many. */
 static int subunit_candidates(const bsipipe_schedule_t *s, int *out, int max)
 {
     static const int ladder[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256};
@@ -283,9 +283,7 @@ static void mb_grouping(const bsipipe_parallel_config_t *pc, int *group, int *al
     *alternate = bsi && pc->w % 2 && pc->k >= 2 && pairs;
     int k1_pairs = bsi && pc->k == 1 && pc->m % pc->w == 0 && pc->m >= 2 * pc->w;
     *group = (pc->w % 2 && !*alternate) || k1_pairs ? 2 * pc->w : pc->w;
-    if (k1_pairs)
-        return; /* an odd number of units (even w): a last group of w */
-    if (pc->m % *group)
+    if (pc->m % *group && !k1_pairs) /* k1_pairs: an odd number of units ends with a group of w */
         *group = pc->m;
 }
 

@@ -163,8 +163,6 @@ double bsipipe_sim_tp_comm(const bsipipe_schedule_t *s, const bsipipe_cost_model
     return n * ((tp - 1) * lat + (bw > 0 ? b / bw : 0));
 }
 
-/* Bytes of one chunk's parameters (fp32), first chunk with the embedding,
- * last with the head; sharded over D_t. */
 /* Parameters of one TP rank's shard of a chunk: with D_t dividing the
  * heads, the FFN width and the vocabulary, the sharded kernels' exact count
  * (split tensors / D_t, the norms and GPT's wpe replicated whole:
