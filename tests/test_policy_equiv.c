@@ -138,6 +138,7 @@ static int run_child(const char *policy, int any_policy, unsigned timeout)
     if (pid < 0)
         return RES_CRASH;
     if (pid == 0) {
+        check_failures = 0; /* the child's verdict is its own, not the parent's failures so far */
         signal(SIGALRM, SIG_DFL);
         alarm(timeout);
         if (!policy) {

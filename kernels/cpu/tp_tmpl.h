@@ -276,6 +276,67 @@ int FN(bsipipe_tp_layer_fwd_out)(const bsipipe_model_dims_t *d, const bsipipe_tp
     return 0;
 }
 
+/* The backward segments' two halves, shared by the fused segments and the
+ * split (ZeroBubble B / W) ones so both run the same products on the same
+ * operands: the input half writes the partial input gradient (and da1 or
+ * dqkv, which the weight half reads); the weight half adds to the shard's
+ * weight gradients. */
+static void tp_mlp_bwd_input(const struct tp_layer *t, int len, const R *stash, const R *gdy,
+                             R *da2, R *da1, R *part)
+{
+    int h = t->h, fs = t->fs, a1s = t->a1s;
+    const R *a1 = stash + t->so.a1;
+    lin_bwd_x(len, h, fs, gdy, h, t->p.w2, fs, (R)0, da2, fs);
+    if (t->llama)
+        swiglu_bwd(len, fs, a1, da2, da1);
+    else
+        gelu_bwd((size_t)len * fs, a1, da2, da1);
+    lin_bwd_x(len, a1s, h, da1, a1s, t->p.w1, h, (R)0, part, h); /* dn2, partial */
+}
+
+static void tp_mlp_bwd_weight(const struct tp_layer *t, int len, const struct lg *g, const R *stash,
+                              const R *gdy, const R *da1, const R *gath)
+{
+    int h = t->h, fs = t->fs, a1s = t->a1s;
+    lin_bwd_w(len, h, fs, gdy, h, stash + t->so.a2, fs, g->w2, fs);
+    lin_bwd_w(len, a1s, h, da1, a1s, gath, h, g->w1, h);
+}
+
+/* datt [len, d/size] is scratch; dqkv [len, 3 d/size] is what the weight
+ * half reads. */
+static int tp_attn_bwd_input(const bsipipe_model_dims_t *d, const struct tp_layer *t, int start,
+                             int len, const R *stash, const R *kv, R *dkv, const R *gdy, R *datt,
+                             R *dqkv, R *part)
+{
+    int h = t->h, hs = t->hs;
+    size_t rows = (size_t)d->seq_len * hs;
+    const R *K = kv, *V = kv + rows, *q = stash + t->so.q, *att = stash + t->so.att;
+    R *dK = dkv, *dV = dkv + rows;
+    lin_bwd_x(len, h, hs, gdy, h, t->p.wo, hs, (R)0, datt, hs);
+    int rc = FN(bsipipe_attention_backward)(t->H, t->hd, start, len, q, hs, K, V, hs, att, datt, hs,
+                                            stash + t->so.lse, dqkv, 3 * hs, dK, dV);
+    if (rc)
+        return rc;
+    for (int i = 0; i < len; i++) {
+        memcpy(dqkv + IX(i, hs, 3 * hs), dK + IX(start + i, 0, hs), sizeof(R) * hs);
+        memcpy(dqkv + IX(i, 2 * hs, 3 * hs), dV + IX(start + i, 0, hs), sizeof(R) * hs);
+    }
+    if (t->llama) {
+        rope(len, t->H, t->hd, start, dqkv, 3 * hs, -1);
+        rope(len, t->H, t->hd, start, dqkv + hs, 3 * hs, -1);
+    }
+    lin_bwd_x(len, 3 * hs, h, dqkv, 3 * hs, t->p.wqkv, h, (R)0, part, h); /* dn1, partial */
+    return 0;
+}
+
+static void tp_attn_bwd_weight(const struct tp_layer *t, int len, const struct lg *g, const R *stash,
+                               const R *gdy, const R *dqkv, const R *gath)
+{
+    int h = t->h, hs = t->hs;
+    lin_bwd_w(len, h, hs, gdy, h, stash + t->so.att, hs, g->wo, hs);
+    lin_bwd_w(len, 3 * hs, h, dqkv, 3 * hs, gath, h, g->wqkv, h);
+}
+
 int FN(bsipipe_tp_layer_bwd_mlp)(const bsipipe_model_dims_t *d, const bsipipe_tp_t *tp,
                                  int len, const R *layer, R *grads, const R *stash,
                                  const R *gdy, const R *gath, R *part, R *work)
@@ -288,17 +349,9 @@ int FN(bsipipe_tp_layer_bwd_mlp)(const bsipipe_model_dims_t *d, const bsipipe_tp
     if (!grads || !stash || !gdy || !gath || !part || !work)
         return TP_NULL("grads, stash, gdy, gath, part, work");
     tp_grads(d, tp->size, grads, &g);
-    int h = t.h, fs = t.fs, a1s = t.a1s;
-    const R *a1 = stash + t.so.a1, *a2 = stash + t.so.a2;
-    R *da2 = work, *da1 = work + (size_t)len * fs;
-    lin_bwd_x(len, h, fs, gdy, h, t.p.w2, fs, (R)0, da2, fs);
-    if (t.llama)
-        swiglu_bwd(len, fs, a1, da2, da1);
-    else
-        gelu_bwd((size_t)len * fs, a1, da2, da1);
-    lin_bwd_x(len, a1s, h, da1, a1s, t.p.w1, h, (R)0, part, h); /* dn2, partial */
-    lin_bwd_w(len, h, fs, gdy, h, a2, fs, g.w2, fs);
-    lin_bwd_w(len, a1s, h, da1, a1s, gath, h, g.w1, h);
+    R *da2 = work, *da1 = work + (size_t)len * t.fs;
+    tp_mlp_bwd_input(&t, len, stash, gdy, da2, da1, part);
+    tp_mlp_bwd_weight(&t, len, &g, stash, gdy, da1, gath);
     return 0;
 }
 
@@ -333,26 +386,11 @@ int FN(bsipipe_tp_layer_bwd_attn)(const bsipipe_model_dims_t *d, const bsipipe_t
     if (!grads || !stash || !kv || !dkv || !gdy || !gath || !part || !work)
         return TP_NULL("grads, stash, kv, dkv, gdy, gath, part, work");
     tp_grads(d, tp->size, grads, &g);
-    int h = t.h, hs = t.hs;
-    size_t rows = (size_t)d->seq_len * hs;
-    const R *K = kv, *V = kv + rows, *q = stash + t.so.q, *att = stash + t.so.att;
-    R *dK = dkv, *dV = dkv + rows, *datt = work, *dqkv = work + (size_t)len * hs;
-    lin_bwd_x(len, h, hs, gdy, h, t.p.wo, hs, (R)0, datt, hs);
-    lin_bwd_w(len, h, hs, gdy, h, att, hs, g.wo, hs);
-    rc = FN(bsipipe_attention_backward)(t.H, t.hd, start, len, q, hs, K, V, hs, att, datt, hs,
-                                        stash + t.so.lse, dqkv, 3 * hs, dK, dV);
+    R *datt = work, *dqkv = work + (size_t)len * t.hs;
+    rc = tp_attn_bwd_input(d, &t, start, len, stash, kv, dkv, gdy, datt, dqkv, part);
     if (rc)
         return rc;
-    for (int i = 0; i < len; i++) {
-        memcpy(dqkv + IX(i, hs, 3 * hs), dK + IX(start + i, 0, hs), sizeof(R) * hs);
-        memcpy(dqkv + IX(i, 2 * hs, 3 * hs), dV + IX(start + i, 0, hs), sizeof(R) * hs);
-    }
-    if (t.llama) {
-        rope(len, t.H, t.hd, start, dqkv, 3 * hs, -1);
-        rope(len, t.H, t.hd, start, dqkv + hs, 3 * hs, -1);
-    }
-    lin_bwd_x(len, 3 * hs, h, dqkv, 3 * hs, t.p.wqkv, h, (R)0, part, h); /* dn1, partial */
-    lin_bwd_w(len, 3 * hs, h, dqkv, 3 * hs, gath, h, g.wqkv, h);
+    tp_attn_bwd_weight(&t, len, &g, stash, gdy, dqkv, gath);
     return 0;
 }
 
@@ -387,16 +425,8 @@ int FN(bsipipe_tp_layer_bwd_mlp_x)(const bsipipe_model_dims_t *d, const bsipipe_
         return TP_NULL("stash, gdy, part, work, wstash");
     size_t o[4];
     tp_wst_off(&t, len, o);
-    int h = t.h, fs = t.fs, a1s = t.a1s;
-    const R *a1 = stash + t.so.a1;
-    R *da2 = work, *da1 = wst + o[2];
-    lin_bwd_x(len, h, fs, gdy, h, t.p.w2, fs, (R)0, da2, fs);
-    if (t.llama)
-        swiglu_bwd(len, fs, a1, da2, da1);
-    else
-        gelu_bwd((size_t)len * fs, a1, da2, da1);
-    lin_bwd_x(len, a1s, h, da1, a1s, t.p.w1, h, (R)0, part, h); /* dn2, partial */
-    memcpy(wst + o[0], gdy, sizeof(R) * (size_t)len * h);
+    tp_mlp_bwd_input(&t, len, stash, gdy, work, wst + o[2], part);
+    memcpy(wst + o[0], gdy, sizeof(R) * (size_t)len * t.h);
     return 0;
 }
 
@@ -412,25 +442,10 @@ int FN(bsipipe_tp_layer_bwd_attn_x)(const bsipipe_model_dims_t *d, const bsipipe
         return TP_NULL("stash, kv, dkv, gdy, part, work, wstash");
     size_t o[4];
     tp_wst_off(&t, len, o);
-    int h = t.h, hs = t.hs;
-    size_t rows = (size_t)d->seq_len * hs;
-    const R *K = kv, *V = kv + rows, *q = stash + t.so.q, *att = stash + t.so.att;
-    R *dK = dkv, *dV = dkv + rows, *datt = work, *dqkv = wst + o[3];
-    lin_bwd_x(len, h, hs, gdy, h, t.p.wo, hs, (R)0, datt, hs);
-    rc = FN(bsipipe_attention_backward)(t.H, t.hd, start, len, q, hs, K, V, hs, att, datt, hs,
-                                        stash + t.so.lse, dqkv, 3 * hs, dK, dV);
+    rc = tp_attn_bwd_input(d, &t, start, len, stash, kv, dkv, gdy, work, wst + o[3], part);
     if (rc)
         return rc;
-    for (int i = 0; i < len; i++) {
-        memcpy(dqkv + IX(i, hs, 3 * hs), dK + IX(start + i, 0, hs), sizeof(R) * hs);
-        memcpy(dqkv + IX(i, 2 * hs, 3 * hs), dV + IX(start + i, 0, hs), sizeof(R) * hs);
-    }
-    if (t.llama) {
-        rope(len, t.H, t.hd, start, dqkv, 3 * hs, -1);
-        rope(len, t.H, t.hd, start, dqkv + hs, 3 * hs, -1);
-    }
-    lin_bwd_x(len, 3 * hs, h, dqkv, 3 * hs, t.p.wqkv, h, (R)0, part, h); /* dn1, partial */
-    memcpy(wst + o[1], gdy, sizeof(R) * (size_t)len * h);
+    memcpy(wst + o[1], gdy, sizeof(R) * (size_t)len * t.h);
     return 0;
 }
 
@@ -450,9 +465,7 @@ int FN(bsipipe_tp_layer_wgrad_mlp)(const bsipipe_model_dims_t *d, const bsipipe_
     tp_grads(d, tp->size, grads, &g);
     size_t o[4];
     tp_wst_off(&t, len, o);
-    int h = t.h, fs = t.fs, a1s = t.a1s;
-    lin_bwd_w(len, h, fs, wst + o[0], h, stash + t.so.a2, fs, g.w2, fs);
-    lin_bwd_w(len, a1s, h, wst + o[2], a1s, gath, h, g.w1, h);
+    tp_mlp_bwd_weight(&t, len, &g, stash, wst + o[0], wst + o[2], gath);
     return 0;
 }
 
@@ -470,9 +483,7 @@ int FN(bsipipe_tp_layer_wgrad_attn)(const bsipipe_model_dims_t *d, const bsipipe
     tp_grads(d, tp->size, grads, &g);
     size_t o[4];
     tp_wst_off(&t, len, o);
-    int h = t.h, hs = t.hs;
-    lin_bwd_w(len, h, hs, wst + o[1], h, stash + t.so.att, hs, g.wo, hs);
-    lin_bwd_w(len, 3 * hs, h, wst + o[3], 3 * hs, gath, h, g.wqkv, h);
+    tp_attn_bwd_weight(&t, len, &g, stash, wst + o[1], wst + o[3], gath);
     return 0;
 }
 
