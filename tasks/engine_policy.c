@@ -15,10 +15,12 @@
 
 /* In the order --help lists them: ours first, then by family. Each passed
  * the probe at w = 2 (five times) and w = 4: loss and gradients equal the
- * reference trainer's, every op on its device's worker. */
+ * reference trainer's, every op on its device's worker; and every one of them
+ * passed all 127 runs of a loop of test_policy_equiv in which modular-ws,
+ * listed then, crashed once (see refusal()). */
 static const char *const allowed[] = {
     "bsipipe", "eager", "prio", "lws", "ws", "random", "dm", "dmda", "dmdas", "dmdar", "dmdap", "dmdasd",
-    "peager", "graph_test", "modular-eager", "modular-eager-prefetching", "modular-ws",
+    "peager", "graph_test", "modular-eager", "modular-eager-prefetching",
 };
 enum { N_ALLOWED = sizeof allowed / sizeof *allowed };
 
@@ -43,10 +45,14 @@ int bsipipe_engine_policy_supported(const char *name)
  * the policy); these policies do not honour it. */
 static const char *refusal(const char *name)
 {
+    if (!strcmp(name, "modular-ws"))
+        return "races on its round-robin cursor when two threads push tasks pinned to one worker each "
+               "(task->workerids): about one run in a hundred asserts \"Could not find child able to execute "
+               "this task\" and aborts";
     if (!strcmp(name, "modular-prandom"))
         return "ignores the engine's placement of each task on its device's worker (task->workerids) and holds "
                "ready tasks it never runs (the run hangs)";
-    if (!strncmp(name, "modular-", 8)) /* modular-eager, -eager-prefetching and -ws pull only what they may run */
+    if (!strncmp(name, "modular-", 8)) /* modular-eager and -eager-prefetching pull only what they may run */
         return "ignores the engine's placement of each task on its device's worker (task->workerids): a worker "
                "pulls a task pinned to another one, with no implementation chosen for it, and crashes";
     if (!strcmp(name, "pheft"))
