@@ -483,7 +483,7 @@ static int run(const options_t *o)
     }
     if (!o->json)
         printf("\nbubble(unit): simulated under unit costs (F=1, B=2); closed: the papers' formula (for bsipipe the\n"
-               "paper's bound, met for k >= 2, not every k = 1 plan; *: holds for F=B; docs/schedules.md); bubble, iter,\n"
+               "paper's bound, met on every plan swept; *: holds for F=B; docs/schedules.md); bubble, iter,\n"
                "tokens/s: under the %s cost model;\n"
                "act: peak activation memory per device (stash + KV cache); inter: activation bytes crossing nodes;\n"
                "sync: gradient-sync bytes.\n",

@@ -94,12 +94,13 @@ double bsipipe_sim_op_cost(const bsipipe_schedule_t *s, const bsipipe_cost_model
     int first, last;
     bsipipe_schedule_chunk_layers(s, op->chunk, &first, &last);
     int start = s->sub_starts[op->sub], len = piece_len(s, op->sub);
-    double f = (last - first) * bsipipe_model_layer_flops(&s->dims, start, len);
-    if (op->chunk == s->n_chunks - 1)
-        f += bsipipe_model_head_flops(&s->dims, len);
-    f /= s->pc.tp;
-    double mult = op->kind == BSIPIPE_OP_F ? 1.0 : (split ? 1.0 : 2.0);
-    return mult * f / c->device_flops + bsipipe_sim_tp_comm(s, c, op, NULL);
+    double layers = (last - first) * bsipipe_model_layer_flops(&s->dims, start, len);
+    double head = op->chunk == s->n_chunks - 1 ? bsipipe_model_head_flops(&s->dims, len) : 0;
+    /* The engine runs the head's backward inside the last chunk's F (the
+     * loss gradient is taken at once; no logits are stashed): that F holds
+     * the head's forward and backward, three times its FLOPs, its B none. */
+    double f = op->kind == BSIPIPE_OP_F ? layers + 3 * head : (op->kind == BSIPIPE_OP_B && !split ? 2 * layers : layers);
+    return f / s->pc.tp / c->device_flops + bsipipe_sim_tp_comm(s, c, op, NULL);
 }
 
 /* Node of pipeline device d. devices_per_node counts GPUs: with D_t > 1 a
