@@ -465,36 +465,53 @@ static int at_pad(int n) { return (n + AT_VL - 1) / AT_VL * AT_VL; }
 /* One register tile: C[MR rows][NV vectors] (+)= sum_k A(i, k) B[k][.].
  * A(i, k) = a[i * ais + k * aks] (broadcast), B rows contiguous and readable
  * to NV whole vectors, nc valid columns of C (<= NV * AT_VL). The sum runs
- * over k in order for every element, whatever the vector width. */
+ * over k in order for every element, whatever the vector width. Up to
+ * 6 x 4 vectors: 24 accumulators, 4 B vectors and a broadcast fit AVX-512's
+ * 32 registers, and each broadcast A element then feeds 4 FMAs (the tiles'
+ * right operands are 3 or 4 vectors wide: 48 padded head columns, 64
+ * queries). */
 static inline AT_ALWAYS_INLINE void at_tile(const int MR, const int NV, int K, const R *a,
                                             long ais, long aks, const R *b, long ldb, R *c,
                                             long ldc, int nc, int acc)
 {
-    at_vec c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
-    int n0 = nc < AT_VL ? nc : AT_VL, n1 = nc - AT_VL;
+    at_vec c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23;
+    at_vec c30, c31, c32, c33, c40, c41, c42, c43, c50, c51, c52, c53;
+    int n0 = nc < AT_VL ? nc : AT_VL, n1 = nc - AT_VL, n2 = nc - 2 * AT_VL, n3 = nc - 3 * AT_VL;
     memset(&c00, 0, sizeof c00);
-    c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = c00;
+    c01 = c02 = c03 = c10 = c11 = c12 = c13 = c20 = c21 = c22 = c23 = c00;
+    c30 = c31 = c32 = c33 = c40 = c41 = c42 = c43 = c50 = c51 = c52 = c53 = c00;
 #define AT_ROW_LD(i)                                                                 \
     if (MR > i && acc) {                                                             \
         AT_LOAD(c##i##0, c + i * ldc, n0);                                           \
         if (NV > 1)                                                                  \
             AT_LOAD(c##i##1, c + i * ldc + AT_VL, n1);                               \
+        if (NV > 2)                                                                  \
+            AT_LOAD(c##i##2, c + i * ldc + 2 * AT_VL, n2);                           \
+        if (NV > 3)                                                                  \
+            AT_LOAD(c##i##3, c + i * ldc + 3 * AT_VL, n3);                           \
     }
     AT_ROW_LD(0) AT_ROW_LD(1) AT_ROW_LD(2) AT_ROW_LD(3) AT_ROW_LD(4) AT_ROW_LD(5)
     for (int k = 0; k < K; k++) {
         const R *bk = b + k * ldb, *ak = a + k * aks;
-        at_vec b0, b1;
+        at_vec b0, b1, b2, b3;
         memcpy(&b0, bk, sizeof b0);
+        b1 = b2 = b3 = b0;
         if (NV > 1)
             memcpy(&b1, bk + AT_VL, sizeof b1);
-        else
-            b1 = b0;
+        if (NV > 2)
+            memcpy(&b2, bk + 2 * AT_VL, sizeof b2);
+        if (NV > 3)
+            memcpy(&b3, bk + 3 * AT_VL, sizeof b3);
 #define AT_ROW_FMA(i)                                                                \
     if (MR > i) {                                                                    \
         R s = ak[i * ais];                                                           \
         c##i##0 += s * b0;                                                           \
         if (NV > 1)                                                                  \
             c##i##1 += s * b1;                                                       \
+        if (NV > 2)                                                                  \
+            c##i##2 += s * b2;                                                       \
+        if (NV > 3)                                                                  \
+            c##i##3 += s * b3;                                                       \
     }
         AT_ROW_FMA(0) AT_ROW_FMA(1) AT_ROW_FMA(2) AT_ROW_FMA(3) AT_ROW_FMA(4) AT_ROW_FMA(5)
     }
@@ -503,6 +520,10 @@ static inline AT_ALWAYS_INLINE void at_tile(const int MR, const int NV, int K, c
         AT_STORE(c + i * ldc, c##i##0, n0);                                          \
         if (NV > 1)                                                                  \
             AT_STORE(c + i * ldc + AT_VL, c##i##1, n1);                              \
+        if (NV > 2)                                                                  \
+            AT_STORE(c + i * ldc + 2 * AT_VL, c##i##2, n2);                          \
+        if (NV > 3)                                                                  \
+            AT_STORE(c + i * ldc + 3 * AT_VL, c##i##3, n3);                          \
     }
     AT_ROW_ST(0) AT_ROW_ST(1) AT_ROW_ST(2) AT_ROW_ST(3) AT_ROW_ST(4) AT_ROW_ST(5)
 #undef AT_ROW_LD
@@ -530,13 +551,18 @@ static inline AT_ALWAYS_INLINE void at_rows(const int NV, int M, int K, const R 
 }
 
 /* C[M][N] (ld ldc) = or += A B, A(i, k) = a[i*ais + k*aks], B[K][N] with rows
- * of ld ldb readable to at_pad(N) columns. Only N columns of C are touched. */
+ * of ld ldb readable to at_pad(N) columns. Only N columns of C are touched.
+ * Strips of up to 4 vectors of columns. */
 VEC_CLONES static void at_gemm(int M, int N, int K, const R *a, long ais, long aks,
                                const R *b, long ldb, R *c, long ldc, int acc)
 {
-    for (int j = 0; j < N; j += 2 * AT_VL) {
-        int nc = N - j < 2 * AT_VL ? N - j : 2 * AT_VL;
-        if (nc > AT_VL)
+    for (int j = 0; j < N; j += 4 * AT_VL) {
+        int nc = N - j < 4 * AT_VL ? N - j : 4 * AT_VL;
+        if (nc > 3 * AT_VL)
+            at_rows(4, M, K, a, ais, aks, b + j, ldb, c + j, ldc, nc, acc);
+        else if (nc > 2 * AT_VL)
+            at_rows(3, M, K, a, ais, aks, b + j, ldb, c + j, ldc, nc, acc);
+        else if (nc > AT_VL)
             at_rows(2, M, K, a, ais, aks, b + j, ldb, c + j, ldc, nc, acc);
         else
             at_rows(1, M, K, a, ais, aks, b + j, ldb, c + j, ldc, nc, acc);
