@@ -54,13 +54,17 @@ expect 1 "too short for one sequence" --seq 1048576 --iters 1 --data "$tmp/short
 # ---- 3. silent or late messages ----
 expect 1 "nothing to do" $tiny --iters 1 --checkpoint "$tmp/ck" --resume
 grep -qF -- "--iters" "$tmp/out" && ok || fail "the finished-run message does not name --iters"
-# A watchdog shorter than one op (a forward takes about 0.25 s here, a
-# backward 0.5 s; at 0.001 TFLOP/s only the backward was, barely, and the
-# test was flaky): a SEND waits while its peer computes a slow op. That is
-# said as a slow op, and the run finishes (it was reported as "transfers
-# deadlocked" and failed).
+# A watchdog shorter than one op (at 0.0004 TFLOP/s a forward takes about
+# 0.3 s here, a backward 0.6 s): a SEND waits while its peer computes a slow
+# op. That is said as a slow op, and the run finishes (it was reported as
+# "transfers deadlocked" and failed). The watchdog is a third of the
+# shortest op: the warning needs a hold of one watchdog that ends while the
+# oldest running op is older than one watchdog, and a hold clock restarts
+# whenever it finds an op running; at 0.2 s (two thirds of a forward) the
+# windows missed each other once the head's backward moved into the last
+# chunk's forward (the costs the emulated devices sleep for).
 expect 0 "a slow op, not a deadlock" --w 4 --schedule 1f1b --layers 4 --hidden 128 --heads 4 --seq 256 --m 4 \
-    --iters 1 --eval-every 0 --emulate --device-tflops 0.0004 --watchdog 0.2
+    --iters 1 --eval-every 0 --emulate --device-tflops 0.0004 --watchdog 0.1
 grep -q "deadlocked" "$tmp/out" && fail "a slow op reported as a deadlock: $(grep deadlocked "$tmp/out")" || ok
 ref="${top_builddir:-.}/apps/bsipipe-ref"
 kbench="${top_builddir:-.}/apps/bsipipe-kbench"
