@@ -99,7 +99,11 @@ double bsipipe_sim_op_cost(const bsipipe_schedule_t *s, const bsipipe_cost_model
     /* The engine runs the head's backward inside the last chunk's F (the
      * loss gradient is taken at once; no logits are stashed): that F holds
      * the head's forward and backward, three times its FLOPs, its B none. */
-    double f = op->kind == BSIPIPE_OP_F ? layers + 3 * head : (op->kind == BSIPIPE_OP_B && !split ? 2 * layers : layers);
+    double f = layers; /* W, or B when the backward is split */
+    if (op->kind == BSIPIPE_OP_F)
+        f = layers + 3 * head;
+    else if (op->kind == BSIPIPE_OP_B && !split)
+        f = 2 * layers;
     return f / s->pc.tp / c->device_flops + bsipipe_sim_tp_comm(s, c, op, NULL);
 }
 
