@@ -58,9 +58,10 @@ grep -qF -- "--iters" "$tmp/out" && ok || fail "the finished-run message does no
 # 0.3 s here, a backward 0.6 s): a SEND waits while its peer computes a slow
 # op. That is said as a slow op, and the run finishes (it was reported as
 # "transfers deadlocked" and failed). The warning needs a SEND held for one
-# watchdog while an op has run for one; the longest hold here is about
-# 0.15 s since the head's backward moved into the last chunk's forward (the
-# costs the emulated devices sleep for), so 0.2 s no longer saw one: 0.1.
+# watchdog while an op has run for one; since the head's backward moved into
+# the last chunk's forward (the costs the emulated devices sleep for) no hold
+# here lasts 0.2 s (measured: the warning comes at 0.15 s and 0.12 s, not at
+# 0.2 s), so 0.1.
 expect 0 "a slow op, not a deadlock" --w 4 --schedule 1f1b --layers 4 --hidden 128 --heads 4 --seq 256 --m 4 \
     --iters 1 --eval-every 0 --emulate --device-tflops 0.0004 --watchdog 0.1
 grep -q "deadlocked" "$tmp/out" && fail "a slow op reported as a deadlock: $(grep deadlocked "$tmp/out")" || ok

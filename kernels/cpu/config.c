@@ -12,17 +12,6 @@
 
 int bsipipe__tile_q = 64, bsipipe__tile_k = 128, bsipipe__threads = 1;
 
-int bsipipe__blas_threads(void)
-{
-    /* looked up at run time: the BLAS need not be OpenBLAS */
-    void *sym = dlsym(RTLD_DEFAULT, "openblas_get_num_threads");
-    int (*fn)(void);
-    if (!sym)
-        return 1;
-    memcpy(&fn, &sym, sizeof fn);
-    return fn();
-}
-
 /* OpenBLAS's thread count, set and read through dlsym (the BLAS need not
  * be OpenBLAS); the pointers are looked up once. */
 static void (*blas_set)(int);
@@ -39,13 +28,15 @@ static void blas_lookup(void)
     }
 }
 
+int bsipipe__blas_threads(void)
+{
+    pthread_once(&blas_once, blas_lookup);
+    return blas_get ? blas_get() : 1;
+}
+
 int bsipipe__blas_single(void)
 {
-    int n;
-    pthread_once(&blas_once, blas_lookup);
-    if (!blas_get)
-        return 1;
-    n = blas_get();
+    int n = bsipipe__blas_threads();
     if (n > 1)
         blas_set(1);
     return n;
