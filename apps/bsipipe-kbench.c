@@ -385,7 +385,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "bsipipe-kbench: bad dims at seq %s\n", tok);
             return 2;
         }
-        rc = bsipipe_partition_balanced(&d, k, 1, st);
+        rc = bsipipe_partition_balanced(&d, k, bsipipe_partition_align(d.seq_len, k, 1), st);
         if (rc) {
             fprintf(stderr, "bsipipe-kbench: %s\n", bsipipe_error_detail());
             return 2;

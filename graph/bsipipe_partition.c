@@ -28,6 +28,22 @@ double bsipipe_piece_flops(bsipipe_piece_cost_t cost, long start, long end)
     return prefix_cost(cost, end) - prefix_cost(cost, start);
 }
 
+int bsipipe_partition_align(int seq_len, int k, int tp)
+{
+    int a = BSIPIPE_PARTITION_GRANULE, b = tp;
+    if (tp < 1 || k < 1)
+        return tp;
+    while (b) { /* gcd(granule, tp) */
+        int t = a % b;
+        a = b;
+        b = t;
+    }
+    long lcm = (long)BSIPIPE_PARTITION_GRANULE / a * tp;
+    if (seq_len % lcm == 0 && (long)seq_len >= 8 * lcm * k)
+        return (int)lcm;
+    return tp;
+}
+
 static int check_split(int seq_len, int k, int align)
 {
     if (align < 1)

@@ -29,6 +29,19 @@ bsipipe_piece_cost_t bsipipe_piece_cost_of_model(const bsipipe_model_dims_t *dim
 /* Forward FLOPs of one layer on tokens [start, end) (with the KV prefix). */
 double bsipipe_piece_flops(bsipipe_piece_cost_t cost, long start, long end);
 
+/* Token granule of the CPU kernels: the fp32 vector width of AVX-512 and
+ * OpenBLAS's row unroll. A piece boundary that is not a multiple of it
+ * leaves partial vectors and edge tiles in every product and attention tile
+ * of both pieces (measured: a 512-token sequence cut at 287 costs 6.5% more
+ * forward time than in one piece, cut at 256 or 288 3-4%; docs/schedules.md). */
+#define BSIPIPE_PARTITION_GRANULE 16
+
+/* The alignment the planner cuts a sequence of seq_len tokens into k pieces
+ * with, for tensor-parallel degree tp: lcm(BSIPIPE_PARTITION_GRANULE, tp)
+ * when seq_len is a multiple of it and the mean piece is at least 8 of it
+ * (rounding a boundary then moves at most 1/16 of a piece), else tp. */
+int bsipipe_partition_align(int seq_len, int k, int tp);
+
 /* Even split: piece lengths differ by at most `align` tokens.
  * Returns 0, or -EINVAL (seq_len not a multiple of align, k < 1, or more
  * pieces than seq_len/align) with a detail sentence. */

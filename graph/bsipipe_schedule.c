@@ -293,7 +293,7 @@ enum { MAX_COMPUTE_OPS = 1 << 26 };
 int schedule_alloc(const bsipipe_parallel_config_t *pc, const bsipipe_model_dims_t *dims, bsipipe_schedule_t **out)
 {
     *out = NULL;
-    int rc = bsipipe_parallel_config_validate(pc, dims);
+    int align, rc = bsipipe_parallel_config_validate(pc, dims);
     if (rc < 0)
         return rc;
     bsipipe_schedule_traits_t t = bsipipe_schedule_kind_traits(pc->schedule);
@@ -327,9 +327,10 @@ int schedule_alloc(const bsipipe_parallel_config_t *pc, const bsipipe_model_dims
         return bsipipe_error_set(-ENOMEM, "out of memory");
     }
     place_chunks(s);
+    align = bsipipe_partition_align(s->dims.seq_len, pc->k, pc->tp);
     rc = pc->partition == BSIPIPE_PARTITION_EVEN
-             ? bsipipe_partition_even(s->dims.seq_len, pc->k, pc->tp, s->sub_starts)
-             : bsipipe_partition_balanced(&s->dims, pc->k, pc->tp, s->sub_starts);
+             ? bsipipe_partition_even(s->dims.seq_len, pc->k, align, s->sub_starts)
+             : bsipipe_partition_balanced(&s->dims, pc->k, align, s->sub_starts);
     if (rc < 0) {
         bsipipe_schedule_destroy(s);
         return rc;

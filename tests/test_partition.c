@@ -60,6 +60,22 @@ int main(void)
     CHECK(bsipipe_partition_balanced(&gpt, 2, 1, st) == 0 && st[1] > 10240,
           "causal attention makes the first half longer (%d)", st[1]);
 
+    /* The planner's alignment: the kernels' 16-token granule (with D_t) when
+     * every piece keeps at least 8 of it on average, else D_t alone. */
+    CHECK(bsipipe_partition_align(512, 2, 1) == 16, "512 tokens in 2 pieces: granule 16");
+    CHECK(bsipipe_partition_align(512, 4, 1) == 16, "512 in 4 pieces: 128 tokens each, still 16");
+    CHECK(bsipipe_partition_align(512, 5, 1) == 1, "512 in 5: under 128 tokens a piece, no granule");
+    CHECK(bsipipe_partition_align(256, 2, 2) == 16, "D_t = 2 divides the granule");
+    CHECK(bsipipe_partition_align(768, 2, 3) == 48, "D_t = 3: lcm(16, 3)");
+    CHECK(bsipipe_partition_align(520, 2, 1) == 1, "520 is not a multiple of 16");
+    CHECK(bsipipe_partition_align(64, 2, 4) == 4, "a short sequence keeps D_t");
+    {
+        bsipipe_model_dims_t small = {BSIPIPE_MODEL_GPT, 8, 128, 4, 512, 256, 512};
+        int al = bsipipe_partition_align(small.seq_len, 2, 1);
+        CHECK(bsipipe_partition_balanced(&small, 2, al, st) == 0 && st[1] == 288,
+              "S=512 hidden 128 cut at 288 (the exact balance is 287), got %d", st[1]);
+    }
+
     /* Errors name the problem. */
     CHECK(bsipipe_partition_even(10, 0, 1, st) == -EINVAL, "k=0");
     CHECK_CONTAINS(bsipipe_error_detail(), "k (subsequences) must be >= 1");
