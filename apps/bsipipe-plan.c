@@ -4,6 +4,7 @@
 #include "apps/cli.h"
 #include "graph/bsipipe_draw.h"
 #include "graph/bsipipe_error.h"
+#include "graph/bsipipe_partition.h"
 #include "graph/bsipipe_sim.h"
 #include "graph/bsipipe_topology.h"
 #include "graph/bsipipe_builder.h"
@@ -121,6 +122,20 @@ static bsipipe_parallel_config_t config_for(const options_t *o, bsipipe_schedule
     pc.concat = o->concat;
     pc.optimise = o->optimise;
     return pc;
+}
+
+/* One sentence naming where the sequence-level schedules cut a sequence. */
+static void describe_pieces(const bsipipe_schedule_t *s, char *buf, size_t size)
+{
+    const bsipipe_parallel_config_t *pc = bsipipe_schedule_config(s);
+    const int *st = bsipipe_schedule_sub_starts(s);
+    int S = bsipipe_schedule_model(s)->seq_len, align = bsipipe_partition_align(S, pc->k, pc->tp);
+    size_t n = (size_t)snprintf(buf, size, "pieces of a sequence (k = %d):", pc->k);
+    for (int j = 0; j < pc->k && n < size; j++)
+        n += (size_t)snprintf(buf + n, size - n, " [%d, %d)", st[j], st[j + 1]);
+    if (n < size)
+        snprintf(buf + n, size - n, ", %s partition, boundaries on multiples of %d token%s (docs/schedules.md)",
+                 pc->partition == BSIPIPE_PARTITION_EVEN ? "even" : "FLOPs-balanced", align, align > 1 ? "s" : "");
 }
 
 static void print_row(const options_t *o, const bsipipe_schedule_t *s, const bsipipe_sim_result_t *unit,
@@ -424,6 +439,7 @@ static int run(const options_t *o)
     optimised_note_t bsipipe_note = {0};
     bsipipe_schedule_t *imported = NULL;
     bsipipe_import_info_t info;
+    char pieces[2048] = "";
     if (o->plan) {
         /* The model of the flags (or defaults) when the file has none. */
         if (bsipipe_schedule_import_json_ex(o->plan, NULL, &o->dims, &imported, &info) < 0) {
@@ -455,6 +471,8 @@ static int run(const options_t *o)
     }
     if (imported) {
         status = show(o, imported, &unit, cost, &bsipipe_note, &first);
+        if (bsipipe_schedule_config(imported)->k > 1)
+            describe_pieces(imported, pieces, sizeof pieces);
         bsipipe_schedule_destroy(imported);
     }
     for (int kind = 0; !imported && kind < BSIPIPE_SCHED_COUNT; kind++) {
@@ -469,6 +487,8 @@ static int run(const options_t *o)
             continue;
         }
         status |= show(o, s, &unit, cost, &bsipipe_note, &first);
+        if (!pieces[0] && pc.k > 1)
+            describe_pieces(s, pieces, sizeof pieces);
         bsipipe_schedule_destroy(s);
     }
     if (!o->json && bsipipe_note.valid)
@@ -481,6 +501,8 @@ static int run(const options_t *o)
         if (o->all && o->tp == 1)
             status |= print_paper_tp(o, &flops);
     }
+    if (!o->json && pieces[0])
+        printf("\n%s\n", pieces);
     if (!o->json)
         printf("\nbubble(unit): simulated under unit costs (F=1, B=2); closed: the papers' formula (for bsipipe the\n"
                "paper's bound, met on every plan swept; *: holds for F=B; docs/schedules.md); bubble, iter,\n"

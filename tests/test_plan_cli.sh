@@ -12,6 +12,14 @@ for s in gpipe 1f1b 1f1b-i zb-h1 chimera terapipe seq1f1b seq1f1b-i bsipipe; do
     expect 0 "| $s " --w 4 --m 8
 done
 expect 0 "dev3  |" --schedule bsipipe --draw --width 60
+# The legend says where a sequence is cut: on the kernels' 16-token granule
+# when the pieces are long enough (287 would balance the FLOPs exactly),
+# on single tokens when they are not.
+expect 0 "pieces of a sequence (k = 2): [0, 288) [288, 512), FLOPs-balanced partition, boundaries on multiples of 16 tokens" \
+    --schedule bsipipe --w 2 --seq 512 --hidden 128 --heads 4 --layers 8
+expect 0 "[76, 100), FLOPs-balanced partition, boundaries on multiples of 1 token " \
+    --schedule seq1f1b --w 2 --k 4 --seq 100 --hidden 128 --heads 4 --layers 8
+expect 0 "[0, 256) [256, 512), even partition" --schedule bsipipe --w 2 --seq 512 --hidden 128 --heads 4 --layers 8 --partition even
 # --preset paper: the memory block beside the paper's Figure 4; --model and
 # --seq are honoured (and the block says the setting differs).
 expect 0 "paper:   bsipipe 60.1 GiB = 1.24x seq1f1b-i" --preset paper
