@@ -144,6 +144,7 @@ static void *watchdog_main(void *arg)
     struct bsipipe_engine *e = w->e;
     double timeout = bsipipe_transport_timeout(e->transport);
     double period = timeout / 4 < 0.25 ? timeout / 4 : 0.25;
+    double stall_after = timeout > STALL_MIN_S ? timeout : STALL_MIN_S;
     long ended = __atomic_load_n(&e->tasks_ended, __ATOMIC_SEQ_CST);
     double last_progress = mono_s();
     const op_args_t *warned = NULL; /* the slow op already reported */
@@ -214,7 +215,7 @@ static void *watchdog_main(void *arg)
         long target = __atomic_load_n(&w->target, __ATOMIC_SEQ_CST);
         double quiet_since = last_progress > w->armed_s ? last_progress : w->armed_s;
         if (!e->mpi && fired < 0 && !held && !stalled && target != LONG_MAX && now_ended < target && running <= 0 &&
-            now - quiet_since >= (timeout > STALL_MIN_S ? timeout : STALL_MIN_S)) {
+            now - quiet_since >= stall_after) {
             stalled = w->stalled = 1;
             w->stall_s = now - quiet_since;
             w->stall_left = target - now_ended;
