@@ -59,6 +59,9 @@ static void usage(FILE *out)
 "                    worker has a core, else none) or µs (0: sleep at once);\n"
 "                    several values run every schedule once per value, side by\n"
 "                    side (e.g. --idle-spin auto,0)\n"
+"  --idle-breakdown  a second table: each schedule's idle time by the kind of op\n"
+"                    the device waited to start, the busy-time spread between\n"
+"                    devices and the busiest device's idle share (not with --mpi)\n"
 "Model (real compute: CPU kernels):\n"
 "  --model gpt|llama --layers N --hidden N --heads N --ffn N --seq N\n"
 "                    (defaults gpt, 8, 128, 4, 4*hidden, 256; vocabulary 256)\n"
@@ -203,9 +206,19 @@ typedef struct row {
     double pred_act, pred_params; /* planner, bytes per GPU (TP rank), largest over devices */
     double pred_bubble_measured; /* --calibrate: the plan run, simulated on the measured op times */
     bsipipe_schedule_t *plan;    /* --calibrate, measured_plan: the re-timed plan the engine runs */
+    double *idle;            /* --idle-breakdown: [sample * IDLE_KINDS] ms per device, by what ended the wait */
+    double *spread;          /* --idle-breakdown: [sample] spread of busy time over the planned one between devices */
+    double *pred_busy;       /* [w] each device's planned F/B/W time (FLOPs costs, any unit) */
+    double *slow_idle;       /* --idle-breakdown: [sample] idle share of the span on the slowest device */
 } row_t;
 
 static int bench_tp = 1; /* --tp: the same degree for every row */
+static int bench_idle;      /* --idle-breakdown */
+
+/* Where a device's idle time ends: the kind of the op it then starts (the
+ * one it waited for), or the iteration's end. */
+enum { IDLE_F, IDLE_B, IDLE_W, IDLE_SEND, IDLE_RECV, IDLE_SYNC, IDLE_TAIL, IDLE_KINDS };
+static const char *const idle_names[IDLE_KINDS] = {"F", "B", "W", "SEND", "RECV", "SYNC/STEP", "tail"};
 static int bench_calibrate; /* --calibrate */
 
 static bsipipe_parallel_config_t make_pc(const variant_t *v, const config_t *c, int p, int k)
@@ -257,8 +270,12 @@ static void plan_row(row_t *r, const config_t *c)
         r->pred_bubble_flops = sim->bubble_ratio;
         r->pred_makespan_flops = sim->makespan * rate;
         r->busy_flops = 0;
+        free(r->pred_busy);
+        r->pred_busy = calloc((size_t)sim->n_devices, sizeof(double));
         for (int d = 0; d < sim->n_devices; d++) {
             r->busy_flops += sim->device[d].busy * rate;
+            if (r->pred_busy)
+                r->pred_busy[d] = sim->device[d].busy;
             if (sim->device[d].peak_act_bytes > r->pred_act)
                 r->pred_act = sim->device[d].peak_act_bytes;
             if (sim->device[d].param_bytes > r->pred_params)
@@ -295,6 +312,97 @@ static double measured_busy(const bsipipe_engine_t *e, int W)
             sum += busy[d];
     free(busy);
     return sum;
+}
+
+typedef struct op_span {
+    double start, end;
+    int kind;
+} op_span_t;
+
+static int cmp_span(const void *a, const void *b)
+{
+    double x = ((const op_span_t *)a)->start, y = ((const op_span_t *)b)->start;
+    return (x > y) - (x < y);
+}
+
+static int idle_kind(bsipipe_op_kind_t k)
+{
+    switch (k) {
+    case BSIPIPE_OP_F: return IDLE_F;
+    case BSIPIPE_OP_B: return IDLE_B;
+    case BSIPIPE_OP_W: return IDLE_W;
+    case BSIPIPE_OP_SEND: return IDLE_SEND;
+    case BSIPIPE_OP_RECV: return IDLE_RECV;
+    default: return IDLE_SYNC;
+    }
+}
+
+/* --idle-breakdown, sample i of the engine's last iteration: each device's
+ * ops by start time (StarPU's profiling records); a gap before an op counts
+ * for that op's kind, the gap after a device's last op until the last one
+ * of any device ends for "tail". Averaged over devices, in ms; also the
+ * spread between devices of their F/B/W time over their planned share, and
+ * the idle share of the slowest device, which the iteration waits for. */
+static void record_idle(row_t *r, const bsipipe_engine_t *e, int W, int i)
+{
+    const bsipipe_schedule_t *plan = bsipipe_engine_schedule(e);
+    double *idle = &r->idle[(long)i * IDLE_KINDS], t0 = INFINITY, t1 = -INFINITY, bmax = 0, bmin = INFINITY;
+    int busiest = -1;
+    double *busy = calloc((size_t)W, sizeof *busy), *last = calloc((size_t)W, sizeof *last);
+    op_span_t **spans = calloc((size_t)W, sizeof *spans);
+    int *n = calloc((size_t)W, sizeof *n);
+    if (!busy || !last || !spans || !n)
+        goto out;
+    for (int d = 0; d < W; d++) {
+        const bsipipe_engine_op_record_t *rec;
+        int nr, nops;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(plan, d, &nops);
+        if (bsipipe_engine_records(e, d, &rec, &nr) < 0 || !ops || !(spans[d] = calloc((size_t)nr + 1, sizeof **spans)))
+            goto out;
+        for (int j = 0; j < nr && j < nops; j++) {
+            if (!(rec[j].end_us >= rec[j].start_us) || rec[j].start_us <= 0)
+                continue; /* not run here (another rank's) */
+            op_span_t *o = &spans[d][n[d]++];
+            o->start = rec[j].start_us;
+            o->end = rec[j].end_us;
+            o->kind = idle_kind(ops[j].kind);
+            if (o->kind <= IDLE_W)
+                busy[d] += o->end - o->start;
+            t0 = fmin(t0, o->start);
+            t1 = fmax(t1, o->end);
+        }
+        qsort(spans[d], (size_t)n[d], sizeof **spans, cmp_span);
+    }
+    if (!(t1 > t0))
+        goto out;
+    for (int d = 0; d < W; d++) {
+        double prev = t0, gaps = 0;
+        for (int j = 0; j < n[d]; j++) {
+            if (spans[d][j].start > prev) {
+                idle[spans[d][j].kind] += (spans[d][j].start - prev) / 1e3 / W;
+                gaps += spans[d][j].start - prev;
+            }
+            prev = fmax(prev, spans[d][j].end);
+        }
+        idle[IDLE_TAIL] += (t1 - prev) / 1e3 / W;
+        last[d] = gaps + (t1 - prev);
+        /* measured over planned busy time: the device's speed on its own work */
+        double speed = r->pred_busy && r->pred_busy[d] > 0 ? busy[d] / r->pred_busy[d] : NAN;
+        if (speed > bmax) {
+            bmax = speed;
+            busiest = d;
+        }
+        bmin = fmin(bmin, speed);
+    }
+    r->spread[i] = bmin > 0 ? bmax / bmin - 1 : NAN;
+    r->slow_idle[i] = busiest >= 0 ? last[busiest] / (t1 - t0) : NAN;
+out:
+    for (int d = 0; spans && d < W; d++)
+        free(spans[d]);
+    free(spans);
+    free(n);
+    free(busy);
+    free(last);
 }
 
 static bsipipe_engine_options_t engine_options(const row_t *r, const config_t *c, const char *policy, int seed)
@@ -466,6 +574,8 @@ static void run_row(row_t *r, const config_t *c, const char *policy, int warmup,
         r->bubble[i] = st.bubble_ratio;
         r->makespan[i] = st.makespan_s;
         r->busy[i] = measured_busy(e, c->w);
+        if (bench_idle)
+            record_idle(r, e, c->w, i);
         sum += st.tokens_per_s;
         got++;
     }
@@ -866,6 +976,43 @@ static void tp_line_fill(tp_line_t *l, const config_t *c, const row_t *r)
  * three configurations, with what the paper's Table 3 reports. The paper's
  * text gives GPT's peak memory at (16,1) and (4,4) and the ordering of the
  * throughputs; its throughput numbers are in the table's image only. */
+/* --idle-breakdown: where each schedule's measured idle time goes. */
+static void print_idle(const row_t *rows, int nr)
+{
+    printf("\nWhere the idle goes (--idle-breakdown; medians over the timed iterations): a device's idle time, "
+           "in ms per device and iteration, by the kind of op it was waiting to start (tail: after its last op "
+           "until the iteration's last op ends); slowdown spread: each device's F/B/W time over its planned "
+           "share, the slowest device's over the fastest one's (the plan's work ratio taken out: a spread is the "
+           "machine's noise, which coupled devices turn into waiting); slowest device idle: its idle share of "
+           "the span, the idle the iteration time pays for.\n\n");
+    printf("| schedule |");
+    for (int k = 0; k < IDLE_KINDS; k++)
+        printf(" %s |", idle_names[k]);
+    printf(" slowdown spread | slowest device idle |\n|---|");
+    for (int k = 0; k < IDLE_KINDS + 2; k++)
+        printf("---|");
+    printf("\n");
+    for (int i = 0; i < nr; i++) {
+        const row_t *r = &rows[i];
+        int n = r->n_samples;
+        double *v = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+        printf("| %s |", r->v.label);
+        for (int k = 0; k < IDLE_KINDS + 2; k++) {
+            for (int j = 0; v && j < n; j++)
+                v[j] = k < IDLE_KINDS ? r->idle[(long)j * IDLE_KINDS + k] : k == IDLE_KINDS ? r->spread[j] : r->slow_idle[j];
+            double m = v && n > 0 ? median(v, n) : NAN;
+            if (isnan(m))
+                printf(" — |");
+            else if (k < IDLE_KINDS)
+                printf(" %.2f |", m);
+            else
+                printf(" %.1f%% |", 100 * m);
+        }
+        printf("\n");
+        free(v);
+    }
+}
+
 static void print_tp_table(const config_t *cfg, const tp_line_t *l, int nc, const char *label)
 {
     static const char *const paper[3] = {"60.1 GiB (GPT); 2nd", "fastest", "18.4 GiB (GPT); slowest"};
@@ -1056,7 +1203,7 @@ int main(int argc, char **argv)
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
     enum { O_SCHEDS = 256, O_REPS, O_WARMUP, O_ITERS, O_W, O_P, O_K, O_M, O_POLICY, O_COMM, O_WATCHDOG, O_MODEL,
            O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_SEED, O_EMULATE, O_TFLOPS, O_PRESET, O_CSV, O_SVG, O_TRACE,
-           O_MPI, O_DEVICES, O_GPUS, O_PRECISION, O_OVERHEAD, O_TP, O_IDLE_SPIN, O_RECV, O_CALIBRATE };
+           O_MPI, O_DEVICES, O_GPUS, O_PRECISION, O_OVERHEAD, O_TP, O_IDLE_SPIN, O_IDLE_BREAKDOWN, O_RECV, O_CALIBRATE };
     static const struct option longopts[] = {
         {"schedules", 1, 0, O_SCHEDS}, {"reps", 1, 0, O_REPS}, {"warmup", 1, 0, O_WARMUP},
         {"iters", 1, 0, O_ITERS}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P}, {"k", 1, 0, O_K}, {"m", 1, 0, O_M},
@@ -1065,7 +1212,7 @@ int main(int argc, char **argv)
         {"heads", 1, 0, O_HEADS}, {"ffn", 1, 0, O_FFN}, {"seq", 1, 0, O_SEQ}, {"seed", 1, 0, O_SEED},
         {"emulate", 0, 0, O_EMULATE}, {"device-tflops", 1, 0, O_TFLOPS}, {"preset", 1, 0, O_PRESET},
         {"csv", 1, 0, O_CSV}, {"svg", 1, 0, O_SVG}, {"trace", 1, 0, O_TRACE}, {"mpi", 0, 0, O_MPI}, {"devices", 1, 0, O_DEVICES}, {"gpus", 1, 0, O_GPUS},
-        {"precision", 1, 0, O_PRECISION}, {"overhead", 0, 0, O_OVERHEAD}, {"tp", 1, 0, O_TP}, {"idle-spin", 1, 0, O_IDLE_SPIN}, {"recv", 1, 0, O_RECV},
+        {"precision", 1, 0, O_PRECISION}, {"overhead", 0, 0, O_OVERHEAD}, {"tp", 1, 0, O_TP}, {"idle-spin", 1, 0, O_IDLE_SPIN}, {"idle-breakdown", 0, 0, O_IDLE_BREAKDOWN}, {"recv", 1, 0, O_RECV},
         {"calibrate", 0, 0, O_CALIBRATE},
         {"version", 0, 0, 'V'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
@@ -1090,6 +1237,7 @@ int main(int argc, char **argv)
             if (cli_parse_recv(PROG, optarg, &recv_blocking, &recv_in_place) < 0)
                 return 2;
             break;
+        case O_IDLE_BREAKDOWN: bench_idle = 1; break;
         case O_IDLE_SPIN:
             if ((nspin = parse_spins(optarg, spins)) < 0)
                 return 2;
@@ -1183,6 +1331,11 @@ int main(int argc, char **argv)
     if (bench_calibrate && (mpi || bench_tp > 1 || is_tp || overhead)) {
         fprintf(stderr, PROG ": --calibrate measures op times in one process without tensor parallelism (no --mpi, "
                         "--tp, --preset tp, --overhead)\n");
+        return 2;
+    }
+    if (mpi && bench_idle) {
+        fprintf(stderr, PROG ": --idle-breakdown is not supported with --mpi (each rank holds only its own records); "
+                        "run it in a single process\n");
         return 2;
     }
     if (mpi && trace) {
@@ -1501,7 +1654,13 @@ int main(int argc, char **argv)
             r->makespan = calloc((size_t)ns, sizeof(double));
             r->busy = calloc((size_t)ns, sizeof(double));
             r->rep_tok = calloc((size_t)reps, sizeof(double));
-            oom = !r->tok || !r->bubble || !r->makespan || !r->busy || !r->rep_tok;
+            if (bench_idle) {
+                r->idle = calloc((size_t)ns * IDLE_KINDS, sizeof(double));
+                r->spread = calloc((size_t)ns, sizeof(double));
+                r->slow_idle = calloc((size_t)ns, sizeof(double));
+                oom = !r->idle || !r->spread || !r->slow_idle;
+            }
+            oom = oom || !r->tok || !r->bubble || !r->makespan || !r->busy || !r->rep_tok;
             r->speedup[0] = r->speedup[1] = NAN;
             if (oom)
                 break;
@@ -1563,6 +1722,8 @@ int main(int argc, char **argv)
                     break;
                 }
             print_table(cf, rows, nv, reps, iters);
+            if (bench_idle)
+                print_idle(rows, nv);
             for (int i = 0; bench_calibrate && i < nv; i++)
                 if (rows[i].v.measured_plan && rows[i].status != 1 && cal_notes[i][0])
                     printf("\n%s: k and order chosen on the measured op times (predicted makespan %s): k = %d\n",
@@ -1596,7 +1757,7 @@ int main(int argc, char **argv)
         }
         for (int i = 0; i < nv; i++) {
             ran += rows[i].status != 1;
-            bsipipe_schedule_destroy(rows[i].plan); free(rows[i].tok); free(rows[i].bubble); free(rows[i].makespan); free(rows[i].busy);
+            bsipipe_schedule_destroy(rows[i].plan); free(rows[i].idle); free(rows[i].pred_busy); free(rows[i].spread); free(rows[i].slow_idle); free(rows[i].tok); free(rows[i].bubble); free(rows[i].makespan); free(rows[i].busy);
             free(rows[i].rep_tok);
         }
         free(tokens);

@@ -42,6 +42,20 @@ grep -q "18.4 GiB (GPT); slowest" "$tmp/tpp" && ok || fail "--preset tp: the pap
 expect 2 "--preset tp sets the tensor-parallel degree itself" --preset tp --tp 2
 expect 2 "a multiple of 4 from 8 to 64" --preset tp --w 6
 
+# --idle-breakdown: a second table, a row per schedule with the idle by
+# kind of op waited for (ms), the slowdown spread and the slowest device's
+# idle share (a percentage of the span, so at most 100).
+expect 2 "--idle-breakdown is not supported with --mpi" --mpi --idle-breakdown
+"$bench" $tiny --reps 1 --schedules 1f1b,bsipipe --idle-breakdown >"$tmp/idle" 2>&1 ||
+    fail "--idle-breakdown: $(tail -3 "$tmp/idle")"
+grep -q "^| schedule | F | B | W | SEND | RECV | SYNC/STEP | tail | slowdown spread | slowest device idle |" "$tmp/idle" &&
+    ok || fail "--idle-breakdown: no idle table"
+for s in 1f1b bsipipe; do
+    line=$(grep -E "^\| $s \|( [0-9]+\.[0-9]+ \|){7} [0-9]+\.[0-9]% \| [0-9]+\.[0-9]% \|$" "$tmp/idle")
+    if [ -n "$line" ] && [ "$(echo "$line" | awk -F'|' '{ sub(/%/, "", $11); print ($11 <= 100) }')" = 1 ]; then ok; else
+        fail "--idle-breakdown: no well-formed row for $s"; fi
+done
+
 # --calibrate: a prediction on the measured op times for every row, and
 # bsipipe's twin running its plan re-timed on them.
 expect 2 "--calibrate measures op times in one process" --calibrate --tp 2
