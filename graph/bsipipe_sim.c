@@ -39,15 +39,29 @@ static int passable(const bsipipe_schedule_t *s, const bsipipe_op_t *op)
     return op->kind == BSIPIPE_OP_RECV || (s->pc.comm == BSIPIPE_COMM_BSIPIPE && op->kind == BSIPIPE_OP_SEND);
 }
 
+/* How many compute ops back a receive is posted: two under the bsipipe
+ * order (a device drifting by up to an op from the plan's timeline still
+ * posts before its neighbour sends), one under no-reversal, whose
+ * boundaries are the ablation. */
+static int post_depth(const bsipipe_schedule_t *s)
+{
+    return s->pc.comm == BSIPIPE_COMM_BSIPIPE ? 2 : 1;
+}
+
 int bsipipe_sim_recv_ahead(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *c, int d, int i)
 {
     if (d < 0 || d >= s->n_devices || i < 0 || i >= s->n_ops[d] || s->ops[d][i].kind != BSIPIPE_OP_RECV ||
         !posts_ahead(s, c))
         return 0;
-    int k = i - 1;
-    while (k >= 0 && passable(s, &s->ops[d][k]))
-        k--;
-    return k >= 0 && s->ops[d][k].kind <= BSIPIPE_OP_W && i - k <= BSIPIPE_SIM_MAX_AHEAD ? i - k : 0;
+    int ahead = 0, k = i - 1;
+    for (int depth = 0; depth < post_depth(s); depth++, k--) {
+        while (k >= 0 && passable(s, &s->ops[d][k]))
+            k--;
+        if (k < 0 || s->ops[d][k].kind > BSIPIPE_OP_W || i - k > BSIPIPE_SIM_MAX_AHEAD)
+            break;
+        ahead = i - k;
+    }
+    return ahead;
 }
 
 bsipipe_cost_model_t bsipipe_cost_model_emulated(double device_flops)
@@ -284,12 +298,20 @@ static int advance(sim_t *m, int d)
         switch (op->kind) {
         case BSIPIPE_OP_F: case BSIPIPE_OP_B: case BSIPIPE_OP_W: {
             /* Posting ahead: the receives among the transfers behind this op
-             * are posted before it starts (bsipipe_sim_recv_ahead). */
-            for (int j = i + 1; posts_ahead(s, m->c) && j < s->n_ops[d] && j - i <= BSIPIPE_SIM_MAX_AHEAD &&
-                                passable(s, &s->ops[d][j]);
-                 j++)
-                if (s->ops[d][j].kind == BSIPIPE_OP_RECV && m->posted[s->ops[d][j].channel] < 0)
-                    m->posted[s->ops[d][j].channel] = start;
+             * and, at depth 2, behind the next compute op are posted before
+             * it starts (bsipipe_sim_recv_ahead); those behind this op that
+             * an earlier op posted already keep that time. */
+            for (int j = i + 1, depth = 0; posts_ahead(s, m->c) && j < s->n_ops[d] && j - i <= BSIPIPE_SIM_MAX_AHEAD;
+                 j++) {
+                const bsipipe_op_t *o = &s->ops[d][j];
+                if (!passable(s, o)) {
+                    if (o->kind > BSIPIPE_OP_W || ++depth == post_depth(s))
+                        break;
+                    continue;
+                }
+                if (o->kind == BSIPIPE_OP_RECV && m->posted[o->channel] < 0)
+                    m->posted[o->channel] = start;
+            }
             double ready = inputs_ready(m, op);
             if (ready < 0)
                 return done;

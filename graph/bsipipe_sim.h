@@ -64,11 +64,13 @@ int bsipipe_sim_op_slots(const bsipipe_schedule_t *s);
 /* Posting ahead: how many places before its own the RECV at index i of
  * device d is posted. A post never blocks, so under early receive (comm
  * orders bsipipe and no-reversal) a device posts a RECV when it reaches the
- * last compute op before it, before that op starts: a neighbour's send then
- * need not wait for the op to end. bsipipe: over the transfers between
- * (the sends of that op stay where they are: only receives move, so any
- * plan that cannot deadlock with receives in place cannot with them ahead);
- * no-reversal: over receives only (its sends-before-receives order at a
+ * compute op before it, before that op starts: a neighbour's send then
+ * need not wait for the op to end. bsipipe: two compute ops back, over the
+ * transfers between (the sends stay where they are: only receives move, so
+ * any plan that cannot deadlock with receives in place cannot with them
+ * ahead), so that a device running up to an op behind the plan's timeline
+ * still posts before its neighbour sends; no-reversal: the last compute op
+ * before it, over receives only (its sends-before-receives order at a
  * boundary is the point of that ablation). 0 with ordered and naive (no early
  * receive), blocking receives, c->recv_in_place, for any op but a RECV, and
  * when nothing but transfers precede it (at most BSIPIPE_SIM_MAX_AHEAD). */
