@@ -885,7 +885,7 @@ static struct starpu_codelet engine_cl_floor = {
  * a posted receive of the local transport is posted ahead as the simulator
  * models it (bsipipe_sim_recv_ahead). Blocking receives wait for their data,
  * so they stay in place; MPI and NCCL transfers too. */
-static int recv_ahead(const bsipipe_engine_t *e, int d, int i)
+int engine_recv_ahead(const bsipipe_engine_t *e, int d, int i)
 {
     if (e->mpi || e->o.devices != BSIPIPE_DEVICES_CPU)
         return 0;
@@ -927,7 +927,7 @@ int engine_task_submit(bsipipe_engine_t *e, int d, int i, struct starpu_codelet 
     if (e->inorder && a) {
         e->pos[d][i].worker = e->workerid[d];
         e->pos[d][i].slot = e->slot_base[d] + i;
-        e->pos[d][i].ahead = recv_ahead(e, d, i);
+        e->pos[d][i].ahead = engine_recv_ahead(e, d, i);
         t->sched_data = &e->pos[d][i];
     } else if (!e->inorder) { /* built-in policies order the tasks; placement kept to the device */
         t->workerids = e->wmask[d];

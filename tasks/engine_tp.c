@@ -98,6 +98,8 @@ struct engine_tp {
     bsipipe_engine_op_record_t **rec; /* [device][op * T + rank] */
     long *next_slot;              /* [device * T + rank]: the worker's next slot (over iterations) */
     long *slot0;                  /* [device]: rank 0's first slot this iteration */
+    long **first_slot;            /* [device][op * T + rank]: the slot of the op's first task on the
+                                     rank's worker this iteration (a RECV is posted ahead of it) */
     int **slot_op;                /* [device]: op index of each of rank 0's slots this iteration */
     long *slot_n, *slot_cap;
     tp_task_t **tasks;            /* this iteration's (freed at the next) */
@@ -313,12 +315,13 @@ int engine_tp_args(struct bsipipe_engine *e)
     struct engine_tp *t = e->tp;
     int T = e->T;
     if (!ALLOC(t->args, e->W) || !ALLOC(t->rec, e->W) || !ALLOC(t->slot0, e->W) || !ALLOC(t->slot_op, e->W) ||
-        !ALLOC(t->slot_n, e->W) || !ALLOC(t->slot_cap, e->W))
+        !ALLOC(t->slot_n, e->W) || !ALLOC(t->slot_cap, e->W) || !ALLOC(t->first_slot, e->W))
         return -ENOMEM;
     for (int d = 0; d < e->W; d++) {
         int n;
         bsipipe_schedule_device_ops(e->sched, d, &n);
-        if (!ALLOC(t->args[d], (long)n * T) || !ALLOC(t->rec[d], (long)n * T))
+        if (!ALLOC(t->args[d], (long)n * T) || !ALLOC(t->rec[d], (long)n * T) ||
+            !ALLOC(t->first_slot[d], (long)n * T))
             return -ENOMEM;
         for (int i = 0; i < n; i++)
             for (int r = 0; r < T; r++) {
@@ -365,13 +368,15 @@ void engine_tp_free(struct bsipipe_engine *e)
             free(t->rec[d]);
         if (t->slot_op)
             free(t->slot_op[d]);
+        if (t->first_slot)
+            free(t->first_slot[d]);
     }
     for (long x = 0; t->wmask && x < (long)e->W * e->T; x++)
         free(t->wmask[x]);
     for (long x = 0; x < t->n_tasks; x++)
         free(t->tasks[x]);
     free(t->tasks);
-    free(t->args); free(t->rec); free(t->slot_op); free(t->slot_n); free(t->slot_cap); free(t->slot0);
+    free(t->args); free(t->rec); free(t->slot_op); free(t->slot_n); free(t->slot_cap); free(t->slot0); free(t->first_slot);
     free(t->busy); free(t->worker); free(t->wmask); free(t->next_slot); free(t->ti);
     pthread_mutex_destroy(&t->mem_lock);
     free(t);
@@ -569,6 +574,24 @@ static int tasks_keep(struct engine_tp *t, tp_task_t *tt)
     return 0;
 }
 
+/* Posting ahead with TP: the plan's RECV is posted before the compute op
+ * engine_recv_ahead names (or a later one before the RECV) starts on the
+ * rank's worker, i.e. ahead of that op's first task there, when that is at
+ * most BSIPIPE_POLICY_MAX_AHEAD of the worker's slots back (an op is tens of
+ * segment tasks per rank); else in place. */
+static int tp_recv_ahead(const tp_ctx_t *c, int r, long slot)
+{
+    struct bsipipe_engine *e = c->e;
+    int j = engine_recv_ahead(e, c->d, c->i), n;
+    const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, c->d, &n);
+    for (int a = c->i - j; j > 0 && a < c->i; a++) {
+        long back = slot - e->tp->first_slot[c->d][(long)a * e->T + r];
+        if (ops[a].kind <= BSIPIPE_OP_W && back > 0 && back <= BSIPIPE_POLICY_MAX_AHEAD)
+            return (int)back;
+    }
+    return 0;
+}
+
 /* Submits b's task on rank r's worker of device c->d (or, dry, counts its
  * buffer uses). own: cl_arg is the tp_task (else the rank's op args, for the
  * engine's own SEND / RECV / SYNC codelets). */
@@ -614,6 +637,8 @@ static int tb_submit(tp_ctx_t *c, tb_t *b, struct starpu_codelet *cl, int r, int
     if (e->inorder) {
         tt->pos.worker = t->worker[w];
         tt->pos.slot = t->next_slot[w]++;
+        if (tt->recv)
+            tt->pos.ahead = tp_recv_ahead(c, r, tt->pos.slot);
         task->sched_data = &tt->pos;
         if (r == 0) { /* the watchdog's map of rank 0's slots */
             if (t->slot_n[d] == t->slot_cap[d]) {
@@ -1180,6 +1205,8 @@ int engine_tp_submit_op(struct bsipipe_engine *e, int d, int i, int step, int dr
 {
     tp_ctx_t c;
     ctx_init(&c, e, d, i, dry_run);
+    for (int r = 0; !dry_run && e->inorder && r < e->T; r++)
+        e->tp->first_slot[d][(long)i * e->T + r] = e->tp->next_slot[d * e->T + r];
     emu_plan(&c);
     switch (c.a->op.kind) {
     case BSIPIPE_OP_F:

@@ -360,6 +360,20 @@ static void check_emulated(const bsipipe_model_dims_t *dims, bsipipe_schedule_ki
         CHECK(bsipipe_simulate(s, &cost, &sim) == 0, "simulate: %s", bsipipe_error_detail());
         CHECK(bsipipe_engine_device_busy(e, busy) == 0, "device busy: %s", bsipipe_error_detail());
         double worst = INFINITY, comm = 0, planned = 0;
+        int posted = 0;
+        /* Ops that start while the iteration is still being submitted may
+         * run before a later RECV exists: only those after are checked
+         * (the end of submission estimated late, from the last op's end). */
+        double submitted = 0;
+        bsipipe_engine_overhead_t ov;
+        CHECK(bsipipe_engine_last_overhead(e, &ov) == 0, "overhead: %s", bsipipe_error_detail());
+        for (int d = 0; d < pc.w; d++) {
+            const bsipipe_engine_op_record_t *rec;
+            int nr;
+            for (int i = 0; bsipipe_engine_records(e, d, &rec, &nr) == 0 && i < nr; i++)
+                submitted = rec[i].end_us > submitted ? rec[i].end_us : submitted;
+        }
+        submitted -= (ov.wall_s - ov.submit_s) * 1e6;
         for (int d = 0; d < pc.w && sim; d++) {
             int n;
             const bsipipe_op_t *ops = bsipipe_schedule_device_ops(s, d, &n);
@@ -367,6 +381,16 @@ static void check_emulated(const bsipipe_model_dims_t *dims, bsipipe_schedule_ki
             int nr;
             CHECK(bsipipe_engine_records(e, d, &rec, &nr) == 0 && nr == n, "records of device %d", d);
             for (int i = 0; i < n && nr == n; i++) {
+                /* A RECV posted ahead ran before the compute op right
+                 * before it started (on the TP ranks' workers too). */
+                int a = i - 1, ahead = bsipipe_sim_recv_ahead(s, &cost, d, i);
+                while (ahead > 0 && a >= 0 && ops[a].kind > BSIPIPE_OP_W)
+                    a--;
+                if (ahead > 0 && a >= 0 && rec[a].start_us > submitted) {
+                    posted++;
+                    CHECK(rec[i].start_us <= rec[a].start_us, "emulated %s tp %d: device %d: %s not posted before "
+                          "op %d started (%.0f us after)", sk, tp, d, "RECV", a, rec[i].start_us - rec[a].start_us);
+                }
                 if (ops[i].kind > BSIPIPE_OP_W)
                     continue;
                 double want = bsipipe_sim_op_cost(s, &cost, &ops[i]) * 1e6, got = rec[i].end_us - rec[i].start_us;
@@ -379,9 +403,11 @@ static void check_emulated(const bsipipe_model_dims_t *dims, bsipipe_schedule_ki
                   "%.6f s", sk, tp, d, busy[d], sim->device[d].busy);
         }
         printf("emulated %-9s tp %d: every F/B op spans >= %.3fx its planned time (planned busy %.4f s, of it TP "
-               "collectives %.2f%%)\n", sk, tp, worst, planned, planned > 0 ? 100 * comm * 1e-6 / planned : 0);
+               "collectives %.2f%%); %d RECVs posted before the op ahead of them started\n", sk, tp, worst, planned,
+               planned > 0 ? 100 * comm * 1e-6 / planned : 0, posted);
         CHECK(worst >= 0.999, "emulated %s tp %d: an op ran %.3fx its planned time", sk, tp, worst);
         CHECK(tp == 1 || comm > 0, "emulated %s tp %d: no TP collective charged", sk, tp);
+        CHECK(posted > 0, "emulated %s tp %d: no RECV posted ahead", sk, tp);
         bsipipe_sim_result_destroy(sim);
     }
     free(tokens);
