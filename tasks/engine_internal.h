@@ -203,15 +203,15 @@ static inline long act_index(const struct bsipipe_engine *e, int mb, int sub, in
     return ((long)mb * e->k + sub) * e->C + chunk;
 }
 
+/* How many ops before its own the RECV at op i of device d is posted
+ * (bsipipe_sim_recv_ahead under the engine's receive semantics; 0 for MPI,
+ * CUDA and blocking receives). */
+int engine_recv_ahead(const struct bsipipe_engine *e, int d, int i);
 /* Builds the task of op i of device d (i < 0: a task outside the plan, such
  * as a gradient norm, cl_arg = the engine) with these buffers, places it on
  * the device's worker in plan order, submits it, and counts the use of each
  * per-iteration buffer (one whose last use this is gets unregistered once
  * the task ends). 0, or a negative error with a detail. */
-/* How many ops before its own the RECV at op i of device d is posted
- * (bsipipe_sim_recv_ahead under the engine's receive semantics; 0 for MPI,
- * CUDA and blocking receives). */
-int engine_recv_ahead(const struct bsipipe_engine *e, int d, int i);
 int engine_task_submit(struct bsipipe_engine *e, int d, int i, struct starpu_codelet *cl,
                        struct starpu_data_descr *descr, int n);
 /* One use of a per-iteration buffer: counted (dry_run) or consumed (the
