@@ -130,11 +130,16 @@ for op in sorted(plan["ops"], key=lambda o: (o["device"], o["index"])):
     ahead = 0
     mode = plan["config"].get("comm", "bsipipe")
     if op["kind"] == "RECV" and mode in ("bsipipe", "no-reversal"):
+        # bsipipe: two compute ops back over the transfers; no-reversal: one, over receives
         over = ("RECV", "SEND") if mode == "bsipipe" else ("RECV",)
         k = len(kinds) - 1
-        while k >= 0 and kinds[k] in over:
+        for _ in range(2 if mode == "bsipipe" else 1):
+            while k >= 0 and kinds[k] in over:
+                k -= 1
+            if k < 0 or kinds[k] not in ("F", "B", "W") or len(kinds) - k > 63:
+                break
+            ahead = len(kinds) - k
             k -= 1
-        ahead = len(kinds) - k if k >= 0 and kinds[k] in ("F", "B", "W") else 0
     earlier = starts[:len(starts) - ahead] if ahead else starts
     if ordered and earlier and e["ts"] < max(earlier):
         bad.append("op %s (%s) started before the op planned ahead of it on device %d" % (pos, e["name"], op["device"]))

@@ -61,9 +61,10 @@ grep -qF -- "--iters" "$tmp/out" && ok || fail "the finished-run message does no
 # watchdog while an op has run for one; since the head's backward moved into
 # the last chunk's forward (the costs the emulated devices sleep for) no hold
 # here lasts 0.2 s (measured: the warning comes at 0.15 s and 0.12 s, not at
-# 0.2 s), so 0.1.
+# 0.2 s), so 0.1. Receives in place: posted two ops ahead (the default), no
+# SEND of this plan waits on a slow op at all.
 expect 0 "a slow op, not a deadlock" --w 4 --schedule 1f1b --layers 4 --hidden 128 --heads 4 --seq 256 --m 4 \
-    --iters 1 --eval-every 0 --emulate --device-tflops 0.0004 --watchdog 0.1
+    --iters 1 --eval-every 0 --emulate --device-tflops 0.0004 --watchdog 0.1 --recv in-place
 grep -q "deadlocked" "$tmp/out" && fail "a slow op reported as a deadlock: $(grep deadlocked "$tmp/out")" || ok
 ref="${top_builddir:-.}/apps/bsipipe-ref"
 kbench="${top_builddir:-.}/apps/bsipipe-kbench"
