@@ -29,9 +29,9 @@
  * The parts are whole rows / columns of C, each element still one BLAS
  * call's sum over all of K in the library's own K blocking, so with
  * OpenBLAS's SkylakeX kernels the result does not depend on the cut
- * (test_kernel_split checks it bitwise). Its Haswell kernels, which
- * OpenBLAS 0.3.21 also picks for CPUs it does not know (an AMD Zen 5),
- * give about 6% of the elements other bits when C is cut: so the first
+ * (test_kernel_split checks it bitwise). Its Haswell kernels (selected
+ * with OPENBLAS_CORETYPE=Haswell, as one machine's environment did) give
+ * about 6% of the elements other bits when C is cut: so the first
  * product of each shape runs both ways and the cut is kept only if every
  * bit agrees (gemm_cut_ok). Parts stay above PAR_GEMM_MIN multiply-adds:
  * OpenBLAS sends small products to other kernels (its small-matrix path),
