@@ -60,8 +60,9 @@ static void usage(FILE *out)
 "                    several values run every schedule once per value, side by\n"
 "                    side (e.g. --idle-spin auto,0)\n"
 "  --idle-breakdown  a second table: each schedule's idle time by the kind of op\n"
-"                    the device waited to start, the busy-time spread between\n"
-"                    devices and the busiest device's idle share (not with --mpi)\n"
+"                    the device waited to start, the devices' slowdown spread\n"
+"                    against their planned work and the slowest device's idle\n"
+"                    share (not with --mpi)\n"
 "Model (real compute: CPU kernels):\n"
 "  --model gpt|llama --layers N --hidden N --heads N --ffn N --seq N\n"
 "                    (defaults gpt, 8, 128, 4, 4*hidden, 256; vocabulary 256)\n"
@@ -346,12 +347,12 @@ static int idle_kind(bsipipe_op_kind_t k)
 static void record_idle(row_t *r, const bsipipe_engine_t *e, int W, int i)
 {
     const bsipipe_schedule_t *plan = bsipipe_engine_schedule(e);
-    double *idle = &r->idle[(long)i * IDLE_KINDS], t0 = INFINITY, t1 = -INFINITY, bmax = 0, bmin = INFINITY;
-    int busiest = -1;
-    double *busy = calloc((size_t)W, sizeof *busy), *last = calloc((size_t)W, sizeof *last);
+    double *idle = &r->idle[(long)i * IDLE_KINDS], t0 = INFINITY, t1 = -INFINITY, smax = 0, smin = INFINITY;
+    double slowest_idle = NAN;
+    double *busy = calloc((size_t)W, sizeof *busy);
     op_span_t **spans = calloc((size_t)W, sizeof *spans);
     int *n = calloc((size_t)W, sizeof *n);
-    if (!busy || !last || !spans || !n)
+    if (!busy || !spans || !n)
         goto out;
     for (int d = 0; d < W; d++) {
         const bsipipe_engine_op_record_t *rec;
@@ -385,24 +386,22 @@ static void record_idle(row_t *r, const bsipipe_engine_t *e, int W, int i)
             prev = fmax(prev, spans[d][j].end);
         }
         idle[IDLE_TAIL] += (t1 - prev) / 1e3 / W;
-        last[d] = gaps + (t1 - prev);
-        /* measured over planned busy time: the device's speed on its own work */
-        double speed = r->pred_busy && r->pred_busy[d] > 0 ? busy[d] / r->pred_busy[d] : NAN;
-        if (speed > bmax) {
-            bmax = speed;
-            busiest = d;
+        /* measured over planned busy time: the device's slowdown on its own work */
+        double slowdown = r->pred_busy && r->pred_busy[d] > 0 ? busy[d] / r->pred_busy[d] : NAN;
+        if (slowdown > smax) {
+            smax = slowdown;
+            slowest_idle = (gaps + t1 - prev) / (t1 - t0);
         }
-        bmin = fmin(bmin, speed);
+        smin = fmin(smin, slowdown);
     }
-    r->spread[i] = bmin > 0 ? bmax / bmin - 1 : NAN;
-    r->slow_idle[i] = busiest >= 0 ? last[busiest] / (t1 - t0) : NAN;
+    r->spread[i] = smin > 0 ? smax / smin - 1 : NAN;
+    r->slow_idle[i] = slowest_idle;
 out:
     for (int d = 0; spans && d < W; d++)
         free(spans[d]);
     free(spans);
     free(n);
     free(busy);
-    free(last);
 }
 
 static bsipipe_engine_options_t engine_options(const row_t *r, const config_t *c, const char *policy, int seed)
@@ -947,35 +946,6 @@ static void write_svg_panel(FILE *f, const config_t *c, row_t *rows, int nr, dou
 }
 
 
-/* ---- --preset tp: the paper's Table 3 ---------------------------------------------------- */
-
-/* One configuration's line: measured (medians) and predicted. */
-typedef struct tp_line {
-    int ok;
-    double tok, tok_pred, bub, bub_pred, act, act_pred, params;
-} tp_line_t;
-
-static void tp_line_fill(tp_line_t *l, const config_t *c, const row_t *r)
-{
-    summary_t s = summarize(r, c);
-    int T = r->pc.tp;
-    memset(l, 0, sizeof *l);
-    if (r->n_samples == 0 || isnan(r->pred_makespan_flops))
-        return;
-    l->ok = 1;
-    l->tok = s.tok_med;
-    l->tok_pred = (double)c->m * c->dims.seq_len / (r->pred_makespan_flops / (c->tflops * 1e12));
-    l->bub = s.bub_med;
-    l->bub_pred = r->pred_bubble_flops;
-    l->act = r->peak[2] * 1048576.0 / T; /* a device's peak is its TP ranks' sum */
-    l->act_pred = r->pred_act;
-    l->params = r->pred_params;
-}
-
-/* Side by side: measured and predicted throughput and per-GPU memory of the
- * three configurations, with what the paper's Table 3 reports. The paper's
- * text gives GPT's peak memory at (16,1) and (4,4) and the ordering of the
- * throughputs; its throughput numbers are in the table's image only. */
 /* --idle-breakdown: where each schedule's measured idle time goes. */
 static void print_idle(const row_t *rows, int nr)
 {
@@ -1013,6 +983,35 @@ static void print_idle(const row_t *rows, int nr)
     }
 }
 
+/* ---- --preset tp: the paper's Table 3 ---------------------------------------------------- */
+
+/* One configuration's line: measured (medians) and predicted. */
+typedef struct tp_line {
+    int ok;
+    double tok, tok_pred, bub, bub_pred, act, act_pred, params;
+} tp_line_t;
+
+static void tp_line_fill(tp_line_t *l, const config_t *c, const row_t *r)
+{
+    summary_t s = summarize(r, c);
+    int T = r->pc.tp;
+    memset(l, 0, sizeof *l);
+    if (r->n_samples == 0 || isnan(r->pred_makespan_flops))
+        return;
+    l->ok = 1;
+    l->tok = s.tok_med;
+    l->tok_pred = (double)c->m * c->dims.seq_len / (r->pred_makespan_flops / (c->tflops * 1e12));
+    l->bub = s.bub_med;
+    l->bub_pred = r->pred_bubble_flops;
+    l->act = r->peak[2] * 1048576.0 / T; /* a device's peak is its TP ranks' sum */
+    l->act_pred = r->pred_act;
+    l->params = r->pred_params;
+}
+
+/* Side by side: measured and predicted throughput and per-GPU memory of the
+ * three configurations, with what the paper's Table 3 reports. The paper's
+ * text gives GPT's peak memory at (16,1) and (4,4) and the ordering of the
+ * throughputs; its throughput numbers are in the table's image only. */
 static void print_tp_table(const config_t *cfg, const tp_line_t *l, int nc, const char *label)
 {
     static const char *const paper[3] = {"60.1 GiB (GPT); 2nd", "fastest", "18.4 GiB (GPT); slowest"};

@@ -324,6 +324,11 @@ static void check_checkpoint(const bsipipe_model_dims_t *dims, bsipipe_schedule_
  * time must reach the planner's (a shortfall means a share went missing,
  * e.g. time divided by D_t twice or collectives not held); nothing is
  * computed (NaN loss) and nothing stepped (parameters unchanged). */
+/* RECVs whose posting ahead check_emulated could check (their op ahead
+ * started after the submission): a slow run (sanitizers) may leave none
+ * in one configuration, so the count is checked over all of them. */
+static int recvs_checked;
+
 static void check_emulated(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t kind, int tp)
 {
     bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(kind);
@@ -362,18 +367,20 @@ static void check_emulated(const bsipipe_model_dims_t *dims, bsipipe_schedule_ki
         double worst = INFINITY, comm = 0, planned = 0;
         int posted = 0;
         /* Ops that start while the iteration is still being submitted may
-         * run before a later RECV exists: only those after are checked
-         * (the end of submission estimated late, from the last op's end). */
-        double submitted = 0;
+         * run before a later RECV exists: only those after are checked. The
+         * end of submission is estimated late: submission began before the
+         * first op started, and lasted submit_s. */
+        double submitted = INFINITY;
         bsipipe_engine_overhead_t ov;
         CHECK(bsipipe_engine_last_overhead(e, &ov) == 0, "overhead: %s", bsipipe_error_detail());
         for (int d = 0; d < pc.w; d++) {
             const bsipipe_engine_op_record_t *rec;
-            int nr;
-            for (int i = 0; bsipipe_engine_records(e, d, &rec, &nr) == 0 && i < nr; i++)
-                submitted = rec[i].end_us > submitted ? rec[i].end_us : submitted;
+            int nr = 0;
+            CHECK(bsipipe_engine_records(e, d, &rec, &nr) == 0, "records of device %d", d);
+            for (int i = 0; i < nr; i++)
+                submitted = rec[i].start_us < submitted ? rec[i].start_us : submitted;
         }
-        submitted -= (ov.wall_s - ov.submit_s) * 1e6;
+        submitted += ov.submit_s * 1e6;
         for (int d = 0; d < pc.w && sim; d++) {
             int n;
             const bsipipe_op_t *ops = bsipipe_schedule_device_ops(s, d, &n);
@@ -388,8 +395,8 @@ static void check_emulated(const bsipipe_model_dims_t *dims, bsipipe_schedule_ki
                     a--;
                 if (ahead > 0 && a >= 0 && rec[a].start_us > submitted) {
                     posted++;
-                    CHECK(rec[i].start_us <= rec[a].start_us, "emulated %s tp %d: device %d: %s not posted before "
-                          "op %d started (%.0f us after)", sk, tp, d, "RECV", a, rec[i].start_us - rec[a].start_us);
+                    CHECK(rec[i].start_us <= rec[a].start_us, "emulated %s tp %d: device %d: RECV %d not posted "
+                          "before op %d started (%.0f us after)", sk, tp, d, i, a, rec[i].start_us - rec[a].start_us);
                 }
                 if (ops[i].kind > BSIPIPE_OP_W)
                     continue;
@@ -407,7 +414,7 @@ static void check_emulated(const bsipipe_model_dims_t *dims, bsipipe_schedule_ki
                planned > 0 ? 100 * comm * 1e-6 / planned : 0, posted);
         CHECK(worst >= 0.999, "emulated %s tp %d: an op ran %.3fx its planned time", sk, tp, worst);
         CHECK(tp == 1 || comm > 0, "emulated %s tp %d: no TP collective charged", sk, tp);
-        CHECK(posted > 0, "emulated %s tp %d: no RECV posted ahead", sk, tp);
+        recvs_checked += posted;
         bsipipe_sim_result_destroy(sim);
     }
     free(tokens);
@@ -474,6 +481,7 @@ int main(int argc, char **argv)
     check_emulated(&gpt, BSIPIPE_SCHED_BSIPIPE, 2);
     check_emulated(&llama, BSIPIPE_SCHED_SEQ1F1B_I, 4);
     check_emulated(&gpt, BSIPIPE_SCHED_ZB_H1, 2); /* W ops: their weight products and re-gathers */
+    CHECK(recvs_checked > 0, "emulated: no RECV posted ahead could be checked");
     /* Checkpoints across degrees: BSIPipe (two pipes of replicas) and
      * seq1f1b-i (pieces aligned to D_t). */
     const int ab_gpt[][2] = {{2, 1}, {1, 4}, {4, 2}}, ab_llama[][2] = {{2, 4}};
