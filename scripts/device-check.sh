@@ -17,7 +17,9 @@
 #            GEMM operands, fp32 accumulation); test_cuda_bench --full (one block
 #            forward+backward, hidden 1280 / 32 heads / 8K tokens in k = 2, TFLOP/s and the
 #            fraction of the measured cublasGemmEx bf16 rate, per mode: fp32, tf32, bf16,
-#            bf16s). Skipped with a message when no
+#            bf16s); test_cuda_tp --mode all (every tensor-parallel segment on CUDA vs its
+#            CPU twin, rank by rank: GPT and LLaMA, D_t = 2 and 4, fused and split backward;
+#            fp32 < 1e-5, tf32 and bf16 < 1e-2). Skipped with a message when no
 #            GPU is found.
 #            engine: test_cuda_engine — one BSIPipe iteration (and ZB-H1, LLaMA) on CUDA
 #            workers (w = 4 on the GPUs found, several workers per GPU) against the CPU
@@ -116,6 +118,7 @@ standalone_build() {
         $cc $cflags -c "$ROOT/tests/test_cuda_kernels.c" -o test_cuda_kernels.o &
         $cc $cflags -c "$ROOT/tests/test_cuda_bench.c" -o test_cuda_bench.o &
         $cc $cflags -c "$ROOT/tests/test_cuda_probe.c" -o test_cuda_probe.o &
+        $cc $cflags -c "$ROOT/tests/test_cuda_tp.c" -o test_cuda_tp.o &
         # shellcheck disable=SC2086
         "$NVCC" $arch -O2 -Xcompiler -fPIC $inc -c "$ROOT/kernels/cuda/bsipipe_cuda_probe.cu" -o probe.o &
         # shellcheck disable=SC2086
@@ -138,16 +141,16 @@ standalone_build() {
         case $libs in *libcublas.so.*) cublas= ;; *) cublas=-lcublas ;; esac
         objs="model_dims.o config.o kernels_f32.o kernels_f64.o tp_common.o bsipipe_error.o
               cblas_naive.o probe.o cuda_kernels.o cuda_attention_tc.o"
-        for t in test_cuda_kernels test_cuda_bench test_cuda_probe; do
+        for t in test_cuda_kernels test_cuda_bench test_cuda_probe test_cuda_tp; do
             # shellcheck disable=SC2086
             "$NVCC" -o $t $t.o $objs $libs $cublas ${omp:+-Xcompiler $omp} -lm -lpthread -ldl
         done
     ) >>"$LOG" 2>&1 || { say "standalone build FAILED (see $LOG)"; tail -n 30 "$LOG"; return 1; }
-    TK="$b/test_cuda_kernels"; TB="$b/test_cuda_bench"; TP="$b/test_cuda_probe"
+    TK="$b/test_cuda_kernels"; TB="$b/test_cuda_bench"; TP="$b/test_cuda_probe"; TT="$b/test_cuda_tp"
     return 0
 }
 
-TK=; TB=; TP=; BUILT=
+TK=; TB=; TP=; TT=; BUILT=
 case $MODE in
     carried|auto)
         if carried_ok; then
@@ -158,6 +161,8 @@ case $MODE in
             [ -x "$ROOT/tests/.libs/test_cuda_bench" ] && TB="$ROOT/tests/.libs/test_cuda_bench"
             TP="$ROOT/tests/test_cuda_probe"
             [ -x "$ROOT/tests/.libs/test_cuda_probe" ] && TP="$ROOT/tests/.libs/test_cuda_probe"
+            TT="$ROOT/tests/test_cuda_tp"
+            [ -x "$ROOT/tests/.libs/test_cuda_tp" ] && TT="$ROOT/tests/.libs/test_cuda_tp"
             export LD_LIBRARY_PATH="$ROOT/.libs:$ROOT/.deps/starpu/lib:${LD_LIBRARY_PATH:-}"
             say "build: using the carried autotools build (libbsipipe + tests/test_cuda_*)"
         elif [ "$MODE" = carried ]; then
@@ -243,6 +248,13 @@ if [ $have_gpu = 1 ]; then
     run_gpu kernels 400 "$TK" --mode all --large --table "$OUTDIR/kernels.tsv"
 else
     STATUS[kernels]="skipped (no CUDA GPU found)"
+fi
+if [ $have_gpu = 1 ] && [ -x "$TT" ]; then
+    run_gpu tp_segments 200 "$TT" --mode all
+elif [ $have_gpu = 1 ]; then
+    STATUS[tp_segments]="skipped (no test_cuda_tp in this build)"
+else
+    STATUS[tp_segments]="skipped (no CUDA GPU found)"
 fi
 if [ $have_gpu = 1 ]; then
     if [ $QUICK = 1 ]; then
@@ -363,6 +375,7 @@ fi
     echo "CPU side:   ${STATUS[cpu]}"
     echo "probe:      ${STATUS[probe]}"
     echo "kernels:    ${STATUS[kernels]}"
+    echo "tp segments: ${STATUS[tp_segments]}"
     echo "bench:      ${STATUS[bench]}"
     echo "engine CPU: ${STATUS[engine_cpu]}"
     echo "engine:     ${STATUS[engine]}"
@@ -419,7 +432,7 @@ fi
 } | tee -a "$LOG"
 
 fail=0
-for k in build cpu probe kernels bench engine_cpu engine engine_bf16 engine_nccl pipeline_fp32 pipeline_bf16s \
+for k in build cpu probe kernels tp_segments bench engine_cpu engine engine_bf16 engine_nccl pipeline_fp32 pipeline_bf16s \
     admission memcheck racecheck synccheck; do
     case ${STATUS[$k]:-FAIL} in ok*|skipped*) ;; *) fail=1 ;; esac
 done

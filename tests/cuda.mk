@@ -5,8 +5,11 @@
 #                     size (hidden 1280, 32 heads, 8K tokens, k = 2); never asserts on time
 #  test_cuda_emu.sh   test_cuda_kernels against the CUDA kernels built for the CPU emulation
 #                     of kernels/cuda/emu/ (runs without a GPU; needs g++)
-check_PROGRAMS += tests/test_cuda_kernels tests/test_cuda_bench tests/test_cuda_engine
-TESTS += tests/test_cuda_kernels tests/test_cuda_bench tests/test_cuda_emu.sh tests/test_cuda_engine
+#  test_cuda_tp       every tensor-parallel segment on CUDA vs its CPU twin, rank by rank
+#                     (GPT, LLaMA, D_t = 2 and 4, fused and split backward)
+check_PROGRAMS += tests/test_cuda_kernels tests/test_cuda_bench tests/test_cuda_engine tests/test_cuda_tp
+TESTS += tests/test_cuda_kernels tests/test_cuda_bench tests/test_cuda_emu.sh tests/test_cuda_engine \
+	tests/test_cuda_tp
 # test_cuda_engine   one engine iteration on CUDA workers vs CPU workers (loss, gradients,
 #                    gnorm; fp32 < 1e-5); exit 77 without a GPU
 tests_test_cuda_engine_SOURCES = tests/test_cuda_engine.c
@@ -15,9 +18,12 @@ tests_test_cuda_kernels_SOURCES = tests/test_cuda_kernels.c
 tests_test_cuda_bench_SOURCES = tests/test_cuda_bench.c
 tests_test_cuda_kernels_LDADD = libbsipipe.la -lm
 tests_test_cuda_bench_LDADD = libbsipipe.la -lm
+tests_test_cuda_tp_SOURCES = tests/test_cuda_tp.c
+tests_test_cuda_tp_LDADD = libbsipipe.la -lm
 if HAVE_CUDA
 tests_test_cuda_kernels_LDADD += $(CUDA_LIBS)
 tests_test_cuda_bench_LDADD += $(CUDA_LIBS)
+tests_test_cuda_tp_LDADD += $(CUDA_LIBS)
 endif
 EXTRA_DIST += tests/test_cuda_emu.sh \
 	kernels/cuda/emu/cuda_runtime_api.h kernels/cuda/emu/cuda_runtime.h \

@@ -35,12 +35,14 @@ for f in kernels/cpu/model_dims.c kernels/cpu/config.c kernels/cpu/kernels_f32.c
 done
 $CC -std=gnu11 $cflags -DBSIPIPE_HAVE_CUDA=1 -c "$top/tests/test_cuda_kernels.c" -o "$tmp/test.o"
 $CC -std=gnu11 $cflags -DBSIPIPE_HAVE_CUDA=1 -c "$top/tests/test_cuda_bench.c" -o "$tmp/bench.main"
+$CC -std=gnu11 $cflags -DBSIPIPE_HAVE_CUDA=1 -c "$top/tests/test_cuda_tp.c" -o "$tmp/tp.main"
 wait
 for o in cuda_kernels cuda_attention_tc cuda_emu; do
     [ -s "$tmp/$o.o" ] || { echo "FAIL: compiling $o for the emulation"; exit 1; }
 done
 $CXX -o "$tmp/test_cuda_kernels_emu" "$tmp"/*.o -lm -lpthread -ldl
 $CXX -o "$tmp/test_cuda_bench_emu" "$tmp/bench.main" $(ls "$tmp"/*.o | grep -v '/test.o$') -lm -lpthread -ldl
+$CXX -o "$tmp/test_cuda_tp_emu" "$tmp/tp.main" $(ls "$tmp"/*.o | grep -v '/test.o$') -lm -lpthread -ldl
 $CXX -std=c++17 $cflags -o "$tmp/bf16_selftest" "$emu/bf16_selftest.cc" "$tmp/cuda_emu.o" -lm
 echo "emulated bf16: conversions and a bf16 GEMM with a NaN operand"
 "$tmp/bf16_selftest"
@@ -58,6 +60,10 @@ BSIPIPE_EMU_SMEM_OPTIN=101376 "$tmp/test_cuda_kernels_emu" --mode bf16s
 # gives stale data here, which the NaN-initialised shared memory turns into failures.
 echo "bf16s with strict wmma and scrambled thread order (attention over fp32 and bf16 K/V)"
 BSIPIPE_EMU_STRICT_WMMA=1 BSIPIPE_EMU_ORDER=scrambled "$tmp/test_cuda_kernels_emu" --mode bf16s
+# The tensor-parallel segments (kernels/cuda/bsipipe_cuda_tp.cuh) against the CPU ones, rank by
+# rank, in every product mode they take (bf16s must be refused).
+echo "running tests/test_cuda_tp on the emulated GPU (fp32, tf32, bf16)"
+"$tmp/test_cuda_tp_emu" --mode all
 # The block benchmark's code path (every product mode, attention alone) on a small shape: it
 # must run and print its table; the emulation's times mean nothing.
 echo "running tests/test_cuda_bench on the emulated GPU (small shape, times meaningless)"

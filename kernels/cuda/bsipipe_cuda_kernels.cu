@@ -1528,3 +1528,6 @@ extern "C" int bsipipe_cuda_adamw_update(const bsipipe_adamw_t *hp, long t, long
                                                      (float)hp->eps, m, v);
     return launched();
 }
+
+/* The tensor-parallel segments, on the helpers above (bsipipe_cuda_tp.h). */
+#include "kernels/cuda/bsipipe_cuda_tp.cuh"

@@ -3,9 +3,10 @@
 # configure found CUDA (HAVE_CUDA); each .cu needs a CPU stub (or an `else` branch) so that
 # libbsipipe links without CUDA.
 nobase_pkginclude_HEADERS += kernels/cuda/bsipipe_cuda_probe.h kernels/cuda/bsipipe_cuda_kernels.h \
-	kernels/cuda/bsipipe_cuda_ops.h
+	kernels/cuda/bsipipe_cuda_ops.h kernels/cuda/bsipipe_cuda_tp.h
 # internal: shared by the .cu files (and the CPU emulation build of tests/test_cuda_emu.sh)
-noinst_HEADERS += kernels/cuda/bsipipe_cuda_internal.h kernels/cuda/bsipipe_cuda_attention_tc.h
+noinst_HEADERS += kernels/cuda/bsipipe_cuda_internal.h kernels/cuda/bsipipe_cuda_attention_tc.h \
+	kernels/cuda/bsipipe_cuda_tp.cuh
 if HAVE_CUDA
 # fp32 CUDA twins of the CPU kernels (docs/cuda.md). They have no CPU stub: their header
 # needs the CUDA headers, so callers use them only under BSIPIPE_HAVE_CUDA.
@@ -21,7 +22,9 @@ endif
 kernels/cuda/bsipipe_cuda_probe.lo: kernels/cuda/bsipipe_cuda_probe.h
 kernels/cuda/bsipipe_cuda_kernels.lo: kernels/cuda/bsipipe_cuda_kernels.h kernels/bsipipe_kernels.h \
 	kernels/bsipipe_kernels_decl.h kernels/bsipipe_model.h kernels/cpu/internal.h \
-	kernels/cuda/bsipipe_cuda_internal.h kernels/cuda/bsipipe_cuda_attention_tc.h
+	kernels/cuda/bsipipe_cuda_internal.h kernels/cuda/bsipipe_cuda_attention_tc.h \
+	kernels/cuda/bsipipe_cuda_tp.h kernels/cuda/bsipipe_cuda_tp.cuh kernels/bsipipe_tp.h \
+	kernels/bsipipe_tp_decl.h graph/bsipipe_error.h
 kernels/cuda/bsipipe_cuda_attention_tc.lo: kernels/cuda/bsipipe_cuda_attention_tc.h \
 	kernels/cuda/bsipipe_cuda_internal.h
 kernels/cuda/bsipipe_cuda_ops.lo: kernels/cuda/bsipipe_cuda_ops.h graph/bsipipe_error.h
