@@ -10,7 +10,8 @@
  * downloaded and compared with the CPU's, tensor by tensor for the parameter gradients
  * (the shard table, bsipipe_tp_tensors). Error = max|gpu - cpu| / max|cpu| (normwise
  * relative); NaN or Inf never passes. Tolerances: 1e-5 with fp32 products, 1e-2 with tf32
- * and bf16. bf16s (bf16 stash storage) must be refused with -EINVAL.
+ * and bf16. bf16s (bf16 stash storage) must be refused with -EINVAL. The device collectives
+ * (bsipipe_cuda_tp_all_gather_rank, ...) and the loss sum must give the CPU ones' bits.
  *
  *   tests/test_cuda_tp [--mode fp32|tf32|bf16|all] [-v]
  * Default: fp32 and bf16. -v prints every comparison, else only the worst per segment.
@@ -433,6 +434,95 @@ static void run_case(tcase_t *c)
     free(c->ti);
 }
 
+/* The device collectives against the CPU ones, bit for bit: all-gather, reduce-scatter, the
+ * all-reduces (MAX, SUM; out of place and in place), fp32 and fp64, 2 to 4 ranks; and the
+ * cross-entropy's loss sum. */
+static void bits_row(const char *what, int size, const char *type, const void *gpu_dev, const void *cpu, size_t bytes)
+{
+    void *g = xcalloc(bytes);
+    CU(cudaStreamSynchronize(g_s));
+    CU(cudaMemcpy(g, gpu_dev, bytes, cudaMemcpyDeviceToHost));
+    int ok = memcmp(g, cpu, bytes) == 0;
+    g_rows++;
+    g_fail += !ok;
+    if (g_verbose || !ok)
+        printf("  %-28s D_t %d %-4s %s\n", what, size, type, ok ? "bitwise equal" : "FAIL (bits differ)");
+    free(g);
+}
+
+static void check_collectives(void)
+{
+    enum { CNT = 37 };
+    int before = g_fail, rows = g_rows;
+    printf("\ncollectives on the device against the CPU's (bitwise)\n");
+    for (int size = 2; size <= TMAX; size++)
+        for (int f64 = 0; f64 < 2; f64++) {
+            bsipipe_tp_dtype_t t = f64 ? BSIPIPE_TP_F64 : BSIPIPE_TP_F32;
+            size_t es = f64 ? sizeof(double) : sizeof(float), n = (size_t)size * CNT;
+            const char *ty = f64 ? "f64" : "f32";
+            void *hs[TMAX], *ds[TMAX], *dd[TMAX];
+            for (int q = 0; q < size; q++) {
+                hs[q] = xcalloc(es * n);
+                for (size_t i = 0; i < n; i++) {
+                    double v = 2 * urand() - 1;
+                    if (f64)
+                        ((double *)hs[q])[i] = v;
+                    else
+                        ((float *)hs[q])[i] = (float)v;
+                }
+                CU(cudaMalloc(&ds[q], es * n));
+                CU(cudaMalloc(&dd[q], es * n));
+                CU(cudaMemcpy(ds[q], hs[q], es * n, cudaMemcpyHostToDevice));
+            }
+            void *ref = xcalloc(es * n), *dout = NULL;
+            CU(cudaMalloc(&dout, es * n));
+            for (int r = 0; r < size; r++) {
+                CHECK(bsipipe_tp_all_gather_rank(size, r, (const void *const *)hs, ref, CNT, t));
+                CHECK(bsipipe_cuda_tp_all_gather_rank(size, r, (const void *const *)ds, dout, CNT, t, g_s));
+                bits_row("all_gather_rank", size, ty, dout, ref, es * n);
+                CHECK(bsipipe_tp_reduce_scatter_rank(size, r, (const void *const *)hs, ref, CNT, t));
+                CHECK(bsipipe_cuda_tp_reduce_scatter_rank(size, r, (const void *const *)ds, dout, CNT, t, g_s));
+                bits_row("reduce_scatter_rank", size, ty, dout, ref, es * CNT);
+            }
+            for (int op = 0; op < 2; op++) {
+                bsipipe_tp_op_t o = op ? BSIPIPE_TP_MAX : BSIPIPE_TP_SUM;
+                CHECK(bsipipe_tp_all_reduce_rank(size, (const void *const *)hs, ref, (long)n, t, o));
+                CHECK(bsipipe_cuda_tp_all_reduce_rank(size, (const void *const *)ds, dout, (long)n, t, o, g_s));
+                bits_row(op ? "all_reduce_rank max" : "all_reduce_rank sum", size, ty, dout, ref, es * n);
+                for (int q = 0; q < size; q++)
+                    CU(cudaMemcpy(dd[q], hs[q], es * n, cudaMemcpyHostToDevice));
+                CHECK(bsipipe_cuda_tp_all_reduce_inplace(size, dd, (long)n, t, o, g_s));
+                for (int q = 0; q < size; q++)
+                    bits_row(op ? "all_reduce_inplace max" : "all_reduce_inplace sum", size, ty, dd[q], ref, es * n);
+            }
+            free(ref);
+            cudaFree(dout);
+            for (int q = 0; q < size; q++) {
+                free(hs[q]);
+                cudaFree(ds[q]);
+                cudaFree(dd[q]);
+            }
+        }
+    /* the loss from the reduced statistics: ce = (max, sum of exp, target logit) per token */
+    enum { LEN = 24 };
+    double ce[3 * LEN], loss = 0.25, *dce = NULL, *dloss = NULL;
+    for (int i = 0; i < LEN; i++) {
+        ce[i] = 4 * urand();
+        ce[LEN + i] = 1 + 50 * urand();
+        ce[2 * LEN + i] = ce[i] - 3 * urand();
+    }
+    CU(cudaMalloc((void **)&dce, sizeof ce));
+    CU(cudaMalloc((void **)&dloss, sizeof loss));
+    CU(cudaMemcpy(dce, ce, sizeof ce, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(dloss, &loss, sizeof loss, cudaMemcpyHostToDevice));
+    CHECK(bsipipe_cuda_tp_ce_loss_add(LEN, dce, dloss, g_s));
+    loss += bsipipe_tp_ce_loss(LEN, ce);
+    bits_row("ce_loss_add", 1, "f64", dloss, &loss, sizeof loss);
+    cudaFree(dce);
+    cudaFree(dloss);
+    printf("  %d comparisons, %d with other bits\n", g_rows - rows, g_fail - before);
+}
+
 /* bf16s must be refused by name, before anything runs */
 static void check_bf16s_refused(const bsipipe_model_dims_t *d)
 {
@@ -506,6 +596,7 @@ int main(int argc, char **argv)
         run_mode(BSIPIPE_CUDA_GEMM_TF32);
     if (!strcmp(mode, "bf16") || !strcmp(mode, "default") || !strcmp(mode, "all"))
         run_mode(BSIPIPE_CUDA_GEMM_BF16);
+    check_collectives();
     bsipipe_model_dims_t d = {BSIPIPE_MODEL_GPT, 1, 32, 4, 128, 64, 32};
     check_bf16s_refused(&d);
     cublasDestroy(g_h);

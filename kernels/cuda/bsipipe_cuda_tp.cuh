@@ -260,9 +260,108 @@ static int tp_cuda_embed_pos(const bsipipe_model_dims_t *d, const bsipipe_tp_t *
     return launched();
 }
 
+/* ---- collectives ---- */
+
+enum { TP_CUDA_MAX_RANKS = 16 };
+
+struct tp_cuda_ptrs {
+    const void *p[TP_CUDA_MAX_RANKS];
+};
+
+/* out[i] (and, in place, every p[q][i]) = p[0][off + i] op p[1][off + i] ...
+ * in rank order, the CPU's expression (a NaN in p[q > 0] is dropped by MAX,
+ * as there) */
+template <typename T>
+__global__ void k_tp_reduce(int size, tp_cuda_ptrs in, long off, T *out, long count, int max, int inplace)
+{
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < count; i += (long)gridDim.x * blockDim.x) {
+        T acc = ((const T *)in.p[0])[off + i];
+        for (int q = 1; q < size; q++) {
+            T v = ((const T *)in.p[q])[off + i];
+            acc = max ? (v > acc ? v : acc) : acc + v;
+        }
+        if (inplace)
+            for (int q = 0; q < size; q++)
+                ((T *)in.p[q])[i] = acc;
+        else
+            out[i] = acc;
+    }
+}
+
+__global__ void k_tp_ce_loss_add(int len, const double *ce, double *loss)
+{
+    double s = 0;
+    for (int i = 0; i < len; i++)
+        s += ce[i] + log(ce[len + i]) - ce[2 * len + i];
+    *loss += s;
+}
+
+static int tp_cuda_reduce(int size, const void *const *in, long off, void *out, long count, bsipipe_tp_dtype_t t,
+                          bsipipe_tp_op_t op, int inplace, cudaStream_t s)
+{
+    if (size < 1 || size > TP_CUDA_MAX_RANKS || !in || (!out && !inplace) || count < 0 ||
+        (t != BSIPIPE_TP_F32 && t != BSIPIPE_TP_F64) || (op != BSIPIPE_TP_SUM && op != BSIPIPE_TP_MAX))
+        return -EINVAL;
+    tp_cuda_ptrs p = {};
+    for (int q = 0; q < size; q++)
+        if (!(p.p[q] = in[q]))
+            return -EINVAL;
+    if (!count)
+        return 0;
+    int mx = op == BSIPIPE_TP_MAX;
+    if (t == BSIPIPE_TP_F64)
+        BSIPIPE_LAUNCH(k_tp_reduce<double>, nblocks((size_t)count, 256), 256, 0, s, size, p, off, (double *)out, count,
+                       mx, inplace);
+    else
+        BSIPIPE_LAUNCH(k_tp_reduce<float>, nblocks((size_t)count, 256), 256, 0, s, size, p, off, (float *)out, count,
+                       mx, inplace);
+    return launched();
+}
+
 } /* namespace */
 
 /* ================================================================== API */
+
+extern "C" int bsipipe_cuda_tp_ce_loss_add(int len, const double *ce, double *loss, cudaStream_t s)
+{
+    if (len < 1 || !ce || !loss)
+        return -EINVAL;
+    BSIPIPE_LAUNCH(k_tp_ce_loss_add, 1, 1, 0, s, len, ce, loss);
+    return launched();
+}
+
+extern "C" int bsipipe_cuda_tp_all_gather_rank(int size, int rank, const void *const *send, void *recv, long count,
+                                               bsipipe_tp_dtype_t t, cudaStream_t s)
+{
+    if (size < 1 || size > TP_CUDA_MAX_RANKS || rank < 0 || rank >= size || !send || !recv || count < 0 ||
+        (t != BSIPIPE_TP_F32 && t != BSIPIPE_TP_F64))
+        return -EINVAL;
+    size_t b = (size_t)count * (t == BSIPIPE_TP_F64 ? 8 : 4);
+    for (int q = 0; q < size; q++)
+        if (b)
+            CU_TRY(cudaMemcpyAsync((char *)recv + (size_t)q * b, send[q], b, cudaMemcpyDefault, s));
+    return 0;
+}
+
+extern "C" int bsipipe_cuda_tp_reduce_scatter_rank(int size, int rank, const void *const *send, void *recv,
+                                                   long count, bsipipe_tp_dtype_t t, cudaStream_t s)
+{
+    if (rank < 0 || rank >= size)
+        return -EINVAL;
+    return tp_cuda_reduce(size, send, (long)rank * count, recv, count, t, BSIPIPE_TP_SUM, 0, s);
+}
+
+extern "C" int bsipipe_cuda_tp_all_reduce_rank(int size, const void *const *in, void *out, long count,
+                                               bsipipe_tp_dtype_t t, bsipipe_tp_op_t op, cudaStream_t s)
+{
+    return tp_cuda_reduce(size, in, 0, out, count, t, op, 0, s);
+}
+
+extern "C" int bsipipe_cuda_tp_all_reduce_inplace(int size, void *const *bufs, long count, bsipipe_tp_dtype_t t,
+                                                  bsipipe_tp_op_t op, cudaStream_t s)
+{
+    return tp_cuda_reduce(size, (const void *const *)bufs, 0, NULL, count, t, op, 1, s);
+}
 
 extern "C" int bsipipe_cuda_tp_layer_fwd_norm1(const bsipipe_model_dims_t *d, const bsipipe_tp_t *tp,
                                                int len, const float *layer, const float *x,

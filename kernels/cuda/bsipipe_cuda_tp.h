@@ -107,6 +107,25 @@ int bsipipe_cuda_tp_head_bwd_norm(const bsipipe_model_dims_t *d, const bsipipe_t
     const float *head, float *head_grad, int len, const float *x, const float *st,
     const float *red, float *dx, cudaStream_t s, cublasHandle_t hb);
 
+/* *loss += bsipipe_tp_ce_loss(len, ce): the piece's cross-entropy sum from the
+ * reduced statistics, in the CPU's order (same bits). loss: one device double. */
+int bsipipe_cuda_tp_ce_loss_add(int len, const double *ce, double *loss, cudaStream_t s);
+
+/* ---- collectives over the ranks' device buffers (one process, UVA) ----
+ * The bits of kernels/bsipipe_tp.h's in-process ones: all-gather copies,
+ * the reductions add (or take the max) in rank order. send / bufs: `size`
+ * device pointers (a host array; any device of the process, peer access or
+ * copies through UVA), at most 16. */
+int bsipipe_cuda_tp_all_gather_rank(int size, int rank, const void *const *send, void *recv, long count,
+    bsipipe_tp_dtype_t t, cudaStream_t s);
+int bsipipe_cuda_tp_reduce_scatter_rank(int size, int rank, const void *const *send, void *recv, long count,
+    bsipipe_tp_dtype_t t, cudaStream_t s);
+int bsipipe_cuda_tp_all_reduce_rank(int size, const void *const *in, void *out, long count,
+    bsipipe_tp_dtype_t t, bsipipe_tp_op_t op, cudaStream_t s);
+/* The all-reduce in place: every bufs[q][0..count) becomes the reduction. */
+int bsipipe_cuda_tp_all_reduce_inplace(int size, void *const *bufs, long count, bsipipe_tp_dtype_t t,
+    bsipipe_tp_op_t op, cudaStream_t s);
+
 #ifdef __cplusplus
 }
 #endif
