@@ -314,8 +314,11 @@ static int admit_memory(const bsipipe_model_dims_t *dims, const bsipipe_parallel
         bsipipe_schedule_destroy(s);
         return 0;
     }
+    /* The planner's memory is one TP rank's; on CUDA devices a device's D_t
+     * ranks share its GPU (engine_devices.c), which holds them all. */
+    double ranks_per_gpu = devices == BSIPIPE_DEVICES_CUDA && pc->tp > 1 ? pc->tp : 1;
     for (int d = 0; d < n; d++)
-        dev[d] = r->device[d].param_bytes + act_scale * r->device[d].peak_act_bytes;
+        dev[d] = ranks_per_gpu * (r->device[d].param_bytes + act_scale * r->device[d].peak_act_bytes);
     /* This process's devices: all of them, or under --mpi (mapping not known
      * yet) the `here` largest; pick[j] = (total, params, activations). */
     for (int j = 0; j < here; j++) {
@@ -323,8 +326,8 @@ static int admit_memory(const bsipipe_model_dims_t *dims, const bsipipe_parallel
         for (int d = 1; d < n; d++)
             if (dev[d] > dev[best]) best = d;
         pick[3 * j] = dev[best];
-        pick[3 * j + 1] = r->device[best].param_bytes;
-        pick[3 * j + 2] = act_scale * r->device[best].peak_act_bytes;
+        pick[3 * j + 1] = ranks_per_gpu * r->device[best].param_bytes;
+        pick[3 * j + 2] = ranks_per_gpu * act_scale * r->device[best].peak_act_bytes;
         dev[best] = -1;
     }
     free(dev);

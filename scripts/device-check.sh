@@ -21,7 +21,8 @@
 #            CPU twin, rank by rank: GPT and LLaMA, D_t = 2 and 4, fused and split backward;
 #            fp32 < 1e-5, tf32 and bf16 < 1e-2). Skipped with a message when no
 #            GPU is found.
-#            engine: test_cuda_engine — one BSIPipe iteration (and ZB-H1, LLaMA) on CUDA
+#            engine: test_cuda_engine — one BSIPipe iteration (and ZB-H1, LLaMA; then BSIPipe,
+#            Seq1F1B-I and ZB-H1 with tensor parallelism D_t = 2) on CUDA
 #            workers (w = 4 on the GPUs found, several workers per GPU) against the CPU
 #            engine: loss, every gradient, gnorm, fp32 relative 1e-5, NaN fails. It needs the
 #            autotools build (StarPU): carry devbundle/ (scripts/device-bundle.sh), or a

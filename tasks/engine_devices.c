@@ -268,8 +268,11 @@ int engine_devices_configure(struct bsipipe_engine *e, struct starpu_conf *conf)
      * that GPU waits inside a SEND's rendezvous. */
     e->cuda_per_gpu = per_gpu;
     e->cuda_spare = e->mpi ? 1 : 0;
+    /* With tensor parallelism a device is its D_t ranks' workers, all on
+     * the device's GPU (the group's collectives are copies and sums in that
+     * GPU's memory; a group over several GPUs would need NCCL collectives). */
     char n[16];
-    snprintf(n, sizeof n, "%d", per_gpu + e->cuda_spare);
+    snprintf(n, sizeof n, "%d", per_gpu * e->T + e->cuda_spare);
     setenv("STARPU_NWORKER_PER_CUDA", n, 1);
     /* A SEND waits in the rendezvous inside its codelet: each CUDA worker
      * needs its own driver thread, or it would also stall the receiver that
@@ -350,17 +353,18 @@ int engine_devices_start(struct bsipipe_engine *e)
     /* the kernels' matrix-product mode is process-wide: set before any task runs */
     if (bsipipe_cuda_set_gemm_mode((bsipipe_cuda_gemm_mode_t)precision_index(e->o.precision)) < 0)
         return bsipipe_error_set(-EINVAL, "engine: the CUDA kernels refuse precision %s", e->o.precision);
-    int got = (int)starpu_cuda_worker_get_count();
+    int got = (int)starpu_cuda_worker_get_count(), T = e->T, per_gpu = e->cuda_per_gpu * T + e->cuda_spare;
     int gpus = (e->n_local + e->cuda_per_gpu - 1) / e->cuda_per_gpu;
-    if (got < e->n_local + gpus * e->cuda_spare)
+    if (got < e->n_local * T + gpus * e->cuda_spare)
         return bsipipe_error_set(-ENODEV, "engine: the plan has %d devices here (%d CUDA workers with the "
-                                 "idle ones) but StarPU started %d CUDA workers (STARPU_NCUDA, "
-                                 "STARPU_WORKERS_CUDAID, or a StarPU with blocking drivers but without "
-                                 "scripts/starpu-patches/0004 can lower the count; docs/cuda.md)",
-                                 e->n_local, e->n_local + gpus * e->cuda_spare, got);
-    int *ids = calloc((size_t)got, sizeof *ids);
-    if (!ids || !(e->gpu = calloc((size_t)e->W, sizeof *e->gpu))) {
+                                 "tensor-parallel ranks and the idle ones) but StarPU started %d CUDA workers "
+                                 "(STARPU_NCUDA, STARPU_WORKERS_CUDAID, or a StarPU with blocking drivers but "
+                                 "without scripts/starpu-patches/0004 can lower the count; docs/cuda.md)",
+                                 e->n_local, e->n_local * T + gpus * e->cuda_spare, got);
+    int *ids = calloc((size_t)got, sizeof *ids), *tp_ids = calloc((size_t)(e->n_local * T + 1), sizeof *tp_ids);
+    if (!ids || !tp_ids || !(e->gpu = calloc((size_t)e->W, sizeof *e->gpu))) {
         free(ids);
+        free(tp_ids);
         return bsipipe_error_set(-ENOMEM, "out of memory");
     }
     starpu_cublas_init(); /* from here on, engine_devices_stop shuts it down */
@@ -370,18 +374,26 @@ int engine_devices_start(struct bsipipe_engine *e)
      * the others' entries stay 0 (worker) and -1 (GPU), never used. */
     if (starpu_worker_get_ids_by_type(STARPU_CUDA_WORKER, ids, (unsigned)got) != (unsigned)got) {
         free(ids);
+        free(tp_ids);
         return bsipipe_error_set(-EIO, "engine: cannot list StarPU's CUDA workers");
     }
     for (int d = 0, j = 0; d < e->W; d++) {
         e->gpu[d] = -1;
         if (!engine_local(e, d))
             continue;
-        int w = ids[(j / e->cuda_per_gpu) * (e->cuda_per_gpu + e->cuda_spare) + j % e->cuda_per_gpu];
-        e->workerid[d] = w;
-        e->gpu[d] = starpu_worker_get_devid(w);
+        /* device j of this rank: slot j % cuda_per_gpu of GPU j / cuda_per_gpu, its T ranks' workers in a row */
+        int first = (j / e->cuda_per_gpu) * per_gpu + (j % e->cuda_per_gpu) * T;
+        for (int r = 0; r < T; r++)
+            tp_ids[j * T + r] = ids[first + r];
+        e->workerid[d] = ids[first];
+        e->gpu[d] = starpu_worker_get_devid(ids[first]);
         j++;
     }
     free(ids);
+    int rc = T > 1 ? engine_tp_workers(e, tp_ids) : 0; /* rank r of local device j: tp_ids[j * T + r] */
+    free(tp_ids);
+    if (rc < 0)
+        return rc;
 #ifdef BSIPIPE_HAVE_NCCL
     if (wants_nccl(e))
         return start_nccl(e);

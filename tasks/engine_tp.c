@@ -28,12 +28,21 @@
  * each rank's shard of a cross-rank SYNC through StarPU-MPI, its slot tasks
  * submitted here (engine_tp_submit_rank), and every chunk's squared
  * gradient norm is computed once on its owner's process
- * (engine_tp_submit_norm) and sent to every rank. Collectives across
- * processes or GPUs (MPI / NCCL) are not written (engine_tp_check). */
+ * (engine_tp_submit_norm) and sent to every rank.
+ *
+ * On CUDA devices (--devices cuda) a device's T ranks are T CUDA workers of
+ * its GPU: the segments are the CUDA twins (kernels/cuda/bsipipe_cuda_tp.h),
+ * the collectives their device versions with the same bits, the STEP's norm
+ * summed per tensor in the CPU's order. Collectives across processes or
+ * GPUs (MPI / NCCL) are not written (engine_tp_check). */
 #include "tasks/engine_internal.h"
+#include "tasks/engine_cuda.h"
 #include "graph/bsipipe_error.h"
 #include "kernels/bsipipe_tp.h"
 #include "graph/bsipipe_sim.h"
+#ifdef BSIPIPE_HAVE_CUDA
+#include "kernels/cuda/bsipipe_cuda_tp.h"
+#endif
 
 #include <math.h>
 #include <stdio.h>
@@ -156,10 +165,23 @@ int engine_tp_check(struct bsipipe_engine *e)
     if (T > TP_MAX)
         return bsipipe_error_set(BSIPIPE_ECONFIG, "engine: tensor-parallel degree %d is above the engine's %d; "
                                  "use --tp %d or less", T, TP_MAX, TP_MAX);
-    if (e->o.devices != BSIPIPE_DEVICES_CPU)
-        return bsipipe_error_set(-ENOTSUP, "engine: tensor parallelism runs on CPU devices only (the sharded "
-                                 "kernels and their collectives have no CUDA / NCCL version yet): use --devices cpu "
-                                 "or --tp 1");
+    if (e->o.devices != BSIPIPE_DEVICES_CPU) {
+        /* On CUDA devices a TP group is D_t workers of its device's GPU
+         * (engine_devices.c); the collectives are the group's device copies
+         * and sums. What that does not cover is refused by name. */
+        const char *tr = e->o.transport, *prec = e->o.precision;
+        if (tr && strcmp(tr, "nccl") == 0)
+            return bsipipe_error_set(-ENOTSUP, "engine: --tp with --transport nccl is not written (a TP group "
+                                     "shares its device's GPU, whose transfers are the local transport's "
+                                     "copies): use --transport local or --tp 1");
+        if (prec && strcmp(prec, "bf16s") == 0)
+            return bsipipe_error_set(-ENOTSUP, "engine: --tp with --precision bf16s: the sharded stash has no "
+                                     "bf16 layout; use --precision fp32, tf32 or bf16, or --tp 1");
+        if (e->o.mpi)
+            return bsipipe_error_set(-ENOTSUP, "engine: --tp with CUDA devices across MPI ranks is not written "
+                                     "(the per-chunk norm task is CPU only): use --devices cpu, one process, "
+                                     "or --tp 1");
+    }
     bsipipe_tp_t tp = {T, 0};
     int rc = bsipipe_tp_check(&e->dims, &tp, 0);
     for (int s = 0; s < e->k && rc == 0; s++)
@@ -1345,9 +1367,45 @@ static void tp_mem(struct bsipipe_engine *e, int device, double bytes)
     pthread_mutex_unlock(&e->tp->mem_lock);
 }
 
-static void tp_seg_cpu(void *buffers[], void *cl_arg)
+/* Zeroes a gradient accumulator of the task (host or device memory). */
+static int tp_clear(void *p, size_t bytes, int cuda)
 {
-    tp_task_t *tt = cl_arg;
+#ifdef BSIPIPE_HAVE_CUDA
+    if (cuda)
+        return bsipipe_cuda_zero(p, bytes, engine_cuda_stream());
+#endif
+    (void)cuda;
+    memset(p, 0, bytes);
+    return 0;
+}
+
+/* *loss += the piece's cross-entropy sum from the reduced statistics ce. */
+static int tp_loss_add(int len, const double *ce, double *loss, int cuda)
+{
+#ifdef BSIPIPE_HAVE_CUDA
+    if (cuda)
+        return bsipipe_cuda_tp_ce_loss_add(len, ce, loss, engine_cuda_stream());
+#endif
+    (void)cuda;
+    *loss += bsipipe_tp_ce_loss(len, ce);
+    return 0;
+}
+
+/* TP_CALL(seg, args): the CPU segment bsipipe_tp_<seg>(args), or on a CUDA
+ * worker its twin bsipipe_cuda_tp_<seg>(args, stream, handle). */
+#ifdef BSIPIPE_HAVE_CUDA
+#define TP_CALL(seg, ...)                                                                               \
+    (cuda ? bsipipe_cuda_tp_##seg(__VA_ARGS__, engine_cuda_stream(), engine_cuda_blas())              \
+          : bsipipe_tp_##seg(__VA_ARGS__))
+#else
+#define TP_CALL(seg, ...) bsipipe_tp_##seg(__VA_ARGS__)
+#endif
+
+/* One segment on rank tt->rank, on a CPU worker or (cuda) a CUDA one: the
+ * same buffers, memory accounting and emulated hold; only the kernels and
+ * the two host-side steps (clearing dK/dV, adding the loss) differ. */
+static void tp_seg_run(void *buffers[], tp_task_t *tt, int cuda)
+{
     op_args_t *a = tt->a;
     struct bsipipe_engine *e = a->e;
     if (engine_failed(e))
@@ -1371,8 +1429,9 @@ static void tp_seg_cpu(void *buffers[], void *cl_arg)
     if (kv)
         kv += li * bsipipe_tp_kv_size(D, T);
     int emulate = e->o.emulate_flops > 0;
+    int rc0 = 0;
     if (dkv && tt->clear && !emulate) /* emulated: nothing reads it */
-        memset(dkv, 0, STARPU_VECTOR_GET_NX(buffers[tt->ix[R_DKV]]) * sizeof(float));
+        rc0 = tp_clear(dkv, STARPU_VECTOR_GET_NX(buffers[tt->ix[R_DKV]]) * sizeof(float), cuda);
     if (dkv)
         dkv += li * bsipipe_tp_kv_size(D, T);
     float *GA = BUF(R_GA, float *), *PA = BUF(R_PA, float *), *RE = BUF(R_RE, float *), *GD = BUF(R_GD, float *);
@@ -1399,78 +1458,83 @@ static void tp_seg_cpu(void *buffers[], void *cl_arg)
         engine_emulate_hold(tt->emu_s);
         return;
     }
-    switch (tt->kind) {
+    switch (rc0 ? -1 : tt->kind) {
+    case -1:
+        rc = rc0;
+        break;
     case S_EMB_VOCAB:
-        rc = bsipipe_tp_embed_fwd_vocab(D, &tp, P, tok + a->start, len, PA);
+        rc = TP_CALL(embed_fwd_vocab, D, &tp, P, tok + a->start, len, PA);
         break;
     case S_EMB_POS:
-        rc = bsipipe_tp_embed_fwd_pos(D, &tp, P, a->start, len, Y);
+        rc = TP_CALL(embed_fwd_pos, D, &tp, P, a->start, len, Y);
         break;
     case S_NORM1:
-        rc = bsipipe_tp_layer_fwd_norm1(D, &tp, len, lay, BUF(R_X, const float *), st);
+        rc = TP_CALL(layer_fwd_norm1, D, &tp, len, lay, BUF(R_X, const float *), st);
         break;
     case S_ATTN:
-        rc = bsipipe_tp_layer_fwd_attn(D, &tp, a->start, len, lay, GA, st, kv, PA);
+        rc = TP_CALL(layer_fwd_attn, D, &tp, a->start, len, lay, GA, st, kv, PA);
         break;
     case S_NORM2:
-        rc = bsipipe_tp_layer_fwd_norm2(D, &tp, len, lay, RE, st);
+        rc = TP_CALL(layer_fwd_norm2, D, &tp, len, lay, RE, st);
         break;
     case S_MLP:
-        rc = bsipipe_tp_layer_fwd_mlp(D, &tp, len, lay, GA, st, PA);
+        rc = TP_CALL(layer_fwd_mlp, D, &tp, len, lay, GA, st, PA);
         break;
     case S_OUT:
-        rc = bsipipe_tp_layer_fwd_out(D, &tp, len, st, RE, Y ? Y : RE);
+        rc = TP_CALL(layer_fwd_out, D, &tp, len, st, RE, Y ? Y : RE);
         break;
     case S_HNORM:
-        rc = bsipipe_tp_head_fwd_norm(D, &tp, lay, len, Y, HX, HX + ls * D->hidden);
+        rc = TP_CALL(head_fwd_norm, D, &tp, lay, len, Y, HX, HX + ls * D->hidden);
         break;
     case S_HLOGITS:
-        rc = bsipipe_tp_head_fwd_logits(D, &tp, lay, len, GA, HL, HC);
+        rc = TP_CALL(head_fwd_logits, D, &tp, lay, len, GA, HL, HC);
         break;
     case S_HSUMS:
-        rc = bsipipe_tp_head_ce_sums(D, &tp, len, HL, tgt + a->start, HC);
+        rc = TP_CALL(head_ce_sums, D, &tp, len, HL, tgt + a->start, HC);
         break;
     case S_HBWD: {
         double *loss = BUF(R_LOSS, double *);
         if (loss)
-            *loss += bsipipe_tp_ce_loss(len, HC);
+            rc = tp_loss_add(len, HC, loss, cuda);
+        if (rc)
+            break;
         /* the loss is the mean over the iteration's m*S tokens */
-        rc = bsipipe_tp_head_bwd_logits(D, &tp, lay, glay, len, GA, tgt + a->start, 1.0 / ((double)e->m * e->S), HC,
+        rc = TP_CALL(head_bwd_logits, D, &tp, lay, glay, len, GA, tgt + a->start, 1.0 / ((double)e->m * e->S), HC,
                                         HL, PA);
         break;
     }
     case S_HBNORM:
-        rc = bsipipe_tp_head_bwd_norm(D, &tp, lay, glay, len, Y, HX + ls * D->hidden, RE, BUF(R_DY, float *));
+        rc = TP_CALL(head_bwd_norm, D, &tp, lay, glay, len, Y, HX + ls * D->hidden, RE, BUF(R_DY, float *));
         break;
     case S_BMLP:
-        rc = bsipipe_tp_layer_bwd_mlp(D, &tp, len, lay, glay, st, GD, GA, PA, SC);
+        rc = TP_CALL(layer_bwd_mlp, D, &tp, len, lay, glay, st, GD, GA, PA, SC);
         break;
     case S_BMLPX:
-        rc = bsipipe_tp_layer_bwd_mlp_x(D, &tp, len, lay, st, GD, PA, SC, ws);
+        rc = TP_CALL(layer_bwd_mlp_x, D, &tp, len, lay, st, GD, PA, SC, ws);
         break;
     case S_BATTNX:
-        rc = bsipipe_tp_layer_bwd_attn_x(D, &tp, a->start, len, lay, st, kv, dkv, GD, PA, SC, ws);
+        rc = TP_CALL(layer_bwd_attn_x, D, &tp, a->start, len, lay, st, kv, dkv, GD, PA, SC, ws);
         break;
     case S_WMLP:
-        rc = bsipipe_tp_layer_wgrad_mlp(D, &tp, len, glay, st, ws, GA);
+        rc = TP_CALL(layer_wgrad_mlp, D, &tp, len, glay, st, ws, GA);
         break;
     case S_WATTN:
-        rc = bsipipe_tp_layer_wgrad_attn(D, &tp, len, glay, st, ws, GA);
+        rc = TP_CALL(layer_wgrad_attn, D, &tp, len, glay, st, ws, GA);
         break;
     case S_BNORM2:
-        rc = bsipipe_tp_layer_bwd_norm2(D, &tp, len, lay, glay, st, BUF(R_X, const float *), RE, D2);
+        rc = TP_CALL(layer_bwd_norm2, D, &tp, len, lay, glay, st, BUF(R_X, const float *), RE, D2);
         break;
     case S_BATTN:
-        rc = bsipipe_tp_layer_bwd_attn(D, &tp, a->start, len, lay, glay, st, kv, dkv, GD, GA, PA, SC);
+        rc = TP_CALL(layer_bwd_attn, D, &tp, a->start, len, lay, glay, st, kv, dkv, GD, GA, PA, SC);
         break;
     case S_BNORM1:
-        rc = bsipipe_tp_layer_bwd_norm1(D, &tp, len, lay, glay, st, D2, RE, GB);
+        rc = TP_CALL(layer_bwd_norm1, D, &tp, len, lay, glay, st, D2, RE, GB);
         break;
     case S_EBPOS:
-        rc = bsipipe_tp_embed_bwd_pos(D, &tp, G, a->start, len, GB);
+        rc = TP_CALL(embed_bwd_pos, D, &tp, G, a->start, len, GB);
         break;
     case S_EBVOCAB:
-        rc = bsipipe_tp_embed_bwd_vocab(D, &tp, G, tok + a->start, len, GA);
+        rc = TP_CALL(embed_bwd_vocab, D, &tp, G, tok + a->start, len, GA);
         break;
     default:
         rc = -EINVAL;
@@ -1483,9 +1547,52 @@ static void tp_seg_cpu(void *buffers[], void *cl_arg)
     }
 }
 
-static void tp_coll_cpu(void *buffers[], void *cl_arg)
+static void tp_seg_cpu(void *buffers[], void *cl_arg)
 {
-    tp_task_t *tt = cl_arg;
+    tp_seg_run(buffers, cl_arg, 0);
+}
+
+#ifdef BSIPIPE_HAVE_CUDA
+static void tp_seg_cuda(void *buffers[], void *cl_arg)
+{
+    tp_seg_run(buffers, cl_arg, 1);
+}
+#endif
+
+/* COLL_CALL(name, args): the in-process collective bsipipe_tp_<name>(args) on
+ * host buffers, or on a CUDA worker bsipipe_cuda_tp_<name>(args, stream) on
+ * the group's device buffers (the same bits). */
+#ifdef BSIPIPE_HAVE_CUDA
+#define COLL_CALL(name, ...) \
+    (cuda ? bsipipe_cuda_tp_##name(__VA_ARGS__, engine_cuda_stream()) : bsipipe_tp_##name(__VA_ARGS__))
+#else
+#define COLL_CALL(name, ...) bsipipe_tp_##name(__VA_ARGS__)
+#endif
+
+/* In place: every bufs[q][0..count) becomes the reduction over the ranks
+ * (rank order). The CPU reduces into a copy first, so no rank's input is
+ * overwritten before it is read. */
+static int tp_all_reduce_inplace(int T, void *const *bufs, long count, bsipipe_tp_dtype_t dt, bsipipe_tp_op_t op,
+                                 int cuda)
+{
+#ifdef BSIPIPE_HAVE_CUDA
+    if (cuda)
+        return bsipipe_cuda_tp_all_reduce_inplace(T, bufs, count, dt, op, engine_cuda_stream());
+#endif
+    (void)cuda;
+    size_t es = dt == BSIPIPE_TP_F64 ? sizeof(double) : sizeof(float);
+    void *tmp = malloc(es * (size_t)(count > 0 ? count : 1));
+    int rc = tmp ? bsipipe_tp_all_reduce_rank(T, (const void *const *)bufs, tmp, count, dt, op) : -ENOMEM;
+    for (int q = 0; q < T && rc == 0; q++)
+        memcpy(bufs[q], tmp, es * (size_t)count);
+    free(tmp);
+    return rc;
+}
+
+/* One collective task (CPU or CUDA worker): the kernels' collectives over
+ * the ranks' buffers of this task. */
+static void tp_coll_run(void *buffers[], tp_task_t *tt, int cuda)
+{
     struct bsipipe_engine *e = tt->a->e;
     if (engine_failed(e))
         return;
@@ -1494,32 +1601,26 @@ static void tp_coll_cpu(void *buffers[], void *cl_arg)
         return;
     }
     int T = e->T, rc = 0;
-    const void *send[TP_MAX] = {0};
+    void *send[TP_MAX] = {0};
     for (int q = 0; q < T; q++)
-        send[q] = (const char *)STARPU_VECTOR_GET_PTR(buffers[tt->src[q]]) +
+        send[q] = (char *)STARPU_VECTOR_GET_PTR(buffers[tt->src[q]]) +
                   (size_t)tt->off * STARPU_VECTOR_GET_ELEMSIZE(buffers[tt->src[q]]);
     switch (tt->kind) {
     case C_AG:
         for (int q = 0; q < T && rc == 0; q++)
-            rc = bsipipe_tp_all_gather_rank(T, q, send, (void *)STARPU_VECTOR_GET_PTR(buffers[tt->dst[q]]), tt->count,
-                                            BSIPIPE_TP_F32);
+            rc = COLL_CALL(all_gather_rank, T, q, (const void *const *)send,
+                           (void *)STARPU_VECTOR_GET_PTR(buffers[tt->dst[q]]), tt->count, BSIPIPE_TP_F32);
         break;
     case C_RS:
         for (int q = 0; q < T && rc == 0; q++)
-            rc = bsipipe_tp_reduce_scatter_rank(T, q, send, (void *)STARPU_VECTOR_GET_PTR(buffers[tt->dst[q]]),
-                                                tt->count, BSIPIPE_TP_F32);
+            rc = COLL_CALL(reduce_scatter_rank, T, q, (const void *const *)send,
+                           (void *)STARPU_VECTOR_GET_PTR(buffers[tt->dst[q]]), tt->count, BSIPIPE_TP_F32);
         break;
     case C_ARMAX:
-    case C_ARSUM: { /* in place: the result first, then every rank's copy */
-        double *tmp = malloc(sizeof(double) * (size_t)tt->count);
-        rc = tmp ? bsipipe_tp_all_reduce_rank(T, send, tmp, tt->count, BSIPIPE_TP_F64,
-                                              tt->kind == C_ARMAX ? BSIPIPE_TP_MAX : BSIPIPE_TP_SUM)
-                 : -ENOMEM;
-        for (int q = 0; q < T && rc == 0; q++)
-            memcpy((void *)send[q], tmp, sizeof(double) * (size_t)tt->count);
-        free(tmp);
+    case C_ARSUM:
+        rc = tp_all_reduce_inplace(T, send, tt->count, BSIPIPE_TP_F64, tt->kind == C_ARMAX ? BSIPIPE_TP_MAX : BSIPIPE_TP_SUM,
+                                   cuda);
         break;
-    }
     case C_AREP: { /* the replicated tensors of the replica, summed in rank order */
         struct engine_tp *t = e->tp;
         const tp_rep_t *p0 = &t->rep[(long)tt->rep * T];
@@ -1528,14 +1629,10 @@ static void tp_coll_cpu(void *buffers[], void *cl_arg)
             long n = (long)ti->rows * ti->cols, off = ti->offset - p0->base;
             if (ti->split != BSIPIPE_TP_REPLICATED || off < 0 || off >= p0->n)
                 continue;
-            const void *in[TP_MAX];
+            void *in[TP_MAX];
             for (int q = 0; q < T; q++)
-                in[q] = (const float *)send[q] + off;
-            float *tmp = malloc(sizeof(float) * (size_t)n);
-            rc = tmp ? bsipipe_tp_all_reduce_rank(T, in, tmp, n, BSIPIPE_TP_F32, BSIPIPE_TP_SUM) : -ENOMEM;
-            for (int q = 0; q < T && rc == 0; q++)
-                memcpy((float *)send[q] + off, tmp, sizeof(float) * (size_t)n);
-            free(tmp);
+                in[q] = (float *)send[q] + off;
+            rc = tp_all_reduce_inplace(T, in, n, BSIPIPE_TP_F32, BSIPIPE_TP_SUM, cuda);
         }
         break;
     }
@@ -1549,6 +1646,18 @@ static void tp_coll_cpu(void *buffers[], void *cl_arg)
         engine_fail(e, rc);
     }
 }
+
+static void tp_coll_cpu(void *buffers[], void *cl_arg)
+{
+    tp_coll_run(buffers, cl_arg, 0);
+}
+
+#ifdef BSIPIPE_HAVE_CUDA
+static void tp_coll_cuda(void *buffers[], void *cl_arg)
+{
+    tp_coll_run(buffers, cl_arg, 1);
+}
+#endif
 
 /* Squared norm of replica x's gradient shard g on rank q: its split
  * tensors, and its replicated ones on rank 0 only (their gradients are equal
@@ -1638,32 +1747,96 @@ int engine_tp_submit_norm(struct bsipipe_engine *e, int c, starpu_data_handle_t 
     return 0;
 }
 
+#ifdef BSIPIPE_HAVE_CUDA
+/* The CUDA STEP's squared norms, per (chunk, rank, tensor) as tp_shard_sumsq
+ * takes them, each computed on the device and all copied back at once (the
+ * one wait of the step: the clip needs the norm on the host). sums[x * T * nti
+ * + q * nti + j]; a tensor that tp_shard_sumsq skips stays 0. Across MPI ranks
+ * buffers[x] hold the chunks' sums: sums[x * T * nti] gets them. */
+static int tp_step_sums_cuda(struct bsipipe_engine *e, void *buffers[], double *sums)
+{
+    struct engine_tp *t = e->tp;
+    int T = e->T, K = e->C * T * t->nti, rc = 0;
+    cudaStream_t s = engine_cuda_stream();
+    double *dsum = NULL;
+    rc = bsipipe_cuda_scratch_alloc((void **)&dsum, sizeof(double) * (size_t)K, s);
+    if (rc == 0)
+        rc = bsipipe_cuda_zero(dsum, sizeof(double) * (size_t)K, s);
+    for (int x = 0; x < e->C && rc == 0; x++) {
+        if (e->mpi) {
+            rc = bsipipe_cuda_copy(dsum + (long)x * T * t->nti, (const void *)STARPU_VECTOR_GET_PTR(buffers[x]),
+                                   sizeof(double), s);
+            continue;
+        }
+        for (int q = 0; q < T && rc == 0; q++) {
+            const tp_rep_t *p = &t->rep[(long)x * T + q];
+            const float *g = (const float *)STARPU_VECTOR_GET_PTR(buffers[x * T + q]);
+            for (int j = 0; j < t->nti && rc == 0; j++) {
+                const bsipipe_tp_tensor_info_t *ti = &t->ti[j];
+                long off = ti->offset - p->base;
+                if (off < 0 || off >= p->n || (ti->split == BSIPIPE_TP_REPLICATED && q > 0))
+                    continue;
+                rc = bsipipe_cuda_sumsq((long)ti->rows * ti->cols, g + off, dsum + ((long)x * T + q) * t->nti + j, s);
+            }
+        }
+    }
+    if (rc == 0)
+        rc = bsipipe_cuda_copy_to_host(sums, dsum, sizeof(double) * (size_t)K, s);
+    if (dsum) {
+        int rc_free = bsipipe_cuda_scratch_free(dsum, s);
+        rc = rc ? rc : rc_free;
+    }
+    return rc;
+}
+
+static int tp_adamw_cuda(const bsipipe_adamw_t *h, long step, long n, float *p, const float *g, double mul, int decay,
+                         float *m, float *v)
+{
+    return bsipipe_cuda_adamw_update(h, step, n, p, g, mul, decay, m, v, engine_cuda_stream());
+}
+#endif
+
 /* Global norm: per chunk the sum over its ranks' shards (tp_shard_sumsq,
  * in rank order), then over the chunks; across MPI ranks the per-chunk sums
  * come from their owners (engine_tp_submit_norm). The same order on every
- * rank, so every rank clips alike and the replicas stay equal. */
-static void tp_step_cpu(void *buffers[], void *cl_arg)
+ * rank, so every rank clips alike and the replicas stay equal. On a CUDA
+ * worker the per-tensor sums come from the device (tp_step_sums_cuda) and
+ * are added in the same order; AdamW is the CUDA kernel. */
+static void tp_step_run(void *buffers[], tp_task_t *tt, int cuda)
 {
-    tp_task_t *tt = cl_arg;
     op_args_t *a = tt->a;
     struct bsipipe_engine *e = a->e;
     struct engine_tp *t = e->tp;
     if (engine_failed(e) || !a->do_step || e->o.emulate_flops > 0)
         return;
     int T = e->T, rc = 0;
-    double sumsq = 0;
-    for (int x = 0; x < e->C; x++) {
+    double sumsq = 0, *sums = NULL;
+    int (*update)(const bsipipe_adamw_t *, long, long, float *, const float *, double, int, float *, float *) =
+        bsipipe_adamw_update;
+    (void)cuda;
+#ifdef BSIPIPE_HAVE_CUDA
+    if (cuda) {
+        update = tp_adamw_cuda;
+        sums = calloc((size_t)e->C * T * t->nti, sizeof *sums);
+        rc = sums ? tp_step_sums_cuda(e, buffers, sums) : -ENOMEM;
+    }
+#endif
+    for (int x = 0; x < e->C && rc == 0; x++) {
         double part = 0;
-        if (e->mpi)
+        if (sums) /* the device's sums, in tp_shard_sumsq's order */
+            for (long k = 0; k < (long)T * t->nti; k++)
+                part += sums[(long)x * T * t->nti + k];
+        else if (e->mpi)
             part = *(const double *)STARPU_VECTOR_GET_PTR(buffers[x]);
-        for (int q = 0; q < T && !e->mpi; q++)
+        for (int q = 0; q < T && !e->mpi && !sums; q++)
             part += tp_shard_sumsq(t, x, q, (const float *)STARPU_VECTOR_GET_PTR(buffers[x * T + q]));
         sumsq += part;
     }
+    free(sums);
     double norm = sqrt(sumsq), mul = 1.0;
     if (e->o.opt.grad_clip > 0 && e->o.opt.grad_clip / (norm + 1e-6) < 1.0)
         mul = e->o.opt.grad_clip / (norm + 1e-6);
-    if (tt->rank == 0)
+    if (tt->rank == 0 && rc == 0)
         e->gnorm = norm;
     bsipipe_adamw_t opt = e->o.opt;
     opt.lr *= e->lr_scale;
@@ -1682,32 +1855,46 @@ static void tp_step_cpu(void *buffers[], void *cl_arg)
             long off = ti->offset - p->base, cnt = (long)ti->rows * ti->cols;
             if (off < 0 || off >= p->n)
                 continue;
-            rc = bsipipe_adamw_update(&opt, e->steps + 1, cnt, P + off, g + off, mul, ti->decay, m + off, v + off);
+            rc = update(&opt, e->steps + 1, cnt, P + off, g + off, mul, ti->decay, m + off, v + off);
         }
     }
     engine_report(e, a, rc);
 }
 
+static void tp_step_cpu(void *buffers[], void *cl_arg)
+{
+    tp_step_run(buffers, cl_arg, 0);
+}
+
+#ifdef BSIPIPE_HAVE_CUDA
+static void tp_step_cuda(void *buffers[], void *cl_arg)
+{
+    tp_step_run(buffers, cl_arg, 1);
+}
+#endif
+
+/* Segments, collectives and STEP run on the rank's worker, a CPU one or a
+ * CUDA one (--devices cuda: the rank's kernels queue on its stream). */
 static struct starpu_codelet engine_cl_tp_seg = {
-    .where = STARPU_CPU,
     .cpu_funcs = {tp_seg_cpu},
     .cpu_funcs_name = {"tp_seg_cpu"},
+    BSIPIPE_CL_CUDA(tp_seg_cuda)
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .name = "TPSEG",
 };
 
 static struct starpu_codelet engine_cl_tp_coll = {
-    .where = STARPU_CPU,
     .cpu_funcs = {tp_coll_cpu},
     .cpu_funcs_name = {"tp_coll_cpu"},
+    BSIPIPE_CL_CUDA(tp_coll_cuda)
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .name = "TPCOLL",
 };
 
 static struct starpu_codelet engine_cl_tp_step = {
-    .where = STARPU_CPU,
     .cpu_funcs = {tp_step_cpu},
     .cpu_funcs_name = {"tp_step_cpu"},
+    BSIPIPE_CL_CUDA(tp_step_cuda)
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .name = "STEP",
 };

@@ -6,7 +6,10 @@
  * CPU engine stays fp32); NaN or Inf never passes.
  *
  * Cases: GPT and LLaMA, BSIPipe (bidirectional: SYNC between mirrors) and
- * ZB-H1 (split B / W), w devices (default 4) on the GPUs found, several CUDA
+ * ZB-H1 (split B / W), then the same with tensor parallelism D_t = 2 (BSIPipe,
+ * Seq1F1B-I, ZB-H1: each device two CUDA workers of its GPU, against D_t = 2
+ * on CPU workers; not with --transport nccl or bf16s, which TP refuses),
+ * w devices (default 4) on the GPUs found, several CUDA
  * workers per GPU when there are fewer GPUs (our StarPU allows that with
  * blocking drivers through scripts/starpu-patches/0004). A StarPU without
  * that patch starts one CUDA worker per GPU: the engine then reports too few
@@ -78,12 +81,13 @@ static double rel_err(double a, double b)
 
 /* Runs one case; returns 0 (ran), 77 (engine refused: not enough workers). */
 static int run_case(const char *name, bsipipe_model_dims_t dims, bsipipe_schedule_kind_t kind, int w, int k,
-                    const char *transport, FILE *table)
+                    int tp, const char *transport, FILE *table)
 {
     bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(kind);
     pc.w = w;
     pc.k = k;
     pc.m = 4;
+    pc.tp = tp;
     if (w == 1)
         pc.p = 1;
     bsipipe_engine_options_t o = bsipipe_engine_options_default(&dims, &pc);
@@ -201,16 +205,27 @@ int main(int argc, char **argv)
     int refused = 0;
     const char *pr = precision ? precision : "fp32";
     snprintf(name, sizeof name, "gpt bsipipe w=%d k=2 %s", w, pr);
-    refused |= run_case(name, gpt, BSIPIPE_SCHED_BSIPIPE, w, 2, transport, table) == 77;
+    refused |= run_case(name, gpt, BSIPIPE_SCHED_BSIPIPE, w, 2, 1, transport, table) == 77;
     if (!refused || cpu_only) {
         snprintf(name, sizeof name, "llama bsipipe w=%d k=2 %s", w, pr);
-        run_case(name, llama, BSIPIPE_SCHED_BSIPIPE, w, 2, transport, table);
+        run_case(name, llama, BSIPIPE_SCHED_BSIPIPE, w, 2, 1, transport, table);
         snprintf(name, sizeof name, "gpt zb-h1 w=%d %s", w, pr);
-        run_case(name, gpt, BSIPIPE_SCHED_ZB_H1, w, 1, transport, table);
+        run_case(name, gpt, BSIPIPE_SCHED_ZB_H1, w, 1, 1, transport, table);
+        /* Tensor parallelism: each device is D_t CUDA workers of its GPU, the
+         * sharded segments and the group's collectives on the device, against
+         * the same D_t on CPU workers (not with nccl or bf16s: refused) */
+        if ((!transport || strcmp(transport, "nccl") != 0) && (!precision || strcmp(precision, "bf16s") != 0)) {
+            snprintf(name, sizeof name, "gpt bsipipe w=%d k=2 tp=2 %s", w, pr);
+            run_case(name, gpt, BSIPIPE_SCHED_BSIPIPE, w, 2, 2, transport, table);
+            snprintf(name, sizeof name, "llama seq1f1b-i w=%d k=2 tp=2 %s", w, pr);
+            run_case(name, llama, BSIPIPE_SCHED_SEQ1F1B_I, w, 2, 2, transport, table);
+            snprintf(name, sizeof name, "gpt zb-h1 w=%d tp=2 %s", w, pr);
+            run_case(name, gpt, BSIPIPE_SCHED_ZB_H1, w, 1, 2, transport, table);
+        }
     } else { /* one CUDA worker per GPU: what runs without a pipeline */
         printf("FALLBACK: 1F1B on w = 1 (no transfers, no SYNC): the pipeline itself has not run on CUDA\n");
-        run_case("gpt 1f1b w=1 (fallback)", gpt, BSIPIPE_SCHED_1F1B, 1, 1, transport, table);
-        run_case("llama 1f1b w=1 (fallback)", llama, BSIPIPE_SCHED_1F1B, 1, 1, transport, table);
+        run_case("gpt 1f1b w=1 (fallback)", gpt, BSIPIPE_SCHED_1F1B, 1, 1, 1, transport, table);
+        run_case("llama 1f1b w=1 (fallback)", llama, BSIPIPE_SCHED_1F1B, 1, 1, 1, transport, table);
     }
     if (table)
         fclose(table);

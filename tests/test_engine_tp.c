@@ -31,6 +31,7 @@
 #include "tests/test_data.h"
 #include "tests/grad_check.h"
 #include "graph/bsipipe_sim.h"
+#include "kernels/cuda/bsipipe_cuda_probe.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -467,15 +468,39 @@ int main(int argc, char **argv)
     bsipipe_model_dims_t short_seq = gpt;
     short_seq.seq_len = 30; /* the planner aligns pieces to D_t: S must be a multiple */
     check_refused(&short_seq, BSIPIPE_SCHED_1F1B, 4, 1, BSIPIPE_ECONFIG, "nearest valid S: 28 or 32");
-    { /* CUDA devices: refused before StarPU starts, naming the fix */
-        bsipipe_engine_options_t o = tp_options(&gpt, BSIPIPE_SCHED_1F1B, 2);
-        o.devices = BSIPIPE_DEVICES_CUDA;
-        bsipipe_engine_t *e = NULL;
-        int rc = bsipipe_engine_create(&o, &e);
-        printf("refused: 1f1b tp 2 on CUDA devices: %s\n", bsipipe_error_detail());
-        CHECK(rc == -ENOTSUP && e == NULL, "tp on CUDA devices: rc %d, want -ENOTSUP", rc);
-        CHECK_CONTAINS(bsipipe_error_detail(), "use --devices cpu or --tp 1");
-        bsipipe_engine_destroy(e);
+    { /* CUDA devices: what TP on a GPU does not cover is refused before
+       * StarPU starts, naming the fix; the rest reaches the devices (here,
+       * without a GPU: no CUDA device) */
+        static const struct {
+            const char *transport, *precision;
+            int want;
+            const char *says;
+        } cases[] = {
+            {"nccl", NULL, -ENOTSUP, "use --transport local or --tp 1"},
+            {NULL, "bf16s", -ENOTSUP, "use --precision fp32, tf32 or bf16, or --tp 1"},
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            bsipipe_engine_options_t o = tp_options(&gpt, BSIPIPE_SCHED_1F1B, 2);
+            o.devices = BSIPIPE_DEVICES_CUDA;
+            o.transport = cases[i].transport;
+            o.precision = cases[i].precision;
+            bsipipe_engine_t *e = NULL;
+            int rc = bsipipe_engine_create(&o, &e);
+            printf("refused: 1f1b tp 2 on CUDA devices (%s): %s\n", cases[i].transport ? cases[i].transport
+                   : cases[i].precision, bsipipe_error_detail());
+            CHECK(rc == cases[i].want && e == NULL, "tp on CUDA devices: rc %d, want %d", rc, cases[i].want);
+            CHECK_CONTAINS(bsipipe_error_detail(), cases[i].says);
+            bsipipe_engine_destroy(e);
+        }
+        if (bsipipe_cuda_device_count() <= 0) {
+            bsipipe_engine_options_t o = tp_options(&gpt, BSIPIPE_SCHED_1F1B, 2);
+            o.devices = BSIPIPE_DEVICES_CUDA;
+            bsipipe_engine_t *e = NULL;
+            int rc = bsipipe_engine_create(&o, &e);
+            printf("no GPU: 1f1b tp 2 on CUDA devices: %s\n", bsipipe_error_detail());
+            CHECK(rc == -ENODEV && e == NULL, "tp on CUDA devices without a GPU: rc %d, want -ENODEV", rc);
+            bsipipe_engine_destroy(e);
+        }
     }
     /* Emulated device time. */
     check_emulated(&gpt, BSIPIPE_SCHED_BSIPIPE, 2);
