@@ -271,6 +271,12 @@ int engine_devices_configure(struct bsipipe_engine *e, struct starpu_conf *conf)
     /* With tensor parallelism a device is its D_t ranks' workers, all on
      * the device's GPU (the group's collectives are copies and sums in that
      * GPU's memory; a group over several GPUs would need NCCL collectives). */
+    if (per_gpu * e->T + e->cuda_spare >= STARPU_NMAXWORKERS) /* StarPU would abort in starpu_init */
+        return bsipipe_error_set(-EINVAL, "engine: %d workers on one GPU (%d devices of the plan times --tp %d%s) "
+                                 "is more than StarPU's %d workers: use more GPUs (--gpus), a smaller --tp or "
+                                 "a shorter pipeline",
+                                 per_gpu * e->T + e->cuda_spare, per_gpu, e->T, e->cuda_spare ? ", plus one" : "",
+                                 STARPU_NMAXWORKERS - 1);
     char n[16];
     snprintf(n, sizeof n, "%d", per_gpu * e->T + e->cuda_spare);
     setenv("STARPU_NWORKER_PER_CUDA", n, 1);
@@ -370,8 +376,9 @@ int engine_devices_start(struct bsipipe_engine *e)
     starpu_cublas_init(); /* from here on, engine_devices_stop shuts it down */
     /* StarPU lists a GPU's workers together: consecutive devices (pipeline
      * neighbours) share a GPU. This rank's devices take the first
-     * cuda_per_gpu workers of each GPU in order (the spare ones stay idle);
-     * the others' entries stay 0 (worker) and -1 (GPU), never used. */
+     * cuda_per_gpu * T workers of each GPU in order, T in a row per device
+     * (the spare ones stay idle); the others' entries stay 0 (worker) and
+     * -1 (GPU), never used. */
     if (starpu_worker_get_ids_by_type(STARPU_CUDA_WORKER, ids, (unsigned)got) != (unsigned)got) {
         free(ids);
         free(tp_ids);

@@ -33,7 +33,8 @@
  * On CUDA devices (--devices cuda) a device's T ranks are T CUDA workers of
  * its GPU: the segments are the CUDA twins (kernels/cuda/bsipipe_cuda_tp.h),
  * the collectives their device versions with the same bits, the STEP's norm
- * summed per tensor in the CPU's order. Collectives across processes or
+ * from per-tensor sums in a fixed order (the same clip factor on every
+ * rank), grouped as on the CPU. Collectives across processes or
  * GPUs (MPI / NCCL) are not written (engine_tp_check). */
 #include "tasks/engine_internal.h"
 #include "tasks/engine_cuda.h"
@@ -1749,8 +1750,11 @@ int engine_tp_submit_norm(struct bsipipe_engine *e, int c, starpu_data_handle_t 
 
 #ifdef BSIPIPE_HAVE_CUDA
 /* The CUDA STEP's squared norms, per (chunk, rank, tensor) as tp_shard_sumsq
- * takes them, each computed on the device and all copied back at once (the
- * one wait of the step: the clip needs the norm on the host). sums[x * T * nti
+ * takes them, each computed on the device in a fixed order (every rank's
+ * STEP computes the global norm itself: atomics would give the ranks other
+ * clip factors and the replicated tensors would drift apart) and all copied
+ * back at once (the one wait of the step: the clip needs the norm on the
+ * host). sums[x * T * nti
  * + q * nti + j]; a tensor that tp_shard_sumsq skips stays 0. Across MPI ranks
  * buffers[x] hold the chunks' sums: sums[x * T * nti] gets them. */
 static int tp_step_sums_cuda(struct bsipipe_engine *e, void *buffers[], double *sums)
@@ -1760,7 +1764,7 @@ static int tp_step_sums_cuda(struct bsipipe_engine *e, void *buffers[], double *
     cudaStream_t s = engine_cuda_stream();
     double *dsum = NULL;
     rc = bsipipe_cuda_scratch_alloc((void **)&dsum, sizeof(double) * (size_t)K, s);
-    if (rc == 0)
+    if (rc == 0) /* the skipped (rank, tensor) entries stay 0 */
         rc = bsipipe_cuda_zero(dsum, sizeof(double) * (size_t)K, s);
     for (int x = 0; x < e->C && rc == 0; x++) {
         if (e->mpi) {
@@ -1776,7 +1780,8 @@ static int tp_step_sums_cuda(struct bsipipe_engine *e, void *buffers[], double *
                 long off = ti->offset - p->base;
                 if (off < 0 || off >= p->n || (ti->split == BSIPIPE_TP_REPLICATED && q > 0))
                     continue;
-                rc = bsipipe_cuda_sumsq((long)ti->rows * ti->cols, g + off, dsum + ((long)x * T + q) * t->nti + j, s);
+                rc = bsipipe_cuda_tp_sumsq((long)ti->rows * ti->cols, g + off, dsum + ((long)x * T + q) * t->nti + j,
+                                           s);
             }
         }
     }
@@ -1801,7 +1806,8 @@ static int tp_adamw_cuda(const bsipipe_adamw_t *h, long step, long n, float *p, 
  * come from their owners (engine_tp_submit_norm). The same order on every
  * rank, so every rank clips alike and the replicas stay equal. On a CUDA
  * worker the per-tensor sums come from the device (tp_step_sums_cuda) and
- * are added in the same order; AdamW is the CUDA kernel. */
+ * are grouped the same way (per rank, then over the ranks); AdamW is the
+ * CUDA kernel. */
 static void tp_step_run(void *buffers[], tp_task_t *tt, int cuda)
 {
     op_args_t *a = tt->a;
@@ -1823,10 +1829,13 @@ static void tp_step_run(void *buffers[], tp_task_t *tt, int cuda)
 #endif
     for (int x = 0; x < e->C && rc == 0; x++) {
         double part = 0;
-        if (sums) /* the device's sums, in tp_shard_sumsq's order */
-            for (long k = 0; k < (long)T * t->nti; k++)
-                part += sums[(long)x * T * t->nti + k];
-        else if (e->mpi)
+        for (int q = 0; q < T && sums; q++) { /* the device's sums, grouped as tp_shard_sumsq groups them */
+            double shard = 0;
+            for (int j = 0; j < t->nti; j++)
+                shard += sums[((long)x * T + q) * t->nti + j];
+            part += shard;
+        }
+        if (e->mpi && !sums)
             part = *(const double *)STARPU_VECTOR_GET_PTR(buffers[x]);
         for (int q = 0; q < T && !e->mpi && !sums; q++)
             part += tp_shard_sumsq(t, x, q, (const float *)STARPU_VECTOR_GET_PTR(buffers[x * T + q]));

@@ -215,12 +215,14 @@ int main(int argc, char **argv)
          * sharded segments and the group's collectives on the device, against
          * the same D_t on CPU workers (not with nccl or bf16s: refused) */
         if ((!transport || strcmp(transport, "nccl") != 0) && (!precision || strcmp(precision, "bf16s") != 0)) {
+            /* the pipeline ran on CUDA above: a TP case that does not run fails */
             snprintf(name, sizeof name, "gpt bsipipe w=%d k=2 tp=2 %s", w, pr);
-            run_case(name, gpt, BSIPIPE_SCHED_BSIPIPE, w, 2, 2, transport, table);
+            CHECK(run_case(name, gpt, BSIPIPE_SCHED_BSIPIPE, w, 2, 2, transport, table) == 0, "%s did not run", name);
             snprintf(name, sizeof name, "llama seq1f1b-i w=%d k=2 tp=2 %s", w, pr);
-            run_case(name, llama, BSIPIPE_SCHED_SEQ1F1B_I, w, 2, 2, transport, table);
+            CHECK(run_case(name, llama, BSIPIPE_SCHED_SEQ1F1B_I, w, 2, 2, transport, table) == 0, "%s did not run",
+                  name);
             snprintf(name, sizeof name, "gpt zb-h1 w=%d tp=2 %s", w, pr);
-            run_case(name, gpt, BSIPIPE_SCHED_ZB_H1, w, 1, 2, transport, table);
+            CHECK(run_case(name, gpt, BSIPIPE_SCHED_ZB_H1, w, 1, 2, transport, table) == 0, "%s did not run", name);
         }
     } else { /* one CUDA worker per GPU: what runs without a pipeline */
         printf("FALLBACK: 1F1B on w = 1 (no transfers, no SYNC): the pipeline itself has not run on CUDA\n");

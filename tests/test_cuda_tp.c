@@ -11,7 +11,8 @@
  * (the shard table, bsipipe_tp_tensors). Error = max|gpu - cpu| / max|cpu| (normwise
  * relative); NaN or Inf never passes. Tolerances: 1e-5 with fp32 products, 1e-2 with tf32
  * and bf16. bf16s (bf16 stash storage) must be refused with -EINVAL. The device collectives
- * (bsipipe_cuda_tp_all_gather_rank, ...) and the loss sum must give the CPU ones' bits.
+ * (bsipipe_cuda_tp_all_gather_rank, ...) must give the CPU ones' bits; the loss sum agrees
+ * to 1e-13 (the device's log), the STEP's sum of squares gives the same bits twice.
  *
  *   tests/test_cuda_tp [--mode fp32|tf32|bf16|all] [-v]
  * Default: fp32 and bf16. -v prints every comparison, else only the worst per segment.
@@ -23,6 +24,7 @@
 #include <string.h>
 
 #include "kernels/bsipipe_tp.h"
+#include "kernels/bsipipe_kernels.h"
 #include "kernels/cuda/bsipipe_cuda_probe.h"
 
 #ifndef BSIPIPE_HAVE_CUDA
@@ -435,8 +437,8 @@ static void run_case(tcase_t *c)
 }
 
 /* The device collectives against the CPU ones, bit for bit: all-gather, reduce-scatter, the
- * all-reduces (MAX, SUM; out of place and in place), fp32 and fp64, 2 to 4 ranks; and the
- * cross-entropy's loss sum. */
+ * all-reduces (MAX, SUM; out of place and in place), fp32 and fp64, 2 to 4 ranks; then the
+ * cross-entropy's loss sum and the STEP's deterministic sum of squares. */
 static void bits_row(const char *what, int size, const char *type, const void *gpu_dev, const void *cpu, size_t bytes)
 {
     void *g = xcalloc(bytes);
@@ -517,7 +519,35 @@ static void check_collectives(void)
     CU(cudaMemcpy(dloss, &loss, sizeof loss, cudaMemcpyHostToDevice));
     CHECK(bsipipe_cuda_tp_ce_loss_add(LEN, dce, dloss, g_s));
     loss += bsipipe_tp_ce_loss(LEN, ce);
-    bits_row("ce_loss_add", 1, "f64", dloss, &loss, sizeof loss);
+    double got = 0;
+    CU(cudaStreamSynchronize(g_s));
+    CU(cudaMemcpy(&got, dloss, sizeof got, cudaMemcpyDeviceToHost));
+    /* the device's log is within an ulp of the host's: not bitwise */
+    int ok = isfinite(got) && fabs(got - loss) <= 1e-13 * fabs(loss);
+    g_rows++;
+    g_fail += !ok;
+    printf("  ce_loss_add: device %.17g host %.17g %s\n", got, loss, ok ? "ok" : "FAIL");
+    /* the STEP's sum of squares: the same bits every call (no atomics), close to the CPU's */
+    enum { NSQ = 5000 };
+    float *g = xcalloc(sizeof(float) * NSQ), *dg = NULL;
+    for (int i = 0; i < NSQ; i++)
+        g[i] = (float)(2 * urand() - 1);
+    double sq[2] = {0, 0}, *dsq = NULL, ref = bsipipe_sumsq(NSQ, g);
+    CU(cudaMalloc((void **)&dg, sizeof(float) * NSQ));
+    CU(cudaMalloc((void **)&dsq, sizeof sq));
+    CU(cudaMemcpy(dg, g, sizeof(float) * NSQ, cudaMemcpyHostToDevice));
+    CHECK(bsipipe_cuda_tp_sumsq(NSQ, dg, dsq, g_s));
+    CHECK(bsipipe_cuda_tp_sumsq(NSQ, dg, dsq + 1, g_s));
+    CU(cudaStreamSynchronize(g_s));
+    CU(cudaMemcpy(sq, dsq, sizeof sq, cudaMemcpyDeviceToHost));
+    ok = memcmp(&sq[0], &sq[1], sizeof sq[0]) == 0 && fabs(sq[0] - ref) <= 1e-12 * ref;
+    g_rows++;
+    g_fail += !ok;
+    printf("  sumsq: %.17g twice the same bits: %s; cpu %.17g: %s\n", sq[0],
+           memcmp(&sq[0], &sq[1], sizeof sq[0]) ? "no" : "yes", ref, ok ? "ok" : "FAIL");
+    free(g);
+    cudaFree(dg);
+    cudaFree(dsq);
     cudaFree(dce);
     cudaFree(dloss);
     printf("  %d comparisons, %d with other bits\n", g_rows - rows, g_fail - before);

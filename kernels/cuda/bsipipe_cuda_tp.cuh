@@ -296,6 +296,18 @@ __global__ void k_tp_ce_loss_add(int len, const double *ce, double *loss)
     *loss += s;
 }
 
+/* one block: thread t takes g[t], g[t + NT], ...; then the block's fixed-order sum */
+__global__ void k_tp_sumsq(long n, const float *g, double *out)
+{
+    __shared__ double sh[256 / 32];
+    double acc = 0;
+    for (long i = threadIdx.x; i < n; i += 256)
+        acc += (double)g[i] * g[i];
+    acc = block_sum<256>(acc, sh);
+    if (threadIdx.x == 0)
+        *out = acc;
+}
+
 static int tp_cuda_reduce(int size, const void *const *in, long off, void *out, long count, bsipipe_tp_dtype_t t,
                           bsipipe_tp_op_t op, int inplace, cudaStream_t s)
 {
@@ -327,6 +339,14 @@ extern "C" int bsipipe_cuda_tp_ce_loss_add(int len, const double *ce, double *lo
     if (len < 1 || !ce || !loss)
         return -EINVAL;
     BSIPIPE_LAUNCH(k_tp_ce_loss_add, 1, 1, 0, s, len, ce, loss);
+    return launched();
+}
+
+extern "C" int bsipipe_cuda_tp_sumsq(long n, const float *g, double *out, cudaStream_t s)
+{
+    if (n < 0 || !out || (n && !g))
+        return -EINVAL;
+    BSIPIPE_LAUNCH(k_tp_sumsq, 1, 256, 0, s, n, g, out);
     return launched();
 }
 

@@ -108,8 +108,15 @@ int bsipipe_cuda_tp_head_bwd_norm(const bsipipe_model_dims_t *d, const bsipipe_t
     const float *red, float *dx, cudaStream_t s, cublasHandle_t hb);
 
 /* *loss += bsipipe_tp_ce_loss(len, ce): the piece's cross-entropy sum from the
- * reduced statistics, in the CPU's order (same bits). loss: one device double. */
+ * reduced statistics, in the CPU's order (up to the device's log, within an
+ * ulp of the host's). loss: one device double. */
 int bsipipe_cuda_tp_ce_loss_add(int len, const double *ce, double *loss, cudaStream_t s);
+
+/* *out (device double) = sum of squares of g[0..n), in a fixed order (one
+ * block, no atomics): the same bits on every call, so every rank of a TP
+ * group that computes a norm gets the same clip factor. For the STEP, not
+ * for speed. */
+int bsipipe_cuda_tp_sumsq(long n, const float *g, double *out, cudaStream_t s);
 
 /* ---- collectives over the ranks' device buffers (one process, UVA) ----
  * The bits of kernels/bsipipe_tp.h's in-process ones: all-gather copies,
