@@ -8,8 +8,9 @@
  * $(includedir)/bsipipe on the include path. Each header says who owns and
  * who frees every pointer; library functions return 0 or a negative error
  * code, with a sentence in bsipipe_error_detail() (graph/bsipipe_error.h).
- * Not included here: kernels/cuda/bsipipe_cuda_kernels.h and
- * kernels/cuda/bsipipe_cuda_ops.h (they need the CUDA headers; include them
+ * Not included here: kernels/cuda/bsipipe_cuda_kernels.h,
+ * kernels/cuda/bsipipe_cuda_tp.h and kernels/cuda/bsipipe_cuda_ops.h (they
+ * need the CUDA headers; include them
  * yourself in a CUDA build), and kernels/bsipipe_kernels_decl.h (an
  * implementation detail of kernels/bsipipe_kernels.h).
  *
