@@ -58,22 +58,8 @@ static FILE *g_tsv;
 
 /* ---------------------------------------------------------------- helpers */
 
-static void *xalloc(size_t n)
-{
-    void *p = calloc(n ? n : 1, 1);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(99);
-    }
-    return p;
-}
-
 static unsigned long long g_rng = 0x1234567ULL;
-static double urand(void) /* [0, 1) */
-{
-    g_rng = g_rng * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (double)(g_rng >> 11) * (1.0 / 9007199254740992.0);
-}
+static double urand(void) { return check_urand(&g_rng); } /* [0, 1) */
 static void fill(float *p, long n, double scale)
 {
     for (long i = 0; i < n; i++)
@@ -81,7 +67,7 @@ static void fill(float *p, long n, double scale)
 }
 static float *rnd(long n, double scale)
 {
-    float *p = xalloc(sizeof(float) * (size_t)n);
+    float *p = check_calloc(sizeof(float) * (size_t)n);
     fill(p, n, scale);
     return p;
 }
@@ -198,7 +184,7 @@ static void cmp(const char *kernel, const char *cfg, const char *tensor, const f
         g_cpu_cases++;
         return;
     }
-    g = xalloc(sizeof(float) * (size_t)n);
+    g = check_calloc(sizeof(float) * (size_t)n);
     CU(cudaStreamSynchronize(g_s));
     CU(cudaMemcpy(g, gpu_dev, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost));
     for (long i = 0; i < n; i++) {
@@ -246,13 +232,13 @@ static void run_cfg(const struct cfg *c)
     long ho = bsipipe_model_layer_offset(d, L), lp = (long)L * bsipipe_model_layer_params(d);
     long hp = bsipipe_model_head_params(d), ep = bsipipe_model_embed_params(d);
     long kvn = (long)L * bsipipe_model_kv_size(d);
-    float *params = xalloc(sizeof(float) * (size_t)np);
-    int *tok = xalloc(sizeof(int) * (size_t)S), *tgt = xalloc(sizeof(int) * (size_t)S);
+    float *params = check_calloc(sizeof(float) * (size_t)np);
+    int *tok = check_calloc(sizeof(int) * (size_t)S), *tgt = check_calloc(sizeof(int) * (size_t)S);
 
     CHECK(bsipipe_model_init(d, 42, params));
     {   /* norm weights/biases away from 1/0 so that their gradients are exercised */
         int nt = bsipipe_model_tensors(d, NULL, 0);
-        bsipipe_tensor_info_t *ti = xalloc(sizeof *ti * (size_t)nt);
+        bsipipe_tensor_info_t *ti = check_calloc(sizeof *ti * (size_t)nt);
         bsipipe_model_tensors(d, ti, nt);
         for (int i = 0; i < nt; i++)
             if (!ti[i].decay)
@@ -268,7 +254,7 @@ static void run_cfg(const struct cfg *c)
     int *dtok = upi(tok, S), *dtgt = upi(tgt, S);
 
     /* ---- embedding forward (both pieces) ---- */
-    float *x0 = xalloc(sizeof(float) * (size_t)S * h);
+    float *x0 = check_calloc(sizeof(float) * (size_t)S * h);
     float *dx0 = zeros_dev((long)S * h);
     for (int j = 0; j < 2; j++) {
         CHECK(bsipipe_embed_forward(d, params + eo, tok + st[j], st[j], ln[j],
@@ -281,12 +267,12 @@ static void run_cfg(const struct cfg *c)
     /* ---- chunk forward, piece 0 then 1 (KV prefix from the CPU run) ---- */
     long ss[2], stot[2];
     float *stash[2], *xo[2];
-    float *kv = xalloc(sizeof(float) * (size_t)kvn);
+    float *kv = check_calloc(sizeof(float) * (size_t)kvn);
     for (int j = 0; j < 2; j++) {
         ss[j] = bsipipe_model_stash_size(d, ln[j]);
         stot[j] = (long)L * ss[j];
-        stash[j] = xalloc(sizeof(float) * (size_t)stot[j]);
-        xo[j] = xalloc(sizeof(float) * (size_t)ln[j] * h);
+        stash[j] = check_calloc(sizeof(float) * (size_t)stot[j]);
+        xo[j] = check_calloc(sizeof(float) * (size_t)ln[j] * h);
         long smode = (long)L * bsipipe_cuda_stash_size(d, ln[j], bsipipe_cuda_get_gemm_mode());
         float *dkv_in = kv_up(d, L, kv), *dst = zeros_dev(smode), *dxo = zeros_dev((long)ln[j] * h);
         float *dxin = up(x0 + (size_t)st[j] * h, (long)ln[j] * h);
@@ -315,7 +301,7 @@ static void run_cfg(const struct cfg *c)
         CU(cudaMalloc((void **)&dloss, sizeof(double)));
     float *dwork = zeros_dev(hw);
     {   /* forward only, piece 0: logits and loss */
-        float *lgt = xalloc(sizeof(float) * (size_t)ln[0] * V), *wk = xalloc(sizeof(float) * (size_t)hw);
+        float *lgt = check_calloc(sizeof(float) * (size_t)ln[0] * V), *wk = check_calloc(sizeof(float) * (size_t)hw);
         double loss = 0;
         float *dx = up(xo[0], (long)ln[0] * h), *dlg = zeros_dev((long)ln[0] * V);
         CHECK(bsipipe_head_forward(d, params + ho, ln[0], xo[0], tgt, lgt, &loss, wk));
@@ -325,9 +311,9 @@ static void run_cfg(const struct cfg *c)
         cmp_scalar("head_forward", nm, "loss", loss, dloss);
         free(lgt); free(wk); dfree(dx); dfree(dlg);
     }
-    float *dy1 = xalloc(sizeof(float) * (size_t)ln[1] * h);
+    float *dy1 = check_calloc(sizeof(float) * (size_t)ln[1] * h);
     {   /* forward + backward, piece 1 */
-        float *hg = xalloc(sizeof(float) * (size_t)hp), *wk = xalloc(sizeof(float) * (size_t)hw);
+        float *hg = check_calloc(sizeof(float) * (size_t)hp), *wk = check_calloc(sizeof(float) * (size_t)hw);
         double loss = 0, gs = 1.0 / S;
         float *dx = up(xo[1], (long)ln[1] * h), *dhg = zeros_dev(hp), *ddy = zeros_dev((long)ln[1] * h);
         CHECK(bsipipe_head_forward_backward(d, params + ho, hg, ln[1], xo[1], tgt + st[1], gs,
@@ -342,12 +328,12 @@ static void run_cfg(const struct cfg *c)
 
     /* ---- chunk backward, piece 1 then 0 (fused), then the split B/W of piece 1 ---- */
     long wn = bsipipe_model_work_size(d, S);
-    float *dkv = xalloc(sizeof(float) * (size_t)kvn);
+    float *dkv = check_calloc(sizeof(float) * (size_t)kvn);
     float *dkvd = kv_up(d, L, kv), *dworkb = zeros_dev(wn);
     float *dy[2] = {rnd((long)ln[0] * h, 1e-3), dy1};
     for (int j = 1; j >= 0; j--) {
-        float *grads = xalloc(sizeof(float) * (size_t)lp), *dxh = xalloc(sizeof(float) * (size_t)ln[j] * h);
-        float *wk = xalloc(sizeof(float) * (size_t)wn);
+        float *grads = check_calloc(sizeof(float) * (size_t)lp), *dxh = check_calloc(sizeof(float) * (size_t)ln[j] * h);
+        float *wk = check_calloc(sizeof(float) * (size_t)wn);
         float *ddkv = up(dkv, kvn), *dgr = zeros_dev(lp), *ddy = up(dy[j], (long)ln[j] * h);
         float *ddx = zeros_dev((long)ln[j] * h), *dst = stash_up(d, L, ln[j], stash[j]);
         CHECK(bsipipe_chunk_backward(d, 0, L, st[j], ln[j], params + lo, grads, dy[j], dxh,
@@ -366,9 +352,9 @@ static void run_cfg(const struct cfg *c)
     }
     {   /* split backward of piece 1 (dkv zero again, as for the last piece) */
         long wsn = (long)L * bsipipe_model_wstash_size(d, ln[1]);
-        float *grads = xalloc(sizeof(float) * (size_t)lp), *dxh = xalloc(sizeof(float) * (size_t)ln[1] * h);
-        float *wk = xalloc(sizeof(float) * (size_t)wn), *ws = xalloc(sizeof(float) * (size_t)wsn);
-        float *dk2 = xalloc(sizeof(float) * (size_t)kvn);
+        float *grads = check_calloc(sizeof(float) * (size_t)lp), *dxh = check_calloc(sizeof(float) * (size_t)ln[1] * h);
+        float *wk = check_calloc(sizeof(float) * (size_t)wn), *ws = check_calloc(sizeof(float) * (size_t)wsn);
+        float *dk2 = check_calloc(sizeof(float) * (size_t)kvn);
         float *ddkv = zeros_dev(kvn), *dgr = zeros_dev(lp), *ddy = up(dy1, (long)ln[1] * h);
         float *ddx = zeros_dev((long)ln[1] * h), *dst = stash_up(d, L, ln[1], stash[1]);
         float *dws = zeros_dev(wsn);
@@ -389,7 +375,7 @@ static void run_cfg(const struct cfg *c)
 
     /* ---- embedding backward (both pieces, repeated tokens accumulate) ---- */
     {
-        float *eg = xalloc(sizeof(float) * (size_t)ep), *dxs = rnd((long)S * h, 1.0);
+        float *eg = check_calloc(sizeof(float) * (size_t)ep), *dxs = rnd((long)S * h, 1.0);
         float *deg = zeros_dev(ep), *ddx = up(dxs, (long)S * h);
         for (int j = 0; j < 2; j++) {
             CHECK(bsipipe_embed_backward(d, eg, tok + st[j], st[j], ln[j], dxs + (size_t)st[j] * h));
@@ -416,8 +402,8 @@ static void run_attention(int H, int hd, int start, int len)
     int w = H * hd, ldq = w + 8, ldk = w + 4, ldo = w + 2, nk = start + len;
     snprintf(nm, sizeof nm, "H%d hd%d s%d", H, hd, start);
     float *q = rnd((long)len * ldq, 1.0), *k = rnd((long)nk * ldk, 1.0), *v = rnd((long)nk * ldk, 1.0);
-    float *o = xalloc(sizeof(float) * (size_t)len * ldo), *lse = xalloc(sizeof(float) * (size_t)H * len);
-    float *dout = rnd((long)len * ldo, 1.0), *dq = xalloc(sizeof(float) * (size_t)len * ldq);
+    float *o = check_calloc(sizeof(float) * (size_t)len * ldo), *lse = check_calloc(sizeof(float) * (size_t)H * len);
+    float *dout = rnd((long)len * ldo, 1.0), *dq = check_calloc(sizeof(float) * (size_t)len * ldq);
     float *dk = rnd((long)nk * ldk, 0.1), *dv = rnd((long)nk * ldk, 0.1);
     float *dq_d = up(dq, (long)len * ldq), *dk_d = up(dk, (long)nk * ldk), *dv_d = up(dv, (long)nk * ldk);
     float *q_d = up(q, (long)len * ldq), *k_d = up(k, (long)nk * ldk), *v_d = up(v, (long)nk * ldk);
@@ -434,7 +420,7 @@ static void run_attention(int H, int hd, int start, int len)
     GCHECK(bsipipe_cuda_attention_backward(H, hd, start, len, q_d, ldq, k_d, v_d, ldk, o_c, do_d,
                                           ldo, lse_c, dq_d, ldq, dk_d, dv_d, g_s));
     /* only the head columns of dq are defined */
-    float *dqh = xalloc(sizeof(float) * (size_t)len * ldq);
+    float *dqh = check_calloc(sizeof(float) * (size_t)len * ldq);
     if (g_gpu) {
         CU(cudaStreamSynchronize(g_s));
         CU(cudaMemcpy(dqh, dq_d, sizeof(float) * (size_t)len * ldq, cudaMemcpyDeviceToHost));

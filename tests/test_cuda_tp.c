@@ -50,21 +50,7 @@ static int g_fail, g_rows, g_verbose;
 static double g_worst;
 
 static unsigned long long g_rng = 0x2545F4914F6CDD1DULL;
-static double urand(void) /* [0, 1) */
-{
-    g_rng = g_rng * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (double)(g_rng >> 11) * (1.0 / 9007199254740992.0);
-}
-
-static void *xcalloc(size_t n)
-{
-    void *p = calloc(n ? n : 1, 1);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(99);
-    }
-    return p;
-}
+static double urand(void) { return check_urand(&g_rng); } /* [0, 1) */
 
 /* ---- one rank's buffers: host (the CPU run) and device mirrors ---- */
 
@@ -114,7 +100,7 @@ static void rank_alloc(tcase_t *c, int r)
         }
         b->n[k] = n[k];
         b->es[k] = k == B_CE ? sizeof(double) : sizeof(float);
-        b->host[k] = xcalloc(b->es[k] * (size_t)n[k]);
+        b->host[k] = check_calloc(b->es[k] * (size_t)n[k]);
         CU(cudaMalloc(&b->dev[k], b->es[k] * (size_t)n[k]));
         if (k == B_CE)
             continue;
@@ -192,7 +178,7 @@ static void compare(tcase_t *c, int r)
     CU(cudaStreamSynchronize(g_s));
     for (int k = 0; k < B_N; k++) {
         size_t bytes = b->es[k] * (size_t)b->n[k];
-        void *g = xcalloc(bytes);
+        void *g = check_calloc(bytes);
         CU(cudaMemcpy(g, b->dev[k], bytes, cudaMemcpyDeviceToHost));
         double md = 0, err;
         if (k == B_CE) {
@@ -226,20 +212,27 @@ static void compare(tcase_t *c, int r)
 }
 
 #define H(r, k) ((float *)c->rb[r].host[k])
-#define D(r, k) ((float *)c->rb[r].dev[k])
 
-/* One segment on every rank: CPU then CUDA on the same inputs, then the comparison. The
- * CPU call is `cpu`, the CUDA one `gpu`, both with rank r and tp in scope. */
-#define SEGMENT(label, cpu, gpu)                                                                 \
+/* One segment on every rank: bsipipe_tp_<fn>(args) on the CPU, then
+ * bsipipe_cuda_tp_<fn>(args, stream, handle) on the same inputs, then the comparison. In
+ * args, A(k) is rank r's buffer k, CE its cross-entropy statistics and TOK / TGT the
+ * piece's tokens and targets: the host's in the CPU call, the device's in the CUDA one. */
+#define A(k) ((float *)(gpu ? c->rb[r].dev[k] : c->rb[r].host[k]))
+#define CE ((double *)(gpu ? c->rb[r].dev[B_CE] : c->rb[r].host[B_CE]))
+#define TOK (gpu ? dtok : tok)
+#define TGT (gpu ? dtgt : tgt)
+#define SEGMENT(label, fn, ...)                                                                  \
     do {                                                                                         \
         snprintf(c->seg, sizeof c->seg, "%s", label);                                            \
         c->worst = 0;                                                                            \
         c->worst_what = "";                                                                      \
         for (int r = 0; r < c->T; r++) {                                                         \
             bsipipe_tp_t tp = {c->T, r};                                                         \
+            int gpu = 0;                                                                         \
             upload(c, r);                                                                        \
-            CHECK(cpu);                                                                          \
-            CHECK(gpu);                                                                          \
+            CHECK(bsipipe_tp_##fn(__VA_ARGS__));                                                 \
+            gpu = 1;                                                                             \
+            CHECK(bsipipe_cuda_tp_##fn(__VA_ARGS__, g_s, g_h));                                  \
             compare(c, r);                                                                       \
         }                                                                                        \
         printf("  %-18s worst %10.3e (%s)\n", c->seg, c->worst, c->worst_what);                 \
@@ -270,7 +263,7 @@ static void reduce_scatter(tcase_t *c, int src, int dst)
 static void all_reduce_ce(tcase_t *c, long off, long cnt, bsipipe_tp_op_t op)
 {
     const void *in[TMAX];
-    double *out = xcalloc(sizeof(double) * (size_t)cnt);
+    double *out = check_calloc(sizeof(double) * (size_t)cnt);
     for (int q = 0; q < c->T; q++)
         in[q] = (double *)c->rb[q].host[B_CE] + off;
     CHECK(bsipipe_tp_all_reduce_rank(c->T, in, out, cnt, BSIPIPE_TP_F64, op));
@@ -288,16 +281,14 @@ static void run_case(tcase_t *c)
     long lay = bsipipe_tp_layer_offset(d, T, 0), head = bsipipe_tp_layer_offset(d, T, L);
     long n1 = bsipipe_tp_stash_norm_offset(d, T, len, 1), n2 = bsipipe_tp_stash_norm_offset(d, T, len, 2);
     double gs = 1.0 / (double)len;
-    cudaStream_t s = g_s;
-    cublasHandle_t hb = g_h;
     printf("\n%s, %s, D_t = %d, piece [%d, %d), %s backward\n", c->name, c->mode, T, start, start + len,
            c->split ? "split" : "fused");
     c->nti = bsipipe_tp_tensors(d, T, NULL, 0);
-    c->ti = xcalloc(sizeof *c->ti * (size_t)c->nti);
+    c->ti = check_calloc(sizeof *c->ti * (size_t)c->nti);
     bsipipe_tp_tensors(d, T, c->ti, c->nti);
     long S = d->seq_len;
-    c->tokens = xcalloc(sizeof(int) * (size_t)S);
-    c->targets = xcalloc(sizeof(int) * (size_t)S);
+    c->tokens = check_calloc(sizeof(int) * (size_t)S);
+    c->targets = check_calloc(sizeof(int) * (size_t)S);
     for (long i = 0; i < S; i++) {
         c->tokens[i] = (int)(urand() * d->vocab);
         c->targets[i] = (int)(urand() * d->vocab);
@@ -312,120 +303,64 @@ static void run_case(tcase_t *c)
               *dtgt = c->dtgt + start;
 
     /* forward: the embedding, one layer, the head and its cross-entropy */
-    SEGMENT("emb_fwd_vocab", bsipipe_tp_embed_fwd_vocab(d, &tp, H(r, B_P), tok, len, H(r, B_PART)),
-            bsipipe_cuda_tp_embed_fwd_vocab(d, &tp, D(r, B_P), dtok, len, D(r, B_PART), s, hb));
+    SEGMENT("emb_fwd_vocab", embed_fwd_vocab, d, &tp, A(B_P), TOK, len, A(B_PART));
     reduce_scatter(c, B_PART, B_X);
-    SEGMENT("emb_fwd_pos", bsipipe_tp_embed_fwd_pos(d, &tp, H(r, B_P), start, len, H(r, B_X)),
-            bsipipe_cuda_tp_embed_fwd_pos(d, &tp, D(r, B_P), start, len, D(r, B_X), s, hb));
-    SEGMENT("fwd_norm1", bsipipe_tp_layer_fwd_norm1(d, &tp, len, H(r, B_P) + lay, H(r, B_X), H(r, B_ST)),
-            bsipipe_cuda_tp_layer_fwd_norm1(d, &tp, len, D(r, B_P) + lay, D(r, B_X), D(r, B_ST), s, hb));
+    SEGMENT("emb_fwd_pos", embed_fwd_pos, d, &tp, A(B_P), start, len, A(B_X));
+    SEGMENT("fwd_norm1", layer_fwd_norm1, d, &tp, len, A(B_P) + lay, A(B_X), A(B_ST));
     all_gather(c, B_ST, n1, B_GATH);
-    SEGMENT("fwd_attn",
-            bsipipe_tp_layer_fwd_attn(d, &tp, start, len, H(r, B_P) + lay, H(r, B_GATH), H(r, B_ST),
-                                      H(r, B_KV), H(r, B_PART)),
-            bsipipe_cuda_tp_layer_fwd_attn(d, &tp, start, len, D(r, B_P) + lay, D(r, B_GATH), D(r, B_ST),
-                                           D(r, B_KV), D(r, B_PART), s, hb));
+    SEGMENT("fwd_attn", layer_fwd_attn, d, &tp, start, len, A(B_P) + lay, A(B_GATH), A(B_ST), A(B_KV), A(B_PART));
     reduce_scatter(c, B_PART, B_RED);
-    SEGMENT("fwd_norm2", bsipipe_tp_layer_fwd_norm2(d, &tp, len, H(r, B_P) + lay, H(r, B_RED), H(r, B_ST)),
-            bsipipe_cuda_tp_layer_fwd_norm2(d, &tp, len, D(r, B_P) + lay, D(r, B_RED), D(r, B_ST), s, hb));
+    SEGMENT("fwd_norm2", layer_fwd_norm2, d, &tp, len, A(B_P) + lay, A(B_RED), A(B_ST));
     all_gather(c, B_ST, n2, B_GATH);
-    SEGMENT("fwd_mlp",
-            bsipipe_tp_layer_fwd_mlp(d, &tp, len, H(r, B_P) + lay, H(r, B_GATH), H(r, B_ST), H(r, B_PART)),
-            bsipipe_cuda_tp_layer_fwd_mlp(d, &tp, len, D(r, B_P) + lay, D(r, B_GATH), D(r, B_ST),
-                                          D(r, B_PART), s, hb));
+    SEGMENT("fwd_mlp", layer_fwd_mlp, d, &tp, len, A(B_P) + lay, A(B_GATH), A(B_ST), A(B_PART));
     reduce_scatter(c, B_PART, B_RED);
-    SEGMENT("fwd_out", bsipipe_tp_layer_fwd_out(d, &tp, len, H(r, B_ST), H(r, B_RED), H(r, B_Y)),
-            bsipipe_cuda_tp_layer_fwd_out(d, &tp, len, D(r, B_ST), D(r, B_RED), D(r, B_Y), s, hb));
-    SEGMENT("head_fwd_norm",
-            bsipipe_tp_head_fwd_norm(d, &tp, H(r, B_P) + head, len, H(r, B_Y), H(r, B_XN), H(r, B_HST)),
-            bsipipe_cuda_tp_head_fwd_norm(d, &tp, D(r, B_P) + head, len, D(r, B_Y), D(r, B_XN), D(r, B_HST),
-                                          s, hb));
+    SEGMENT("fwd_out", layer_fwd_out, d, &tp, len, A(B_ST), A(B_RED), A(B_Y));
+    SEGMENT("head_fwd_norm", head_fwd_norm, d, &tp, A(B_P) + head, len, A(B_Y), A(B_XN), A(B_HST));
     all_gather(c, B_XN, 0, B_GATH);
-    SEGMENT("head_fwd_logits",
-            bsipipe_tp_head_fwd_logits(d, &tp, H(r, B_P) + head, len, H(r, B_GATH), H(r, B_LOGITS),
-                                       c->rb[r].host[B_CE]),
-            bsipipe_cuda_tp_head_fwd_logits(d, &tp, D(r, B_P) + head, len, D(r, B_GATH), D(r, B_LOGITS),
-                                            c->rb[r].dev[B_CE], s, hb));
+    SEGMENT("head_fwd_logits", head_fwd_logits, d, &tp, A(B_P) + head, len, A(B_GATH), A(B_LOGITS), CE);
     all_reduce_ce(c, 0, len, BSIPIPE_TP_MAX);
-    SEGMENT("head_ce_sums", bsipipe_tp_head_ce_sums(d, &tp, len, H(r, B_LOGITS), tgt, c->rb[r].host[B_CE]),
-            bsipipe_cuda_tp_head_ce_sums(d, &tp, len, D(r, B_LOGITS), dtgt, c->rb[r].dev[B_CE], s, hb));
+    SEGMENT("head_ce_sums", head_ce_sums, d, &tp, len, A(B_LOGITS), TGT, CE);
     all_reduce_ce(c, len, 2L * len, BSIPIPE_TP_SUM);
 
     /* backward */
-    SEGMENT("head_bwd_logits",
-            bsipipe_tp_head_bwd_logits(d, &tp, H(r, B_P) + head, H(r, B_G) + head, len, H(r, B_GATH), tgt,
-                                       gs, c->rb[r].host[B_CE], H(r, B_LOGITS), H(r, B_PART)),
-            bsipipe_cuda_tp_head_bwd_logits(d, &tp, D(r, B_P) + head, D(r, B_G) + head, len, D(r, B_GATH),
-                                            dtgt, gs, c->rb[r].dev[B_CE], D(r, B_LOGITS), D(r, B_PART), s,
-                                            hb));
+    SEGMENT("head_bwd_logits", head_bwd_logits, d, &tp, A(B_P) + head, A(B_G) + head, len, A(B_GATH), TGT, gs, CE,
+            A(B_LOGITS), A(B_PART));
     reduce_scatter(c, B_PART, B_RED);
-    SEGMENT("head_bwd_norm",
-            bsipipe_tp_head_bwd_norm(d, &tp, H(r, B_P) + head, H(r, B_G) + head, len, H(r, B_Y), H(r, B_HST),
-                                     H(r, B_RED), H(r, B_DY)),
-            bsipipe_cuda_tp_head_bwd_norm(d, &tp, D(r, B_P) + head, D(r, B_G) + head, len, D(r, B_Y),
-                                          D(r, B_HST), D(r, B_RED), D(r, B_DY), s, hb));
+    SEGMENT("head_bwd_norm", head_bwd_norm, d, &tp, A(B_P) + head, A(B_G) + head, len, A(B_Y), A(B_HST), A(B_RED),
+            A(B_DY));
     all_gather(c, B_DY, 0, B_GDY);
     if (!c->split) {
         all_gather(c, B_ST, n2, B_GATH);
-        SEGMENT("bwd_mlp",
-                bsipipe_tp_layer_bwd_mlp(d, &tp, len, H(r, B_P) + lay, H(r, B_G) + lay, H(r, B_ST),
-                                         H(r, B_GDY), H(r, B_GATH), H(r, B_PART), H(r, B_WORK)),
-                bsipipe_cuda_tp_layer_bwd_mlp(d, &tp, len, D(r, B_P) + lay, D(r, B_G) + lay, D(r, B_ST),
-                                              D(r, B_GDY), D(r, B_GATH), D(r, B_PART), D(r, B_WORK), s, hb));
+        SEGMENT("bwd_mlp", layer_bwd_mlp, d, &tp, len, A(B_P) + lay, A(B_G) + lay, A(B_ST), A(B_GDY), A(B_GATH),
+                A(B_PART), A(B_WORK));
     } else {
-        SEGMENT("bwd_mlp_x",
-                bsipipe_tp_layer_bwd_mlp_x(d, &tp, len, H(r, B_P) + lay, H(r, B_ST), H(r, B_GDY),
-                                           H(r, B_PART), H(r, B_WORK), H(r, B_WST)),
-                bsipipe_cuda_tp_layer_bwd_mlp_x(d, &tp, len, D(r, B_P) + lay, D(r, B_ST), D(r, B_GDY),
-                                                D(r, B_PART), D(r, B_WORK), D(r, B_WST), s, hb));
+        SEGMENT("bwd_mlp_x", layer_bwd_mlp_x, d, &tp, len, A(B_P) + lay, A(B_ST), A(B_GDY), A(B_PART), A(B_WORK),
+                A(B_WST));
     }
     reduce_scatter(c, B_PART, B_RED);
-    SEGMENT("bwd_norm2",
-            bsipipe_tp_layer_bwd_norm2(d, &tp, len, H(r, B_P) + lay, H(r, B_G) + lay, H(r, B_ST), H(r, B_DY),
-                                       H(r, B_RED), H(r, B_DX2)),
-            bsipipe_cuda_tp_layer_bwd_norm2(d, &tp, len, D(r, B_P) + lay, D(r, B_G) + lay, D(r, B_ST),
-                                            D(r, B_DY), D(r, B_RED), D(r, B_DX2), s, hb));
+    SEGMENT("bwd_norm2", layer_bwd_norm2, d, &tp, len, A(B_P) + lay, A(B_G) + lay, A(B_ST), A(B_DY), A(B_RED),
+            A(B_DX2));
     all_gather(c, B_DX2, 0, B_GDY);
     if (!c->split) {
         all_gather(c, B_ST, n1, B_GATH);
-        SEGMENT("bwd_attn",
-                bsipipe_tp_layer_bwd_attn(d, &tp, start, len, H(r, B_P) + lay, H(r, B_G) + lay, H(r, B_ST),
-                                          H(r, B_KV), H(r, B_DKV), H(r, B_GDY), H(r, B_GATH), H(r, B_PART),
-                                          H(r, B_WORK)),
-                bsipipe_cuda_tp_layer_bwd_attn(d, &tp, start, len, D(r, B_P) + lay, D(r, B_G) + lay,
-                                               D(r, B_ST), D(r, B_KV), D(r, B_DKV), D(r, B_GDY), D(r, B_GATH),
-                                               D(r, B_PART), D(r, B_WORK), s, hb));
+        SEGMENT("bwd_attn", layer_bwd_attn, d, &tp, start, len, A(B_P) + lay, A(B_G) + lay, A(B_ST), A(B_KV),
+                A(B_DKV), A(B_GDY), A(B_GATH), A(B_PART), A(B_WORK));
     } else {
-        SEGMENT("bwd_attn_x",
-                bsipipe_tp_layer_bwd_attn_x(d, &tp, start, len, H(r, B_P) + lay, H(r, B_ST), H(r, B_KV),
-                                            H(r, B_DKV), H(r, B_GDY), H(r, B_PART), H(r, B_WORK), H(r, B_WST)),
-                bsipipe_cuda_tp_layer_bwd_attn_x(d, &tp, start, len, D(r, B_P) + lay, D(r, B_ST), D(r, B_KV),
-                                                 D(r, B_DKV), D(r, B_GDY), D(r, B_PART), D(r, B_WORK),
-                                                 D(r, B_WST), s, hb));
+        SEGMENT("bwd_attn_x", layer_bwd_attn_x, d, &tp, start, len, A(B_P) + lay, A(B_ST), A(B_KV), A(B_DKV),
+                A(B_GDY), A(B_PART), A(B_WORK), A(B_WST));
     }
     reduce_scatter(c, B_PART, B_RED);
-    SEGMENT("bwd_norm1",
-            bsipipe_tp_layer_bwd_norm1(d, &tp, len, H(r, B_P) + lay, H(r, B_G) + lay, H(r, B_ST), H(r, B_DX2),
-                                       H(r, B_RED), H(r, B_DX)),
-            bsipipe_cuda_tp_layer_bwd_norm1(d, &tp, len, D(r, B_P) + lay, D(r, B_G) + lay, D(r, B_ST),
-                                            D(r, B_DX2), D(r, B_RED), D(r, B_DX), s, hb));
+    SEGMENT("bwd_norm1", layer_bwd_norm1, d, &tp, len, A(B_P) + lay, A(B_G) + lay, A(B_ST), A(B_DX2), A(B_RED),
+            A(B_DX));
     if (c->split) { /* W: the weight halves after the re-gathers of the norm outputs */
         all_gather(c, B_ST, n2, B_GATH);
-        SEGMENT("wgrad_mlp",
-                bsipipe_tp_layer_wgrad_mlp(d, &tp, len, H(r, B_G) + lay, H(r, B_ST), H(r, B_WST), H(r, B_GATH)),
-                bsipipe_cuda_tp_layer_wgrad_mlp(d, &tp, len, D(r, B_G) + lay, D(r, B_ST), D(r, B_WST),
-                                                D(r, B_GATH), s, hb));
+        SEGMENT("wgrad_mlp", layer_wgrad_mlp, d, &tp, len, A(B_G) + lay, A(B_ST), A(B_WST), A(B_GATH));
         all_gather(c, B_ST, n1, B_GATH);
-        SEGMENT("wgrad_attn",
-                bsipipe_tp_layer_wgrad_attn(d, &tp, len, H(r, B_G) + lay, H(r, B_ST), H(r, B_WST), H(r, B_GATH)),
-                bsipipe_cuda_tp_layer_wgrad_attn(d, &tp, len, D(r, B_G) + lay, D(r, B_ST), D(r, B_WST),
-                                                 D(r, B_GATH), s, hb));
+        SEGMENT("wgrad_attn", layer_wgrad_attn, d, &tp, len, A(B_G) + lay, A(B_ST), A(B_WST), A(B_GATH));
     }
-    SEGMENT("emb_bwd_pos", bsipipe_tp_embed_bwd_pos(d, &tp, H(r, B_G), start, len, H(r, B_DX)),
-            bsipipe_cuda_tp_embed_bwd_pos(d, &tp, D(r, B_G), start, len, D(r, B_DX), s, hb));
+    SEGMENT("emb_bwd_pos", embed_bwd_pos, d, &tp, A(B_G), start, len, A(B_DX));
     all_gather(c, B_DX, 0, B_GATH);
-    SEGMENT("emb_bwd_vocab", bsipipe_tp_embed_bwd_vocab(d, &tp, H(r, B_G), tok, len, H(r, B_GATH)),
-            bsipipe_cuda_tp_embed_bwd_vocab(d, &tp, D(r, B_G), dtok, len, D(r, B_GATH), s, hb));
+    SEGMENT("emb_bwd_vocab", embed_bwd_vocab, d, &tp, A(B_G), TOK, len, A(B_GATH));
 
     for (int r = 0; r < T; r++)
         rank_free(c, r);
@@ -441,7 +376,7 @@ static void run_case(tcase_t *c)
  * cross-entropy's loss sum and the STEP's deterministic sum of squares. */
 static void bits_row(const char *what, int size, const char *type, const void *gpu_dev, const void *cpu, size_t bytes)
 {
-    void *g = xcalloc(bytes);
+    void *g = check_calloc(bytes);
     CU(cudaStreamSynchronize(g_s));
     CU(cudaMemcpy(g, gpu_dev, bytes, cudaMemcpyDeviceToHost));
     int ok = memcmp(g, cpu, bytes) == 0;
@@ -464,7 +399,7 @@ static void check_collectives(void)
             const char *ty = f64 ? "f64" : "f32";
             void *hs[TMAX], *ds[TMAX], *dd[TMAX];
             for (int q = 0; q < size; q++) {
-                hs[q] = xcalloc(es * n);
+                hs[q] = check_calloc(es * n);
                 for (size_t i = 0; i < n; i++) {
                     double v = 2 * urand() - 1;
                     if (f64)
@@ -476,7 +411,7 @@ static void check_collectives(void)
                 CU(cudaMalloc(&dd[q], es * n));
                 CU(cudaMemcpy(ds[q], hs[q], es * n, cudaMemcpyHostToDevice));
             }
-            void *ref = xcalloc(es * n), *dout = NULL;
+            void *ref = check_calloc(es * n), *dout = NULL;
             CU(cudaMalloc(&dout, es * n));
             for (int r = 0; r < size; r++) {
                 CHECK(bsipipe_tp_all_gather_rank(size, r, (const void *const *)hs, ref, CNT, t));
@@ -529,7 +464,7 @@ static void check_collectives(void)
     printf("  ce_loss_add: device %.17g host %.17g %s\n", got, loss, ok ? "ok" : "FAIL");
     /* the STEP's sum of squares: the same bits every call (no atomics), close to the CPU's */
     enum { NSQ = 5000 };
-    float *g = xcalloc(sizeof(float) * NSQ), *dg = NULL;
+    float *g = check_calloc(sizeof(float) * NSQ), *dg = NULL;
     for (int i = 0; i < NSQ; i++)
         g[i] = (float)(2 * urand() - 1);
     double sq[2] = {0, 0}, *dsq = NULL, ref = bsipipe_sumsq(NSQ, g);

@@ -43,11 +43,14 @@ struct tp_cuda_layer {
     bsipipe_stash_off so;
 };
 
+/* blas: the segment has matrix products, so it needs the handle */
 static int tp_cuda_layer_init(const bsipipe_model_dims_t *d, const bsipipe_tp_t *tp, int start,
                               int len, const float *layer, tp_cuda_layer *t, cudaStream_t s,
-                              cublasHandle_t hb)
+                              cublasHandle_t hb, bool blas)
 {
     bsipipe_layer_off lo;
+    if (blas && !hb)
+        return TP_CUDA_NULL("cublas handle");
     int rc = tp_cuda_piece(d, tp, start, len);
     if (rc)
         return rc;
@@ -88,6 +91,17 @@ static int tp_add(cudaStream_t s, size_t n, const float *a, const float *b, floa
 {
     BSIPIPE_LAUNCH(k_tp_add, nblocks(n, 256), 256, 0, s, n, a, b, out);
     return launched();
+}
+
+/* A layer norm's backward on the rank's slice: dx = dres + norm'(red) (the
+ * residual's gradient plus the reduce-scattered one through the norm of x,
+ * with its statistics st), the norm's weight gradients accumulated. */
+static int tp_cuda_norm_bwd(const tp_cuda_layer *t, const float *x, const float *w, const float *b,
+                            const float *st, const float *red, const float *dres, float *dx, float *gw,
+                            float *gb, cudaStream_t s)
+{
+    RC_TRY(copy_d2d(dx, dres, (size_t)t->ls * t->h, s));
+    return norm_bwd(s, t->ls, t->h, x, w, b != NULL, st, red, dx, gw, gb, 1);
 }
 
 /* ---- the backward halves (shared by the fused and the split segments) ---- */
@@ -388,7 +402,7 @@ extern "C" int bsipipe_cuda_tp_layer_fwd_norm1(const bsipipe_model_dims_t *d, co
                                                float *stash, cudaStream_t s, cublasHandle_t hb)
 {
     tp_cuda_layer t;
-    RC_TRY(tp_cuda_layer_init(d, tp, 0, len, layer, &t, s, hb));
+    RC_TRY(tp_cuda_layer_init(d, tp, 0, len, layer, &t, s, hb, false));
     if (!x || !stash)
         return TP_CUDA_NULL("x, stash");
     RC_TRY(copy_d2d(stash + t.so.x, x, (size_t)t.ls * t.h, s));
@@ -401,9 +415,7 @@ extern "C" int bsipipe_cuda_tp_layer_fwd_attn(const bsipipe_model_dims_t *d, con
                                               float *part, cudaStream_t s, cublasHandle_t hb)
 {
     tp_cuda_layer t;
-    if (!hb)
-        return TP_CUDA_NULL("cublas handle");
-    RC_TRY(tp_cuda_layer_init(d, tp, start, len, layer, &t, s, hb));
+    RC_TRY(tp_cuda_layer_init(d, tp, start, len, layer, &t, s, hb, true));
     if (!gath || !stash || !kv || !part)
         return TP_CUDA_NULL("gath, stash, kv, part");
     int h = t.h, hs = t.hs;
@@ -426,7 +438,7 @@ extern "C" int bsipipe_cuda_tp_layer_fwd_norm2(const bsipipe_model_dims_t *d, co
                                                float *stash, cudaStream_t s, cublasHandle_t hb)
 {
     tp_cuda_layer t;
-    RC_TRY(tp_cuda_layer_init(d, tp, 0, len, layer, &t, s, hb));
+    RC_TRY(tp_cuda_layer_init(d, tp, 0, len, layer, &t, s, hb, false));
     if (!red || !stash)
         return TP_CUDA_NULL("red, stash");
     float *x2 = stash + t.so.x2;
@@ -440,9 +452,7 @@ extern "C" int bsipipe_cuda_tp_layer_fwd_mlp(const bsipipe_model_dims_t *d, cons
                                              cublasHandle_t hb)
 {
     tp_cuda_layer t;
-    if (!hb)
-        return TP_CUDA_NULL("cublas handle");
-    RC_TRY(tp_cuda_layer_init(d, tp, 0, len, layer, &t, s, hb));
+    RC_TRY(tp_cuda_layer_init(d, tp, 0, len, layer, &t, s, hb, true));
     if (!gath || !stash || !part)
         return TP_CUDA_NULL("gath, stash, part");
     float *a1 = stash + t.so.a1, *a2 = stash + t.so.a2;
@@ -473,9 +483,7 @@ extern "C" int bsipipe_cuda_tp_layer_bwd_mlp(const bsipipe_model_dims_t *d, cons
 {
     tp_cuda_layer t;
     lg g;
-    if (!hb)
-        return TP_CUDA_NULL("cublas handle");
-    RC_TRY(tp_cuda_layer_init(d, tp, 0, len, layer, &t, s, hb));
+    RC_TRY(tp_cuda_layer_init(d, tp, 0, len, layer, &t, s, hb, true));
     if (!grads || !stash || !gdy || !gath || !part || !work)
         return TP_CUDA_NULL("grads, stash, gdy, gath, part, work");
     tp_cuda_grads(d, tp->size, grads, &g);
@@ -491,13 +499,11 @@ extern "C" int bsipipe_cuda_tp_layer_bwd_norm2(const bsipipe_model_dims_t *d, co
 {
     tp_cuda_layer t;
     lg g;
-    RC_TRY(tp_cuda_layer_init(d, tp, 0, len, layer, &t, s, hb));
+    RC_TRY(tp_cuda_layer_init(d, tp, 0, len, layer, &t, s, hb, false));
     if (!grads || !stash || !dy || !red || !dx2)
         return TP_CUDA_NULL("grads, stash, dy, red, dx2");
     tp_cuda_grads(d, tp->size, grads, &g);
-    RC_TRY(copy_d2d(dx2, dy, (size_t)t.ls * t.h, s));
-    return norm_bwd(s, t.ls, t.h, stash + t.so.x2, t.p.n2w, t.p.n2b != NULL, stash + t.so.s2, red, dx2,
-                    g.n2w, g.n2b, 1);
+    return tp_cuda_norm_bwd(&t, stash + t.so.x2, t.p.n2w, t.p.n2b, stash + t.so.s2, red, dy, dx2, g.n2w, g.n2b, s);
 }
 
 extern "C" int bsipipe_cuda_tp_layer_bwd_attn(const bsipipe_model_dims_t *d, const bsipipe_tp_t *tp,
@@ -508,9 +514,7 @@ extern "C" int bsipipe_cuda_tp_layer_bwd_attn(const bsipipe_model_dims_t *d, con
 {
     tp_cuda_layer t;
     lg g;
-    if (!hb)
-        return TP_CUDA_NULL("cublas handle");
-    RC_TRY(tp_cuda_layer_init(d, tp, start, len, layer, &t, s, hb));
+    RC_TRY(tp_cuda_layer_init(d, tp, start, len, layer, &t, s, hb, true));
     if (!grads || !stash || !kv || !dkv || !gdy || !gath || !part || !work)
         return TP_CUDA_NULL("grads, stash, kv, dkv, gdy, gath, part, work");
     tp_cuda_grads(d, tp->size, grads, &g);
@@ -526,13 +530,11 @@ extern "C" int bsipipe_cuda_tp_layer_bwd_norm1(const bsipipe_model_dims_t *d, co
 {
     tp_cuda_layer t;
     lg g;
-    RC_TRY(tp_cuda_layer_init(d, tp, 0, len, layer, &t, s, hb));
+    RC_TRY(tp_cuda_layer_init(d, tp, 0, len, layer, &t, s, hb, false));
     if (!grads || !stash || !dx2 || !red || !dx)
         return TP_CUDA_NULL("grads, stash, dx2, red, dx");
     tp_cuda_grads(d, tp->size, grads, &g);
-    RC_TRY(copy_d2d(dx, dx2, (size_t)t.ls * t.h, s));
-    return norm_bwd(s, t.ls, t.h, stash + t.so.x, t.p.n1w, t.p.n1b != NULL, stash + t.so.s1, red, dx,
-                    g.n1w, g.n1b, 1);
+    return tp_cuda_norm_bwd(&t, stash + t.so.x, t.p.n1w, t.p.n1b, stash + t.so.s1, red, dx2, dx, g.n1w, g.n1b, s);
 }
 
 extern "C" int bsipipe_cuda_tp_layer_bwd_mlp_x(const bsipipe_model_dims_t *d, const bsipipe_tp_t *tp,
@@ -542,9 +544,7 @@ extern "C" int bsipipe_cuda_tp_layer_bwd_mlp_x(const bsipipe_model_dims_t *d, co
 {
     tp_cuda_layer t;
     size_t o[4];
-    if (!hb)
-        return TP_CUDA_NULL("cublas handle");
-    RC_TRY(tp_cuda_layer_init(d, tp, 0, len, layer, &t, s, hb));
+    RC_TRY(tp_cuda_layer_init(d, tp, 0, len, layer, &t, s, hb, true));
     if (!stash || !gdy || !part || !work || !wst)
         return TP_CUDA_NULL("stash, gdy, part, work, wstash");
     tp_cuda_wst_off(&t, len, o);
@@ -560,9 +560,7 @@ extern "C" int bsipipe_cuda_tp_layer_bwd_attn_x(const bsipipe_model_dims_t *d, c
 {
     tp_cuda_layer t;
     size_t o[4];
-    if (!hb)
-        return TP_CUDA_NULL("cublas handle");
-    RC_TRY(tp_cuda_layer_init(d, tp, start, len, layer, &t, s, hb));
+    RC_TRY(tp_cuda_layer_init(d, tp, start, len, layer, &t, s, hb, true));
     if (!stash || !kv || !dkv || !gdy || !part || !work || !wst)
         return TP_CUDA_NULL("stash, kv, dkv, gdy, part, work, wstash");
     tp_cuda_wst_off(&t, len, o);
@@ -580,9 +578,7 @@ extern "C" int bsipipe_cuda_tp_layer_wgrad_mlp(const bsipipe_model_dims_t *d, co
     tp_cuda_layer t;
     lg g;
     size_t o[4];
-    if (!hb)
-        return TP_CUDA_NULL("cublas handle");
-    RC_TRY(tp_cuda_layer_init(d, tp, 0, len, grads, &t, s, hb));
+    RC_TRY(tp_cuda_layer_init(d, tp, 0, len, grads, &t, s, hb, true));
     if (!stash || !wst || !gath)
         return TP_CUDA_NULL("stash, wstash, gath");
     tp_cuda_grads(d, tp->size, grads, &g);
@@ -598,9 +594,7 @@ extern "C" int bsipipe_cuda_tp_layer_wgrad_attn(const bsipipe_model_dims_t *d, c
     tp_cuda_layer t;
     lg g;
     size_t o[4];
-    if (!hb)
-        return TP_CUDA_NULL("cublas handle");
-    RC_TRY(tp_cuda_layer_init(d, tp, 0, len, grads, &t, s, hb));
+    RC_TRY(tp_cuda_layer_init(d, tp, 0, len, grads, &t, s, hb, true));
     if (!stash || !wst || !gath)
         return TP_CUDA_NULL("stash, wstash, gath");
     tp_cuda_grads(d, tp->size, grads, &g);
