@@ -38,6 +38,9 @@ static void usage(FILE *out)
 "                    sequence-level, else 1)\n"
 "  --tp N            tensor-parallel degree (default 1): each device is N\n"
 "                    workers, CPU or CUDA (docs/tensor-parallel.md)\n"
+"  --tp-collectives one-task|per-rank  with --tp: each TP collective one task\n"
+"                    over the group's buffers (default), or one task per rank\n"
+"                    meeting the others' (the shape of NCCL's collectives)\n"
 "  --policy NAME     bsipipe (default) or a StarPU policy from the list below\n"
 "  --devices cpu|cuda  StarPU CPU workers (default) or CUDA workers as devices\n"
 "                    (several per GPU); --gpus N: GPUs to use (default all)\n"
@@ -403,6 +406,9 @@ out:
     free(busy);
 }
 
+/* --tp-collectives (options.tp_collectives) */
+static bsipipe_engine_tp_coll_t bench_tp_coll = BSIPIPE_TP_COLL_AUTO;
+
 static bsipipe_engine_options_t engine_options(const row_t *r, const config_t *c, const char *policy, int seed)
 {
     bsipipe_engine_options_t o = bsipipe_engine_options_default(&c->dims, &r->pc);
@@ -419,6 +425,7 @@ static bsipipe_engine_options_t engine_options(const row_t *r, const config_t *c
     o.idle_spin_us = r->v.idle_spin_us;
     o.recv_in_place = r->v.recv_in_place;
     o.plan = r->plan;
+    o.tp_collectives = bench_tp_coll;
     return o;
 }
 
@@ -1201,7 +1208,7 @@ int main(int argc, char **argv)
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
     enum { O_SCHEDS = 256, O_REPS, O_WARMUP, O_ITERS, O_W, O_P, O_K, O_M, O_POLICY, O_COMM, O_WATCHDOG, O_MODEL,
            O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_SEED, O_EMULATE, O_TFLOPS, O_PRESET, O_CSV, O_SVG, O_TRACE,
-           O_MPI, O_DEVICES, O_GPUS, O_PRECISION, O_OVERHEAD, O_TP, O_IDLE_SPIN, O_IDLE_BREAKDOWN, O_RECV, O_CALIBRATE };
+           O_MPI, O_DEVICES, O_GPUS, O_PRECISION, O_OVERHEAD, O_TP, O_TP_COLL, O_IDLE_SPIN, O_IDLE_BREAKDOWN, O_RECV, O_CALIBRATE };
     static const struct option longopts[] = {
         {"schedules", 1, 0, O_SCHEDS}, {"reps", 1, 0, O_REPS}, {"warmup", 1, 0, O_WARMUP},
         {"iters", 1, 0, O_ITERS}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P}, {"k", 1, 0, O_K}, {"m", 1, 0, O_M},
@@ -1210,7 +1217,7 @@ int main(int argc, char **argv)
         {"heads", 1, 0, O_HEADS}, {"ffn", 1, 0, O_FFN}, {"seq", 1, 0, O_SEQ}, {"seed", 1, 0, O_SEED},
         {"emulate", 0, 0, O_EMULATE}, {"device-tflops", 1, 0, O_TFLOPS}, {"preset", 1, 0, O_PRESET},
         {"csv", 1, 0, O_CSV}, {"svg", 1, 0, O_SVG}, {"trace", 1, 0, O_TRACE}, {"mpi", 0, 0, O_MPI}, {"devices", 1, 0, O_DEVICES}, {"gpus", 1, 0, O_GPUS},
-        {"precision", 1, 0, O_PRECISION}, {"overhead", 0, 0, O_OVERHEAD}, {"tp", 1, 0, O_TP}, {"idle-spin", 1, 0, O_IDLE_SPIN}, {"idle-breakdown", 0, 0, O_IDLE_BREAKDOWN}, {"recv", 1, 0, O_RECV},
+        {"precision", 1, 0, O_PRECISION}, {"overhead", 0, 0, O_OVERHEAD}, {"tp", 1, 0, O_TP}, {"tp-collectives", 1, 0, O_TP_COLL}, {"idle-spin", 1, 0, O_IDLE_SPIN}, {"idle-breakdown", 0, 0, O_IDLE_BREAKDOWN}, {"recv", 1, 0, O_RECV},
         {"calibrate", 0, 0, O_CALIBRATE},
         {"version", 0, 0, 'V'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
@@ -1230,6 +1237,16 @@ int main(int argc, char **argv)
         case O_K: bad = cli_parse_int(PROG, "--k", optarg, 1, 4096, &k); break;
         case O_M: bad = cli_parse_int(PROG, "--m", optarg, 1, 4096, &m); set_m = 1; break;
         case O_TP: bad = cli_parse_int(PROG, "--tp", optarg, 1, 64, &bench_tp); break;
+        case O_TP_COLL:
+            if (strcmp(optarg, "one-task") == 0)
+                bench_tp_coll = BSIPIPE_TP_COLL_ONE_TASK;
+            else if (strcmp(optarg, "per-rank") == 0)
+                bench_tp_coll = BSIPIPE_TP_COLL_PER_RANK;
+            else {
+                fprintf(stderr, PROG ": --tp-collectives expects one-task or per-rank, not '%s'\n", optarg);
+                return 2;
+            }
+            break;
         case O_RECV:
             set_recv = 1;
             if (cli_parse_recv(PROG, optarg, &recv_blocking, &recv_in_place) < 0)

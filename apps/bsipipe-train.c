@@ -169,7 +169,9 @@ static void usage(FILE *out)
 "                    it is refused before anything is allocated\n"
 "  --devices cpu|cuda  StarPU CPU workers (default) or CUDA workers as devices\n"
 "  --gpus N          with --devices cuda: GPUs to spread the devices over\n"
-"  --transport local|nccl  with --devices cuda: NCCL between GPUs\n"
+"  --transport local|nccl  with --devices cuda: NCCL between GPUs; with --tp N,\n"
+"                    each device's N ranks on N GPUs and its TP collectives\n"
+"                    NCCL's (needs N GPUs; docs/tensor-parallel.md)\n"
 "  --precision P     with --devices cuda: matrix products fp32 (default), tf32,\n"
 "                    bf16 (tensor cores, fp32 accumulation; attention too) or\n"
 "                    bf16s (bf16 operands and stashed activations); docs/cuda.md\n"
@@ -295,7 +297,7 @@ static void sum_picks(const double *pick, int from, int to, double *need, double
 
 static int admit_memory(const bsipipe_model_dims_t *dims, const bsipipe_parallel_config_t *pc,
                         const bsipipe_schedule_t *plan, int nranks, double limit, bsipipe_engine_devices_t devices,
-                        int gpus_asked, double act_scale)
+                        int gpus_asked, double act_scale, int tp_spread)
 {
     bsipipe_schedule_t *s = NULL;
     bsipipe_sim_result_t *r = NULL;
@@ -316,8 +318,9 @@ static int admit_memory(const bsipipe_model_dims_t *dims, const bsipipe_parallel
         return 0;
     }
     /* The planner's memory is one TP rank's; on CUDA devices a device's D_t
-     * ranks share its GPU (engine_devices.c), which holds them all. */
-    double ranks_per_gpu = devices == BSIPIPE_DEVICES_CUDA && pc->tp > 1 ? pc->tp : 1;
+     * ranks share its GPU (engine_devices.c), which holds them all, unless
+     * the nccl transport spreads them over D_t GPUs (tp_spread). */
+    double ranks_per_gpu = devices == BSIPIPE_DEVICES_CUDA && pc->tp > 1 && !tp_spread ? pc->tp : 1;
     for (int d = 0; d < n; d++)
         dev[d] = ranks_per_gpu * (r->device[d].param_bytes + act_scale * r->device[d].peak_act_bytes);
     /* This process's devices: all of them, or under --mpi (mapping not known
@@ -341,24 +344,33 @@ static int admit_memory(const bsipipe_model_dims_t *dims, const bsipipe_parallel
          * (engine_devices.c); each GPU against its free memory. */
         int found = bsipipe_cuda_device_count();
         int gpus = gpus_asked > 0 && gpus_asked <= found ? gpus_asked : found;
-        if (gpus > here) gpus = here;
-        int per_gpu = gpus > 0 ? (here + gpus - 1) / gpus : 0;
+        /* spread: rank slot s = j * D_t + r on GPU s % gpus */
+        int slots = tp_spread ? here * pc->tp : here;
+        if (gpus > slots) gpus = slots;
+        int per_gpu = gpus > 0 ? (slots + gpus - 1) / gpus : 0;
         for (int g = 0; g < gpus && !refused; g++) {
-            double need, params, acts;
-            sum_picks(pick, g * per_gpu, (g + 1) * per_gpu < here ? (g + 1) * per_gpu : here, &need, &params,
-                      &acts);
+            double need = 0, params = 0, acts = 0;
+            if (tp_spread)
+                for (int sl = g; sl < slots; sl += gpus) {
+                    double n1, p1, a1;
+                    sum_picks(pick, sl / pc->tp, sl / pc->tp + 1, &n1, &p1, &a1);
+                    need += n1, params += p1, acts += a1;
+                }
+            else
+                sum_picks(pick, g * per_gpu, (g + 1) * per_gpu < here ? (g + 1) * per_gpu : here, &need, &params,
+                          &acts);
             size_t free_b = 0, total_b = 0;
             double avail = limit;
             if (avail <= 0 && bsipipe_cuda_mem_info(g, &free_b, &total_b) == 0)
                 avail = (double)free_b;
             if (avail > 0 && need > avail) {
-                fprintf(stderr, "bsipipe-train: not enough GPU memory: GPU %d holds %d device%s of the plan, which "
+                fprintf(stderr, "bsipipe-train: not enough GPU memory: GPU %d holds %d %s%s of the plan, which "
                                 "need about %.1f GiB (parameters, gradients and AdamW moments %.1f GiB, peak "
                                 "activations %.1f GiB), and %.1f GiB are free (%s). Use more GPUs (--gpus, up to %d "
                                 "here; or --mpi over more nodes), lower the activations with a smaller --m or another "
                                 "--k, bf16 storage of the stash (--precision bf16s), or a smaller model; --memory-limit BYTES sets "
                                 "the budget per GPU\n",
-                        g, per_gpu, per_gpu == 1 ? "" : "s", need / gib, params / gib, acts / gib, avail / gib,
+                        g, per_gpu, tp_spread ? "tensor-parallel rank" : "device", per_gpu == 1 ? "" : "s", need / gib, params / gib, acts / gib, avail / gib,
                         limit > 0 ? "--memory-limit" : "cudaMemGetInfo", found);
                 refused = 1;
             }
@@ -662,7 +674,8 @@ int main(int argc, char **argv)
     /* Host memory, or each GPU's free memory for CUDA devices (bf16 storage
      * halves the stashed activations). */
     if (admit_memory(&dims, &pc, user_plan, mpi && world ? atoi(world) : 1, mem_limit, devices, gpus,
-                     devices == BSIPIPE_DEVICES_CUDA && precision && strcmp(precision, "bf16s") == 0 ? 0.5 : 1.0)) {
+                     devices == BSIPIPE_DEVICES_CUDA && precision && strcmp(precision, "bf16s") == 0 ? 0.5 : 1.0,
+                     devices == BSIPIPE_DEVICES_CUDA && pc.tp > 1 && transport && strcmp(transport, "nccl") == 0)) {
         free(corpus);
         return 1;
     }

@@ -22,13 +22,14 @@
 #            fp32 < 1e-5, tf32 and bf16 < 1e-2). Skipped with a message when no
 #            GPU is found.
 #            engine: test_cuda_engine — one BSIPipe iteration (and ZB-H1, LLaMA; then BSIPipe,
-#            Seq1F1B-I and ZB-H1 with tensor parallelism D_t = 2) on CUDA
+#            Seq1F1B-I and ZB-H1 with tensor parallelism D_t = 2, and BSIPipe with per-rank
+#            collectives meeting on the GPU) on CUDA
 #            workers (w = 4 on the GPUs found, several workers per GPU) against the CPU
 #            engine: loss, every gradient, gnorm, fp32 relative 1e-5, NaN fails. It needs the
 #            autotools build (StarPU): carry devbundle/ (scripts/device-bundle.sh), or a
 #            carried tree whose libraries resolve; else skipped with a message. Then the same
 #            with --precision bf16s (bf16 products, tensor-core attention; relative 1e-2). With
-#            two or more GPUs also --transport nccl.
+#            two or more GPUs also --transport nccl (its TP cases: each group over 2 GPUs, NCCL).
 #            pipeline: bsipipe-bench on 4 CUDA workers (BSIPipe, Seq1F1B-I, 1F1B; GPT 8 layers,
 #            hidden 1280, 4K tokens), fp32 then bf16s: tokens/s, bubble, peak activation
 #            memory (needs the bundle; skipped once 300 s are used).

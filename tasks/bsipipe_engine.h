@@ -35,6 +35,16 @@ int bsipipe_engine_devices_parse(const char *name, bsipipe_engine_devices_t *out
  * else -EINVAL with a detail naming the choices. */
 int bsipipe_engine_precision_check(const char *name);
 
+/* How a tensor-parallel collective runs (o.tp_collectives;
+ * docs/tensor-parallel.md, "Collectives"). */
+typedef enum {
+    BSIPIPE_TP_COLL_AUTO = 0,     /* per rank when --transport nccl spreads a group over GPUs, else one task */
+    BSIPIPE_TP_COLL_ONE_TASK = 1, /* one task reads and writes every rank's buffers (a group in one memory) */
+    BSIPIPE_TP_COLL_PER_RANK = 2  /* one task per rank on its worker, over its own buffers; the ranks' tasks
+                                     meet: an NCCL call each (nccl), or the last one to arrive runs the
+                                     collective for all (local) */
+} bsipipe_engine_tp_coll_t;
+
 typedef struct bsipipe_engine_options {
     bsipipe_model_dims_t dims;
     bsipipe_parallel_config_t pc;
@@ -83,6 +93,9 @@ typedef struct bsipipe_engine_options {
      * from it, bsipipe_engine_options_default(bsipipe_schedule_model(s),
      * bsipipe_schedule_config(s)). NULL (default): the engine plans pc. */
     const bsipipe_schedule_t *plan;
+    bsipipe_engine_tp_coll_t tp_collectives; /* with pc.tp > 1: one task per collective or one per
+                                 rank (above); auto (default) is per rank exactly when the nccl
+                                 transport spreads each TP group over pc.tp GPUs */
     int unsupported_policy;   /* 1: run a StarPU policy outside the allow-list
                                  (bsipipe_engine_policies) anyway — for re-checking the
                                  list (tests/test_policy_equiv --probe); it may crash or

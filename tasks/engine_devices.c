@@ -20,6 +20,7 @@
 #endif
 #ifdef BSIPIPE_HAVE_NCCL
 #include "tasks/bsipipe_transport_nccl.h"
+#include "tasks/bsipipe_tp_nccl.h"
 #endif
 
 int bsipipe_engine_devices_parse(const char *name, bsipipe_engine_devices_t *out)
@@ -259,26 +260,38 @@ int engine_devices_configure(struct bsipipe_engine *e, struct starpu_conf *conf)
         return bsipipe_error_set(-ENODEV, "engine: %d GPUs asked for, %d CUDA devices found", e->o.gpus, found);
     /* this rank's devices (all of them in one process) over its GPUs */
     int gpus = e->o.gpus > 0 ? e->o.gpus : found;
-    if (gpus > e->n_local)
-        gpus = e->n_local;
-    int per_gpu = (e->n_local + gpus - 1) / gpus;
+    /* With the nccl transport a TP group spreads over T GPUs, one rank on
+     * each (engine_devices_start): what NCCL's collectives need, as NCCL
+     * refuses two ranks on one GPU. */
+    e->tp_spread = wants_nccl(e) && e->T > 1;
+    if (e->tp_spread && gpus < e->T)
+        return bsipipe_error_set(-EINVAL, "engine: --tp %d with --transport nccl puts a device's %d tensor-parallel "
+                                 "ranks on %d different GPUs, but %d %s used (%d found): use --gpus %d or more, "
+                                 "or --transport local (the group on one GPU, collectives as device copies)",
+                                 e->T, e->T, e->T, gpus, gpus == 1 ? "is" : "are", found, e->T);
+    int slots = e->tp_spread ? e->n_local * e->T : e->n_local; /* what is spread over the GPUs */
+    if (gpus > slots)
+        gpus = slots;
+    int per_gpu = (slots + gpus - 1) / gpus;
     /* Across ranks, StarPU-MPI sends from and receives into host memory, and
      * a GPU's transfers are driven by its workers' threads: one extra worker
      * per GPU, never given a plan op, keeps them moving while every device of
      * that GPU waits inside a SEND's rendezvous. */
     e->cuda_per_gpu = per_gpu;
+    e->cuda_gpus = gpus;
     e->cuda_spare = e->mpi ? 1 : 0;
-    /* With tensor parallelism a device is its D_t ranks' workers, all on
+    /* With tensor parallelism a device is its D_t ranks' workers: all on
      * the device's GPU (the group's collectives are copies and sums in that
-     * GPU's memory; a group over several GPUs would need NCCL collectives). */
-    if (per_gpu * e->T + e->cuda_spare >= STARPU_NMAXWORKERS) /* StarPU would abort in starpu_init */
-        return bsipipe_error_set(-EINVAL, "engine: %d workers on one GPU (%d devices of the plan times --tp %d%s) "
-                                 "is more than StarPU's %d workers: use more GPUs (--gpus), a smaller --tp or "
-                                 "a shorter pipeline",
-                                 per_gpu * e->T + e->cuda_spare, per_gpu, e->T, e->cuda_spare ? ", plus one" : "",
+     * GPU's memory), or spread (above), one worker per rank slot. */
+    int workers = (e->tp_spread ? per_gpu : per_gpu * e->T) + e->cuda_spare;
+    if (workers >= STARPU_NMAXWORKERS) /* StarPU would abort in starpu_init */
+        return bsipipe_error_set(-EINVAL, "engine: %d workers on one GPU (%d %s%s%s) is more than StarPU's %d "
+                                 "workers: use more GPUs (--gpus), a smaller --tp or a shorter pipeline",
+                                 workers, per_gpu, e->tp_spread ? "tensor-parallel ranks" : "devices of the plan",
+                                 e->tp_spread || e->T == 1 ? "" : " times --tp", e->cuda_spare ? ", plus one" : "",
                                  STARPU_NMAXWORKERS - 1);
     char n[16];
-    snprintf(n, sizeof n, "%d", per_gpu * e->T + e->cuda_spare);
+    snprintf(n, sizeof n, "%d", workers);
     setenv("STARPU_NWORKER_PER_CUDA", n, 1);
     /* A SEND waits in the rendezvous inside its codelet: each CUDA worker
      * needs its own driver thread, or it would also stall the receiver that
@@ -295,6 +308,25 @@ int engine_devices_configure(struct bsipipe_engine *e, struct starpu_conf *conf)
 }
 
 #ifdef BSIPIPE_HAVE_NCCL
+/* With TP spread over GPUs: one communicator per local device over its
+ * ranks' GPUs (the group's collectives). The pipeline's transfers and SYNC
+ * then move each rank's share with the local transport's copies (GPU to
+ * GPU through CUDA's unified addresses), as without NCCL. */
+static int start_tp_nccl(struct bsipipe_engine *e, const int *tp_ids)
+{
+    int T = e->T, *gpu = malloc(sizeof(int) * (size_t)e->W * (size_t)T);
+    if (!gpu)
+        return bsipipe_error_set(-ENOMEM, "out of memory");
+    for (int d = 0, j = 0; d < e->W; d++) {
+        for (int r = 0; r < T; r++)
+            gpu[d * T + r] = engine_local(e, d) ? starpu_worker_get_devid(tp_ids[j * T + r]) : -1;
+        j += engine_local(e, d);
+    }
+    int rc = bsipipe_tp_nccl_create(e->W, T, gpu, &e->tp_nccl);
+    free(gpu);
+    return rc;
+}
+
 /* One communicator per pair of devices that exchange data on two GPUs. */
 static int start_nccl(struct bsipipe_engine *e)
 {
@@ -359,9 +391,10 @@ int engine_devices_start(struct bsipipe_engine *e)
     /* the kernels' matrix-product mode is process-wide: set before any task runs */
     if (bsipipe_cuda_set_gemm_mode((bsipipe_cuda_gemm_mode_t)precision_index(e->o.precision)) < 0)
         return bsipipe_error_set(-EINVAL, "engine: the CUDA kernels refuse precision %s", e->o.precision);
-    int got = (int)starpu_cuda_worker_get_count(), T = e->T, per_gpu = e->cuda_per_gpu * T + e->cuda_spare;
-    int gpus = (e->n_local + e->cuda_per_gpu - 1) / e->cuda_per_gpu;
-    if (got < e->n_local * T + gpus * e->cuda_spare)
+    int got = (int)starpu_cuda_worker_get_count(), T = e->T;
+    int per_gpu = (e->tp_spread ? e->cuda_per_gpu : e->cuda_per_gpu * T) + e->cuda_spare;
+    int gpus = e->tp_spread ? e->cuda_gpus : (e->n_local + e->cuda_per_gpu - 1) / e->cuda_per_gpu;
+    if (got < e->n_local * T + gpus * e->cuda_spare || (e->tp_spread && got < gpus * per_gpu))
         return bsipipe_error_set(-ENODEV, "engine: the plan has %d devices here (%d CUDA workers with the "
                                  "tensor-parallel ranks and the idle ones) but StarPU started %d CUDA workers "
                                  "(STARPU_NCUDA, STARPU_WORKERS_CUDAID, or a StarPU with blocking drivers but "
@@ -388,24 +421,31 @@ int engine_devices_start(struct bsipipe_engine *e)
         e->gpu[d] = -1;
         if (!engine_local(e, d))
             continue;
-        /* device j of this rank: slot j % cuda_per_gpu of GPU j / cuda_per_gpu, its T ranks' workers in a row */
-        int first = (j / e->cuda_per_gpu) * per_gpu + (j % e->cuda_per_gpu) * T;
-        for (int r = 0; r < T; r++)
-            tp_ids[j * T + r] = ids[first + r];
-        e->workerid[d] = ids[first];
-        e->gpu[d] = starpu_worker_get_devid(ids[first]);
+        for (int r = 0; r < T; r++) {
+            if (e->tp_spread) {
+                /* rank slot s = j * T + r on GPU s % gpus: a group's T
+                 * ranks on T consecutive GPUs (mod gpus), all different */
+                int s = j * T + r;
+                tp_ids[s] = ids[(s % gpus) * per_gpu + s / gpus];
+            } else {
+                /* device j: slot j % cuda_per_gpu of GPU j / cuda_per_gpu, its T ranks' workers in a row */
+                tp_ids[j * T + r] = ids[(j / e->cuda_per_gpu) * per_gpu + (j % e->cuda_per_gpu) * T + r];
+            }
+        }
+        e->workerid[d] = tp_ids[j * T];
+        e->gpu[d] = starpu_worker_get_devid(tp_ids[j * T]); /* rank 0's */
         j++;
     }
     free(ids);
     int rc = T > 1 ? engine_tp_workers(e, tp_ids) : 0; /* rank r of local device j: tp_ids[j * T + r] */
-    free(tp_ids);
-    if (rc < 0)
-        return rc;
 #ifdef BSIPIPE_HAVE_NCCL
-    if (wants_nccl(e))
-        return start_nccl(e);
+    if (rc == 0 && e->tp_spread)
+        rc = start_tp_nccl(e, tp_ids);
+    else if (rc == 0 && wants_nccl(e))
+        rc = start_nccl(e);
 #endif
-    return 0;
+    free(tp_ids);
+    return rc;
 #endif
 }
 
@@ -414,6 +454,8 @@ void engine_devices_stop(struct bsipipe_engine *e)
 #ifdef BSIPIPE_HAVE_NCCL
     bsipipe_nccl_destroy(e->nccl);
     e->nccl = NULL;
+    bsipipe_tp_nccl_destroy(e->tp_nccl);
+    e->tp_nccl = NULL;
 #endif
 #ifdef BSIPIPE_HAVE_CUDA
     if (e->gpu)

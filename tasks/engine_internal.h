@@ -43,8 +43,13 @@ struct bsipipe_engine {
     int started;                       /* starpu_init succeeded */
     int *workerid;                     /* StarPU worker of each device */
     int *gpu;                          /* CUDA workers: the GPU of each device (else NULL) */
-    int cuda_per_gpu, cuda_spare;      /* CUDA: devices per GPU; idle workers per GPU after them */
+    int cuda_per_gpu, cuda_spare;      /* CUDA: devices (tp_spread: rank slots) per GPU; idle workers
+                                          per GPU after them */
+    int cuda_gpus;                     /* CUDA: GPUs StarPU was asked to drive */
     struct bsipipe_nccl *nccl;         /* nccl transport (pairs on two GPUs), else NULL */
+    struct bsipipe_tp_nccl *tp_nccl;   /* nccl transport with --tp: each TP group's communicator
+                                          (its ranks on pc.tp GPUs), else NULL */
+    int tp_spread;                     /* CUDA, nccl, T > 1: a device's T ranks on T different GPUs */
     uint32_t **wmask;                  /* per device: worker bitmap (built-in policies) */
     unsigned wmask_len;
     replica_t *rep;                    /* [pipe * C + chunk] (pipe 1 only if bidirectional) */

@@ -12,7 +12,12 @@
  *    the bits, of the kernels' local communicator). StarPU's data
  *    dependencies order segment -> collective -> segment: no barrier, no
  *    worker held waiting. The collectives of an op rotate over the ranks'
- *    workers so the copies are shared out;
+ *    workers so the copies are shared out. Or, per rank (tp_collectives,
+ *    and always when the nccl transport spreads a group over GPUs), one
+ *    task per rank over its own buffers: each makes its NCCL call on its
+ *    GPU's stream, or, in one memory, the ranks' tasks meet (tp_meet_t)
+ *    and the last to arrive runs the collective for all, every task ending
+ *    then (an end dependency, as a RECV's: none holds its worker waiting);
  *  - SEND / RECV move each rank's [len/T, d] slice on channel ch * T + rank,
  *    with the same rendezvous as without TP;
  *  - SYNC sums the mirrored replicas rank by rank; STEP runs on every rank:
@@ -34,8 +39,10 @@
  * its GPU: the segments are the CUDA twins (kernels/cuda/bsipipe_cuda_tp.h),
  * the collectives their device versions with the same bits, the STEP's norm
  * from per-tensor sums in a fixed order (the same clip factor on every
- * rank), grouped as on the CPU. Collectives across processes or
- * GPUs (MPI / NCCL) are not written (engine_tp_check). */
+ * rank), grouped as on the CPU. With --transport nccl the T ranks run on T
+ * GPUs (engine_devices.c) and the collectives are NCCL's, per rank
+ * (bsipipe_tp_nccl.h). Collectives across processes (MPI) are not written:
+ * a TP group stays in one process. */
 #include "tasks/engine_internal.h"
 #include "tasks/engine_cuda.h"
 #include "graph/bsipipe_error.h"
@@ -43,6 +50,9 @@
 #include "graph/bsipipe_sim.h"
 #ifdef BSIPIPE_HAVE_CUDA
 #include "kernels/cuda/bsipipe_cuda_tp.h"
+#endif
+#ifdef BSIPIPE_HAVE_NCCL
+#include "tasks/bsipipe_tp_nccl.h"
 #endif
 
 #include <math.h>
@@ -72,6 +82,17 @@ static const char *const kind_names[] = {
     "head_bwd_logits", "head_bwd_norm", "bwd_mlp", "bwd_norm2", "bwd_attn", "bwd_norm1", "emb_bwd_pos",
     "emb_bwd_vocab", "bwd_mlp_x", "bwd_attn_x", "wgrad_mlp", "wgrad_attn", "all_gather", "reduce_scatter", "all_reduce_max", "all_reduce_sum", "all_reduce_replicated"};
 
+/* Where the T per-rank tasks of one collective meet (per-rank collectives
+ * in one memory): each stores its buffers and arrives; the last to arrive
+ * runs the collective over all of them and releases every task's end
+ * dependency. Owned by rank 0's tp_task. */
+typedef struct tp_meet {
+    int arrived;                      /* atomic */
+    int aborted;                      /* submission failed: release without running */
+    void *send[TP_MAX], *recv[TP_MAX];
+    struct starpu_task *task[TP_MAX]; /* NULL: that rank's task was never submitted */
+} tp_meet_t;
+
 /* One task of the TP group (engine-owned until the next iteration). */
 typedef struct tp_task {
     op_args_t *a;             /* the rank copy of the op's arguments (NULL: a norm task, outside the plan) */
@@ -84,7 +105,9 @@ typedef struct tp_task {
     int clear;                /* S_BATTN: zero the K/V gradient first */
     double emu_s;             /* --emulate: seconds the task holds its worker instead of running */
     signed char ix[R_N];
-    signed char src[TP_MAX], dst[TP_MAX]; /* collectives: buffers of each rank */
+    signed char src[TP_MAX], dst[TP_MAX]; /* collectives: buffers of each rank ([0]: its own, per rank) */
+    tp_meet_t *meet;          /* per-rank collective: its meeting point (NULL: one task, or NCCL) */
+    int own_meet;             /* frees meet */
 } tp_task_t;
 
 typedef struct tp_rep {
@@ -95,6 +118,7 @@ typedef struct tp_rep {
 
 struct engine_tp {
     int T;
+    int per_rank;                 /* collectives as one task per rank (tp_collectives) */
     long shard_n;                 /* bsipipe_tp_model_params */
     tp_rep_t *rep;                /* [(pipe * C + chunk) * T + rank] */
     int *worker;                  /* [device * T + rank] */
@@ -124,6 +148,13 @@ struct engine_tp {
 enum { B_GA, B_PA, B_RE, B_GD, B_D2, B_GB, B_HX, B_HL, B_HC, B_N };
 
 #define ALLOC(p, n) ((p) = calloc((size_t)(n) > 0 ? (size_t)(n) : 1, sizeof *(p)))
+
+static void tt_free(tp_task_t *tt)
+{
+    if (tt && tt->own_meet)
+        free(tt->meet);
+    free(tt);
+}
 
 static int piece_len(const struct bsipipe_engine *e, int sub)
 {
@@ -170,11 +201,7 @@ int engine_tp_check(struct bsipipe_engine *e)
         /* On CUDA devices a TP group is D_t workers of its device's GPU
          * (engine_devices.c); the collectives are the group's device copies
          * and sums. What that does not cover is refused by name. */
-        const char *tr = e->o.transport, *prec = e->o.precision;
-        if (tr && strcmp(tr, "nccl") == 0)
-            return bsipipe_error_set(-ENOTSUP, "engine: --tp with --transport nccl is not written (a TP group "
-                                     "shares its device's GPU, whose transfers are the local transport's "
-                                     "copies): use --transport local or --tp 1");
+        const char *prec = e->o.precision;
         if (prec && strcmp(prec, "bf16s") == 0)
             return bsipipe_error_set(-ENOTSUP, "engine: --tp with --precision bf16s: the sharded stash has no "
                                      "bf16 layout; use --precision fp32, tf32 or bf16, or --tp 1");
@@ -199,9 +226,21 @@ int engine_tp_check(struct bsipipe_engine *e)
         snprintf(why, sizeof why, "%s", bsipipe_error_detail());
         return bsipipe_error_set(rc, "%s (use another --tp, or change --heads, --ffn or --vocab)", why);
     }
+    /* A group spread over GPUs (the nccl transport) shares no memory that
+     * one task could read every rank's buffers from. */
+    int nccl = e->o.devices == BSIPIPE_DEVICES_CUDA && e->o.transport && strcmp(e->o.transport, "nccl") == 0;
+    bsipipe_engine_tp_coll_t how = e->o.tp_collectives;
+    if (how != BSIPIPE_TP_COLL_AUTO && how != BSIPIPE_TP_COLL_ONE_TASK && how != BSIPIPE_TP_COLL_PER_RANK)
+        return bsipipe_error_set(-EINVAL, "engine: tp_collectives %d is none of auto (0), one-task (1), per-rank (2)",
+                                 (int)how);
+    if (nccl && how == BSIPIPE_TP_COLL_ONE_TASK)
+        return bsipipe_error_set(-EINVAL, "engine: one task per TP collective needs the group's buffers in one "
+                                 "memory, but --transport nccl puts its %d ranks on %d GPUs: use per-rank "
+                                 "collectives (the default there), or --transport local", T, T);
     if (!(e->tp = calloc(1, sizeof *e->tp)))
         return bsipipe_error_set(-ENOMEM, "out of memory");
     e->tp->T = T;
+    e->tp->per_rank = nccl || how == BSIPIPE_TP_COLL_PER_RANK;
     pthread_mutex_init(&e->tp->mem_lock, NULL);
     return 0;
 }
@@ -397,7 +436,7 @@ void engine_tp_free(struct bsipipe_engine *e)
     for (long x = 0; t->wmask && x < (long)e->W * e->T; x++)
         free(t->wmask[x]);
     for (long x = 0; x < t->n_tasks; x++)
-        free(t->tasks[x]);
+        tt_free(t->tasks[x]);
     free(t->tasks);
     free(t->args); free(t->rec); free(t->slot_op); free(t->slot_n); free(t->slot_cap); free(t->slot0); free(t->first_slot);
     free(t->busy); free(t->worker); free(t->wmask); free(t->next_slot); free(t->ti);
@@ -413,7 +452,7 @@ void engine_tp_iteration_begin(struct bsipipe_engine *e)
     struct engine_tp *t = e->tp;
     int pipes = bsipipe_schedule_n_pipes(e->sched);
     for (long x = 0; x < t->n_tasks; x++)
-        free(t->tasks[x]);
+        tt_free(t->tasks[x]);
     t->n_tasks = 0;
     memset(t->busy, 0, sizeof(double) * (size_t)e->W * (size_t)e->T);
     for (long x = 0; x < (long)pipes * e->C * e->T; x++)
@@ -567,7 +606,7 @@ static void tp_done(void *arg)
              * its output), as the planner puts it on every rank's
              * timeline: its time counts for all of them. */
             struct engine_tp *t = a->e->tp;
-            int T = a->e->T, d = a->op.device, all = tt->kind >= C_AG;
+            int T = a->e->T, d = a->op.device, all = tt->kind >= C_AG && !tt->meet && !a->e->tp_nccl;
             pthread_mutex_lock(&t->mem_lock);
             for (int q = 0; q < T; q++)
                 if (all || q == tt->rank)
@@ -587,7 +626,7 @@ static int tasks_keep(struct engine_tp *t, tp_task_t *tt)
         long cap = t->cap_tasks ? 2 * t->cap_tasks : 1024;
         tp_task_t **p = realloc(t->tasks, sizeof *p * (size_t)cap);
         if (!p) {
-            free(tt);
+            tt_free(tt);
             return bsipipe_error_set(-ENOMEM, "out of memory");
         }
         t->tasks = p;
@@ -626,14 +665,14 @@ static int tb_submit(tp_ctx_t *c, tb_t *b, struct starpu_codelet *cl, int r, int
     for (int j = 0; j < b->n; j++)
         if (!b->descr[j].handle) {
             const char *what = own && tt->kind >= 0 ? kind_names[tt->kind] : cl->name;
-            free(tt);
+            tt_free(tt);
             return bsipipe_error_set(-EINVAL, "engine: %s (tp rank %d, %s) has no input buffer (plan and transfers "
                                      "disagree)", c->a->name, r, what);
         }
     if (c->dry) {
         for (int j = 0; j < b->n; j++)
             engine_buffer_use(e, b->descr[j].handle, 1);
-        free(tt);
+        tt_free(tt);
         return 0;
     }
     if (tasks_keep(t, tt) < 0)
@@ -681,8 +720,10 @@ static int tb_submit(tp_ctx_t *c, tb_t *b, struct starpu_codelet *cl, int r, int
             task->priority = e->prio[d][c->i];
     }
     e->ovh.n_tasks++;
-    if (tt->recv)
+    if (tt->recv || tt->meet)
         starpu_task_end_dep_add(task, 1);
+    if (tt->meet)
+        tt->meet->task[r] = task;
     const op_args_t *ra = tt->a;
     if (cl == &bsipipe_cl_send && ra->op.channel >= 0 && ra->op.channel < e->n_channels && !e->blocking_send &&
         engine_transfer_tagged(e, d, ra->op.peer)) {
@@ -691,8 +732,11 @@ static int tb_submit(tp_ctx_t *c, tb_t *b, struct starpu_codelet *cl, int r, int
         starpu_tag_declare_deps(task->tag_id, 1, (starpu_tag_t)engine_post_tag(e, ra->op.channel));
         e->send_tagged[ra->op.channel] = 1;
     }
-    if (starpu_task_submit(task) != 0)
+    if (starpu_task_submit(task) != 0) {
+        if (tt->meet)
+            tt->meet->task[r] = NULL;
         return bsipipe_error_set(-EIO, "engine: StarPU refused the task of %s", c->a->name);
+    }
     __atomic_fetch_add(&e->tasks_submitted, 1, __ATOMIC_SEQ_CST);
     for (int j = 0; j < b->n; j++)
         engine_buffer_use(e, b->descr[j].handle, 0);
@@ -712,7 +756,7 @@ static tp_task_t *tt_new(int kind, int layer)
     return tt;
 }
 
-static struct starpu_codelet engine_cl_tp_seg, engine_cl_tp_coll, engine_cl_tp_step;
+static struct starpu_codelet engine_cl_tp_seg, engine_cl_tp_coll, engine_cl_tp_coll_rank, engine_cl_tp_step;
 
 /* The activation entering the op's chunk (F) or its gradient (B) on rank r. */
 static starpu_data_handle_t tp_input(tp_ctx_t *c, int r)
@@ -976,9 +1020,66 @@ static int seg(tp_ctx_t *c, int kind, int l)
  * op's next rank in turn. */
 typedef starpu_data_handle_t (*tp_h_fn)(tp_ctx_t *c, int q);
 
+/* Every task of m's collective ends (the last to arrive calls this). */
+static void meet_release(tp_meet_t *m, int T)
+{
+    for (int q = 0; q < T; q++)
+        if (m->task[q])
+            starpu_task_end_dep_release(m->task[q]);
+}
+
+/* Submission stopped before rank `from`: the ranks from there on arrive
+ * here, so the tasks already submitted end (without the collective) instead
+ * of waiting for ever; the engine has failed by then. */
+static void meet_abort(tp_meet_t *m, int from, int T)
+{
+    __atomic_store_n(&m->aborted, 1, __ATOMIC_SEQ_CST);
+    for (int q = from; q < T; q++)
+        if (__atomic_add_fetch(&m->arrived, 1, __ATOMIC_ACQ_REL) == T)
+            meet_release(m, T);
+}
+
+/* The collective as T tasks, rank q's on its worker over its buffers:
+ * NCCL calls (a group over GPUs), else a meeting point (tp_meet_t). */
+static int coll_per_rank(tp_ctx_t *c, int kind, long off, long count, tp_h_fn src, tp_h_fn dst, int rep)
+{
+    struct bsipipe_engine *e = c->e;
+    int T = e->T, rc = 0, q;
+    int meets = !e->tp_nccl || e->o.emulate_flops > 0;
+    tp_meet_t *m = NULL;
+    if (!c->dry && meets && !(m = calloc(1, sizeof *m)))
+        return bsipipe_error_set(-ENOMEM, "out of memory");
+    for (q = 0; q < T; q++) {
+        tb_t b = {.n = 0};
+        if (!(b.t = tt_new(kind, -1))) {
+            rc = bsipipe_error_set(-ENOMEM, "out of memory");
+            if (q == 0)
+                free(m); /* not owned by a task yet */
+            break;
+        }
+        b.t->off = off;
+        b.t->count = count;
+        b.t->rep = rep;
+        b.t->emu_s = kind == C_AG || kind == C_RS ? c->emu_coll : 0;
+        b.t->meet = m;
+        b.t->own_meet = q == 0;
+        b.t->src[0] = (signed char)tb_add(&b, src(c, q), dst ? STARPU_R : STARPU_RW);
+        if (dst)
+            b.t->dst[0] = (signed char)tb_add(&b, dst(c, q), STARPU_W);
+        if ((rc = tb_submit(c, &b, &engine_cl_tp_coll_rank, q, 1)) < 0)
+            break; /* rank 0's failure freed m with its task */
+    }
+    if (rc < 0 && q > 0 && m)
+        meet_abort(m, q, T);
+    c->ncoll++;
+    return rc;
+}
+
 static int coll(tp_ctx_t *c, int kind, long off, long count, tp_h_fn src, tp_h_fn dst, int rep)
 {
     int T = c->e->T;
+    if (c->e->tp->per_rank)
+        return coll_per_rank(c, kind, off, count, src, dst, rep);
     tb_t b = {.n = 0};
     if (!(b.t = tt_new(kind, -1)))
         return bsipipe_error_set(-ENOMEM, "out of memory");
@@ -1590,38 +1691,33 @@ static int tp_all_reduce_inplace(int T, void *const *bufs, long count, bsipipe_t
     return rc;
 }
 
-/* One collective task (CPU or CUDA worker): the kernels' collectives over
- * the ranks' buffers of this task. */
-static void tp_coll_run(void *buffers[], tp_task_t *tt, int cuda)
+static void coll_failed(struct bsipipe_engine *e, const tp_task_t *tt, int rc)
 {
-    struct bsipipe_engine *e = tt->a->e;
-    if (engine_failed(e))
-        return;
-    if (e->o.emulate_flops > 0) { /* the planner's charge; the replicated all-reduce, like SYNC, is free */
-        engine_emulate_hold(tt->emu_s);
-        return;
-    }
+    const char *detail = bsipipe_error_detail();
+    fprintf(stderr, "bsipipe engine: %s (tp %s) failed: %s%s%s\n", tt->a->name, kind_names[tt->kind],
+            bsipipe_strerror(rc), *detail ? ": " : "", detail);
+    engine_fail(e, rc);
+}
+
+/* tt's collective over the T ranks' buffers send[q] (at the task's offset)
+ * and recv[q] (NULL: in place), on the host or in one GPU's memory: the
+ * kernels' in-process collectives (rank order, the same bits either way). */
+static int coll_exec(struct bsipipe_engine *e, const tp_task_t *tt, void *const *send, void *const *recv, int cuda)
+{
     int T = e->T, rc = 0;
-    void *send[TP_MAX] = {0};
-    for (int q = 0; q < T; q++)
-        send[q] = (char *)STARPU_VECTOR_GET_PTR(buffers[tt->src[q]]) +
-                  (size_t)tt->off * STARPU_VECTOR_GET_ELEMSIZE(buffers[tt->src[q]]);
     switch (tt->kind) {
     case C_AG:
         for (int q = 0; q < T && rc == 0; q++)
-            rc = COLL_CALL(all_gather_rank, T, q, (const void *const *)send,
-                           (void *)STARPU_VECTOR_GET_PTR(buffers[tt->dst[q]]), tt->count, BSIPIPE_TP_F32);
-        break;
+            rc = COLL_CALL(all_gather_rank, T, q, (const void *const *)send, recv[q], tt->count, BSIPIPE_TP_F32);
+        return rc;
     case C_RS:
         for (int q = 0; q < T && rc == 0; q++)
-            rc = COLL_CALL(reduce_scatter_rank, T, q, (const void *const *)send,
-                           (void *)STARPU_VECTOR_GET_PTR(buffers[tt->dst[q]]), tt->count, BSIPIPE_TP_F32);
-        break;
+            rc = COLL_CALL(reduce_scatter_rank, T, q, (const void *const *)send, recv[q], tt->count, BSIPIPE_TP_F32);
+        return rc;
     case C_ARMAX:
     case C_ARSUM:
-        rc = tp_all_reduce_inplace(T, send, tt->count, BSIPIPE_TP_F64, tt->kind == C_ARMAX ? BSIPIPE_TP_MAX : BSIPIPE_TP_SUM,
-                                   cuda);
-        break;
+        return tp_all_reduce_inplace(T, send, tt->count, BSIPIPE_TP_F64,
+                                     tt->kind == C_ARMAX ? BSIPIPE_TP_MAX : BSIPIPE_TP_SUM, cuda);
     case C_AREP: { /* the replicated tensors of the replica, summed in rank order */
         struct engine_tp *t = e->tp;
         const tp_rep_t *p0 = &t->rep[(long)tt->rep * T];
@@ -1635,18 +1731,129 @@ static void tp_coll_run(void *buffers[], tp_task_t *tt, int cuda)
                 in[q] = (float *)send[q] + off;
             rc = tp_all_reduce_inplace(T, in, n, BSIPIPE_TP_F32, BSIPIPE_TP_SUM, cuda);
         }
-        break;
+        return rc;
     }
     default:
-        rc = -EINVAL;
-    }
-    if (rc) {
-        const char *detail = bsipipe_error_detail();
-        fprintf(stderr, "bsipipe engine: %s (tp %s) failed: %s%s%s\n", tt->a->name, kind_names[tt->kind],
-                bsipipe_strerror(rc), *detail ? ": " : "", detail);
-        engine_fail(e, rc);
+        return -EINVAL;
     }
 }
+
+/* The address of a collective's source on its task's buffer j. */
+static void *coll_src(void *buffers[], const tp_task_t *tt, int j)
+{
+    return (char *)STARPU_VECTOR_GET_PTR(buffers[j]) + (size_t)tt->off * STARPU_VECTOR_GET_ELEMSIZE(buffers[j]);
+}
+
+/* One collective task (CPU or CUDA worker): the kernels' collectives over
+ * the ranks' buffers of this task. */
+static void tp_coll_run(void *buffers[], tp_task_t *tt, int cuda)
+{
+    struct bsipipe_engine *e = tt->a->e;
+    if (engine_failed(e))
+        return;
+    if (e->o.emulate_flops > 0) { /* the planner's charge; the replicated all-reduce, like SYNC, is free */
+        engine_emulate_hold(tt->emu_s);
+        return;
+    }
+    void *send[TP_MAX] = {0}, *recv[TP_MAX] = {0};
+    for (int q = 0; q < e->T; q++) {
+        send[q] = coll_src(buffers, tt, tt->src[q]);
+        recv[q] = tt->dst[q] >= 0 ? (void *)STARPU_VECTOR_GET_PTR(buffers[tt->dst[q]]) : NULL;
+    }
+    int rc = coll_exec(e, tt, send, recv, cuda);
+    if (rc)
+        coll_failed(e, tt, rc);
+}
+
+#ifdef BSIPIPE_HAVE_NCCL
+/* Rank tt->rank's part of tt's collective over its group's NCCL
+ * communicator, queued on the worker's stream. */
+static int coll_nccl(struct bsipipe_engine *e, const tp_task_t *tt, void *send, void *recv)
+{
+    bsipipe_tp_nccl_t *n = e->tp_nccl;
+    int g = tt->a->op.device, q = tt->rank, rc = 0;
+    cudaStream_t s = engine_cuda_stream();
+    switch (tt->kind) {
+    case C_AG:
+        return bsipipe_tp_nccl_all_gather(n, g, q, send, recv, tt->count, BSIPIPE_TP_F32, s);
+    case C_RS:
+        return bsipipe_tp_nccl_reduce_scatter(n, g, q, send, recv, tt->count, BSIPIPE_TP_F32, s);
+    case C_ARMAX:
+    case C_ARSUM:
+        return bsipipe_tp_nccl_all_reduce(n, g, q, send, tt->count, BSIPIPE_TP_F64,
+                                          tt->kind == C_ARMAX ? BSIPIPE_TP_MAX : BSIPIPE_TP_SUM, s);
+    case C_AREP: { /* every replicated tensor of the replica, in one NCCL launch */
+        const struct engine_tp *t = e->tp;
+        const tp_rep_t *p0 = &t->rep[(long)tt->rep * e->T];
+        if ((rc = bsipipe_tp_nccl_batch_begin()) < 0)
+            return rc;
+        for (int j = 0; j < t->nti && rc == 0; j++) {
+            const bsipipe_tp_tensor_info_t *ti = &t->ti[j];
+            long cnt = (long)ti->rows * ti->cols, off = ti->offset - p0->base;
+            if (ti->split == BSIPIPE_TP_REPLICATED && off >= 0 && off < p0->n)
+                rc = bsipipe_tp_nccl_all_reduce(n, g, q, (float *)send + off, cnt, BSIPIPE_TP_F32, BSIPIPE_TP_SUM, s);
+        }
+        int end = bsipipe_tp_nccl_batch_end();
+        return rc ? rc : end;
+    }
+    default:
+        return -EINVAL;
+    }
+}
+#endif
+
+/* One rank's task of a per-rank collective, over its own buffers: its NCCL
+ * call, or its arrival at the meeting point, where the last rank runs the
+ * collective for all and ends every rank's task. */
+static void tp_coll_rank_run(void *buffers[], tp_task_t *tt, int cuda)
+{
+    struct bsipipe_engine *e = tt->a->e;
+    int T = e->T, q = tt->rank;
+    void *send = coll_src(buffers, tt, tt->src[0]);
+    void *recv = tt->dst[0] >= 0 ? (void *)STARPU_VECTOR_GET_PTR(buffers[tt->dst[0]]) : NULL;
+    tp_meet_t *m = tt->meet;
+    if (!m) { /* NCCL: the worker's stream carries the wait for the other ranks */
+        int rc = -EINVAL;
+#ifdef BSIPIPE_HAVE_NCCL
+        if (engine_failed(e))
+            return;
+        rc = coll_nccl(e, tt, send, recv);
+#endif
+        if (rc)
+            coll_failed(e, tt, rc);
+        return;
+    }
+    m->send[q] = send;
+    m->recv[q] = recv;
+    if (__atomic_add_fetch(&m->arrived, 1, __ATOMIC_ACQ_REL) < T)
+        return; /* the last rank to arrive ends this task */
+    if (!__atomic_load_n(&m->aborted, __ATOMIC_ACQUIRE) && !engine_failed(e)) {
+        int rc = 0;
+        if (e->o.emulate_flops > 0)
+            engine_emulate_hold(tt->emu_s);
+        else
+            rc = coll_exec(e, tt, m->send, m->recv, cuda);
+#ifdef BSIPIPE_HAVE_CUDA
+        if (rc == 0 && cuda) /* every rank's output has landed before its task ends */
+            rc = bsipipe_cuda_stream_wait(engine_cuda_stream());
+#endif
+        if (rc)
+            coll_failed(e, tt, rc);
+    }
+    meet_release(m, T);
+}
+
+static void tp_coll_rank_cpu(void *buffers[], void *cl_arg)
+{
+    tp_coll_rank_run(buffers, cl_arg, 0);
+}
+
+#ifdef BSIPIPE_HAVE_CUDA
+static void tp_coll_rank_cuda(void *buffers[], void *cl_arg)
+{
+    tp_coll_rank_run(buffers, cl_arg, 1);
+}
+#endif
 
 static void tp_coll_cpu(void *buffers[], void *cl_arg)
 {
@@ -1890,6 +2097,14 @@ static struct starpu_codelet engine_cl_tp_seg = {
     BSIPIPE_CL_CUDA(tp_seg_cuda)
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .name = "TPSEG",
+};
+
+static struct starpu_codelet engine_cl_tp_coll_rank = {
+    .cpu_funcs = {tp_coll_rank_cpu},
+    .cpu_funcs_name = {"tp_coll_rank_cpu"},
+    BSIPIPE_CL_CUDA(tp_coll_rank_cuda)
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .name = "TPCOLL",
 };
 
 static struct starpu_codelet engine_cl_tp_coll = {

@@ -30,6 +30,11 @@ expect 2 "--tp expects an integer in 1..64" --tp 100
 for s in 1f1b zb-h1; do
     if grep -qE "^\| $s \| [0-9]+ \| [0-9]+ \| real \| [0-9]+ \(" "$tmp/tp"; then ok; else fail "no measured $s row with --tp 2"; fi
 done
+# ... and with the collectives as one task per rank
+"$bench" $tiny --reps 1 --tp 2 --tp-collectives per-rank --schedules bsipipe >"$tmp/tpr" 2>&1 ||
+    fail "--tp-collectives per-rank run: $(tail -3 "$tmp/tpr")"
+grep -qE "^\| bsipipe \| [0-9]+ \| [0-9]+ \| real \| [0-9]+ \(" "$tmp/tpr" && ok || fail "no measured row with per-rank collectives"
+expect 2 "--tp-collectives expects one-task or per-rank, not 'nccl'" --tp-collectives nccl
 # --preset tp (the paper's Table 3, emulated), tiny: the three (w, D_t) rows
 # with measured and predicted columns, and the paper's figures beside them.
 "$bench" --preset tp --reps 1 --warmup 0 --layers 16 --hidden 32 --heads 4 --seq 32 --device-tflops 1 \

@@ -8,7 +8,10 @@
  * Cases: GPT and LLaMA, BSIPipe (bidirectional: SYNC between mirrors) and
  * ZB-H1 (split B / W), then the same with tensor parallelism D_t = 2 (BSIPipe,
  * Seq1F1B-I, ZB-H1: each device two CUDA workers of its GPU, against D_t = 2
- * on CPU workers; not with --transport nccl or bf16s, which TP refuses),
+ * on CPU workers; BSIPipe again with the collectives as one task per rank
+ * meeting on the GPU; not with bf16s, which TP refuses). With --transport
+ * nccl the TP cases spread each group over 2 GPUs and run its collectives
+ * with NCCL (per rank); with fewer than 2 GPUs they are not run, and say so.
  * w devices (default 4) on the GPUs found, several CUDA
  * workers per GPU when there are fewer GPUs (our StarPU allows that with
  * blocking drivers through scripts/starpu-patches/0004). A StarPU without
@@ -79,6 +82,9 @@ static double rel_err(double a, double b)
     return fabs(a - b) / (fabs(b) > 0 ? fabs(b) : 1);
 }
 
+/* How the CUDA engine's TP collectives run in the next case. */
+static bsipipe_engine_tp_coll_t tp_coll = BSIPIPE_TP_COLL_AUTO;
+
 /* Runs one case; returns 0 (ran), 77 (engine refused: not enough workers). */
 static int run_case(const char *name, bsipipe_model_dims_t dims, bsipipe_schedule_kind_t kind, int w, int k,
                     int tp, const char *transport, FILE *table)
@@ -114,6 +120,7 @@ static int run_case(const char *name, bsipipe_model_dims_t dims, bsipipe_schedul
     o.devices = BSIPIPE_DEVICES_CUDA;
     o.transport = transport;
     o.precision = precision;
+    o.tp_collectives = tp_coll;
     int rc_gpu = rc == 0 ? run_one(&o, tok, tgt, &gpu) : rc;
     if (rc == 0 && (rc_gpu == -ENOTSUP || (rc_gpu == -ENODEV && strstr(bsipipe_error_detail(), "CUDA workers")))) {
         printf("%-28s not run: %s\n", name, bsipipe_error_detail());
@@ -212,9 +219,14 @@ int main(int argc, char **argv)
         snprintf(name, sizeof name, "gpt zb-h1 w=%d %s", w, pr);
         run_case(name, gpt, BSIPIPE_SCHED_ZB_H1, w, 1, 1, transport, table);
         /* Tensor parallelism: each device is D_t CUDA workers of its GPU, the
-         * sharded segments and the group's collectives on the device, against
-         * the same D_t on CPU workers (not with nccl or bf16s: refused) */
-        if ((!transport || strcmp(transport, "nccl") != 0) && (!precision || strcmp(precision, "bf16s") != 0)) {
+         * sharded segments and the group's collectives on the device (with
+         * nccl: its D_t ranks on D_t GPUs, NCCL's collectives), against the
+         * same D_t on CPU workers (not with bf16s: refused) */
+        int nccl = transport && strcmp(transport, "nccl") == 0;
+        if (nccl && bsipipe_cuda_device_count() < 2 && !cpu_only)
+            printf("tensor parallelism over NCCL not run: a TP group of 2 needs 2 GPUs, %d found\n",
+                   bsipipe_cuda_device_count());
+        else if (!precision || strcmp(precision, "bf16s") != 0) {
             /* the pipeline ran on CUDA above: a TP case that does not run fails */
             snprintf(name, sizeof name, "gpt bsipipe w=%d k=2 tp=2 %s", w, pr);
             CHECK(run_case(name, gpt, BSIPIPE_SCHED_BSIPIPE, w, 2, 2, transport, table) == 0, "%s did not run", name);
@@ -223,6 +235,13 @@ int main(int argc, char **argv)
                   name);
             snprintf(name, sizeof name, "gpt zb-h1 w=%d tp=2 %s", w, pr);
             CHECK(run_case(name, gpt, BSIPIPE_SCHED_ZB_H1, w, 1, 2, transport, table) == 0, "%s did not run", name);
+            if (!nccl) { /* per-rank tasks meeting on the GPU: NCCL's task structure on one GPU */
+                tp_coll = BSIPIPE_TP_COLL_PER_RANK;
+                snprintf(name, sizeof name, "gpt bsipipe w=%d tp=2 per-rank %s", w, pr);
+                CHECK(run_case(name, gpt, BSIPIPE_SCHED_BSIPIPE, w, 2, 2, transport, table) == 0, "%s did not run",
+                      name);
+                tp_coll = BSIPIPE_TP_COLL_AUTO;
+            }
         }
     } else { /* one CUDA worker per GPU: what runs without a pipeline */
         printf("FALLBACK: 1F1B on w = 1 (no transfers, no SYNC): the pipeline itself has not run on CUDA\n");

@@ -6,7 +6,10 @@
  * GPT and LLaMA under the bsipipe, 1f1b, seq1f1b-i and zb-h1 (split
  * backward) schedules. A checkpoint
  * saved at one degree resumes at another (check_checkpoint). Bad degrees
- * are refused with BSIPIPE_ECONFIG naming the rule.
+ * are refused with BSIPIPE_ECONFIG naming the rule. The collectives run as
+ * one task each or as one task per rank meeting its group's
+ * (tp_collectives, the structure of NCCL's): both must give the same bits
+ * (check_per_rank).
  *
  * Tolerance. Sharding reorders sums: the row-parallel products and the
  * reduce-scatters add D_t partial sums, the replicated gradients are summed
@@ -48,6 +51,9 @@ typedef struct run {
     float *grads, *params;
 } run_t;
 
+/* How the collectives run (o.tp_collectives) in the next runs. */
+static bsipipe_engine_tp_coll_t coll_mode = BSIPIPE_TP_COLL_AUTO;
+
 /* The tests' engine: w = 2, m = 2, k = 2 where the schedule splits sequences, degree tp. */
 static bsipipe_engine_options_t tp_options(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t kind, int tp)
 {
@@ -59,6 +65,7 @@ static bsipipe_engine_options_t tp_options(const bsipipe_model_dims_t *dims, bsi
         pc.k = 2;
     bsipipe_engine_options_t o = bsipipe_engine_options_default(dims, &pc);
     o.watchdog_s = 60;
+    o.tp_collectives = coll_mode;
     return o;
 }
 
@@ -340,6 +347,7 @@ static void check_emulated(const bsipipe_model_dims_t *dims, bsipipe_schedule_ki
         pc.k = 2;
     bsipipe_engine_options_t o = bsipipe_engine_options_default(dims, &pc);
     o.emulate_flops = 2e9; /* ops of about a millisecond */
+    o.tp_collectives = coll_mode;
     o.watchdog_s = 60;
     bsipipe_engine_t *e;
     const char *sk = bsipipe_schedule_kind_name(kind);
@@ -410,8 +418,9 @@ static void check_emulated(const bsipipe_model_dims_t *dims, bsipipe_schedule_ki
             CHECK(busy[d] >= 0.999 * sim->device[d].busy, "emulated %s tp %d: device %d busy %.6f s, the planner's "
                   "%.6f s", sk, tp, d, busy[d], sim->device[d].busy);
         }
-        printf("emulated %-9s tp %d: every F/B op spans >= %.3fx its planned time (planned busy %.4f s, of it TP "
-               "collectives %.2f%%); %d RECVs posted before the op ahead of them started\n", sk, tp, worst, planned,
+        printf("emulated %-9s tp %d%s: every F/B op spans >= %.3fx its planned time (planned busy %.4f s, of it TP "
+               "collectives %.2f%%); %d RECVs posted before the op ahead of them started\n", sk, tp,
+               coll_mode == BSIPIPE_TP_COLL_PER_RANK ? " (per-rank collectives)" : "", worst, planned,
                planned > 0 ? 100 * comm * 1e-6 / planned : 0, posted);
         CHECK(worst >= 0.999, "emulated %s tp %d: an op ran %.3fx its planned time", sk, tp, worst);
         CHECK(tp == 1 || comm > 0, "emulated %s tp %d: no TP collective charged", sk, tp);
@@ -439,6 +448,45 @@ static void check_equal(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_
     run_free(&ref);
 }
 
+/* Per-rank collectives (each rank's task over its own buffers, the ranks'
+ * tasks meeting, the last one running the collective for all) run the same
+ * in-process collectives in the same rank order as one task per
+ * collective: loss, gradients and parameters after the steps must be the
+ * same bits. A rank's task that ran the collective twice, or skipped it,
+ * or ended before the others' inputs were in, would change them. */
+static void check_per_rank(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t kind, const char *policy,
+                           int tp)
+{
+    const char *fam = dims->family == BSIPIPE_MODEL_GPT ? "gpt" : "llama", *sk = bsipipe_schedule_kind_name(kind);
+    run_t one = {0}, per = {0};
+    coll_mode = BSIPIPE_TP_COLL_ONE_TASK;
+    int rc = run_one(dims, kind, tp, policy, &one);
+    coll_mode = BSIPIPE_TP_COLL_PER_RANK;
+    if (rc == 0 && run_one(dims, kind, tp, policy, &per) == 0) {
+        long np;
+        {
+            bsipipe_model_dims_t d = *dims;
+            np = bsipipe_model_params(&d);
+        }
+        long gdiff = 0, pdiff = 0;
+        for (long j = 0; j < np; j++) {
+            gdiff += memcmp(&one.grads[j], &per.grads[j], sizeof(float)) != 0;
+            pdiff += memcmp(&one.params[j], &per.params[j], sizeof(float)) != 0;
+        }
+        int ldiff = one.loss0 != per.loss0;
+        for (int it = 0; it < ITERS; it++)
+            ldiff += one.loss[it] != per.loss[it];
+        printf("%-5s %-9s %-7s tp %d: per-rank collectives against one task each: loss %.9f and %.9f, %d of %d "
+               "losses, %ld of %ld gradients and %ld parameters after %d steps differ\n",
+               fam, sk, policy, tp, per.loss0, one.loss0, ldiff, 1 + ITERS, gdiff, np, pdiff, ITERS);
+        CHECK(ldiff == 0 && gdiff == 0 && pdiff == 0, "%s %s tp %d: per-rank collectives change the results", fam,
+              sk, tp);
+    }
+    coll_mode = BSIPIPE_TP_COLL_AUTO;
+    run_free(&one);
+    run_free(&per);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -455,6 +503,12 @@ int main(int argc, char **argv)
     check_equal(&llama, BSIPIPE_SCHED_ZB_H1, "bsipipe", both, 2);
     /* A built-in policy: placement by worker masks, no plan order. */
     check_equal(&gpt, BSIPIPE_SCHED_SEQ1F1B_I, "lws", two, 1);
+    /* Collectives per rank, meeting in one memory: the same bits. */
+    check_per_rank(&gpt, BSIPIPE_SCHED_BSIPIPE, "bsipipe", 2);
+    check_per_rank(&gpt, BSIPIPE_SCHED_BSIPIPE, "bsipipe", 4);
+    check_per_rank(&llama, BSIPIPE_SCHED_SEQ1F1B_I, "bsipipe", 4);
+    check_per_rank(&gpt, BSIPIPE_SCHED_ZB_H1, "bsipipe", 2);
+    check_per_rank(&llama, BSIPIPE_SCHED_1F1B, "lws", 2); /* no plan order: the meets in any order */
     /* Degrees that do not divide the model or the pieces, and what TP does
      * not support yet. */
     check_refused(&gpt, BSIPIPE_SCHED_1F1B, 3, 1, BSIPIPE_ECONFIG, "does not divide the number of heads (4)");
@@ -473,31 +527,35 @@ int main(int argc, char **argv)
        * without a GPU: no CUDA device) */
         static const struct {
             const char *transport, *precision;
+            bsipipe_engine_tp_coll_t how;
             int want;
             const char *says;
         } cases[] = {
-            {"nccl", NULL, -ENOTSUP, "use --transport local or --tp 1"},
-            {NULL, "bf16s", -ENOTSUP, "use --precision fp32, tf32 or bf16, or --tp 1"},
+            {"nccl", NULL, BSIPIPE_TP_COLL_ONE_TASK, -EINVAL, "use per-rank collectives"},
+            {NULL, "bf16s", BSIPIPE_TP_COLL_AUTO, -ENOTSUP, "use --precision fp32, tf32 or bf16, or --tp 1"},
+            {NULL, NULL, (bsipipe_engine_tp_coll_t)7, -EINVAL, "none of auto (0), one-task (1), per-rank (2)"},
         };
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             bsipipe_engine_options_t o = tp_options(&gpt, BSIPIPE_SCHED_1F1B, 2);
             o.devices = BSIPIPE_DEVICES_CUDA;
             o.transport = cases[i].transport;
             o.precision = cases[i].precision;
+            o.tp_collectives = cases[i].how;
             bsipipe_engine_t *e = NULL;
             int rc = bsipipe_engine_create(&o, &e);
             printf("refused: 1f1b tp 2 on CUDA devices (%s): %s\n", cases[i].transport ? cases[i].transport
-                   : cases[i].precision, bsipipe_error_detail());
+                   : cases[i].precision ? cases[i].precision : "tp_collectives", bsipipe_error_detail());
             CHECK(rc == cases[i].want && e == NULL, "tp on CUDA devices: rc %d, want %d", rc, cases[i].want);
             CHECK_CONTAINS(bsipipe_error_detail(), cases[i].says);
             bsipipe_engine_destroy(e);
         }
-        if (bsipipe_cuda_device_count() <= 0) {
+        for (int nccl = 0; nccl < 2 && bsipipe_cuda_device_count() <= 0; nccl++) {
             bsipipe_engine_options_t o = tp_options(&gpt, BSIPIPE_SCHED_1F1B, 2);
             o.devices = BSIPIPE_DEVICES_CUDA;
+            o.transport = nccl ? "nccl" : NULL;
             bsipipe_engine_t *e = NULL;
             int rc = bsipipe_engine_create(&o, &e);
-            printf("no GPU: 1f1b tp 2 on CUDA devices: %s\n", bsipipe_error_detail());
+            printf("no GPU: 1f1b tp 2 on CUDA devices%s: %s\n", nccl ? ", nccl" : "", bsipipe_error_detail());
             CHECK(rc == -ENODEV && e == NULL, "tp on CUDA devices without a GPU: rc %d, want -ENODEV", rc);
             bsipipe_engine_destroy(e);
         }
@@ -506,6 +564,9 @@ int main(int argc, char **argv)
     check_emulated(&gpt, BSIPIPE_SCHED_BSIPIPE, 2);
     check_emulated(&llama, BSIPIPE_SCHED_SEQ1F1B_I, 4);
     check_emulated(&gpt, BSIPIPE_SCHED_ZB_H1, 2); /* W ops: their weight products and re-gathers */
+    coll_mode = BSIPIPE_TP_COLL_PER_RANK; /* the last rank to arrive holds the collective's time */
+    check_emulated(&llama, BSIPIPE_SCHED_BSIPIPE, 4);
+    coll_mode = BSIPIPE_TP_COLL_AUTO;
     CHECK(recvs_checked > 0, "emulated: no RECV posted ahead could be checked");
     /* Checkpoints across degrees: BSIPipe (two pipes of replicas) and
      * seq1f1b-i (pieces aligned to D_t). */
