@@ -35,13 +35,18 @@ int bsipipe_tp_nccl_create(int n_groups, int size, const int *gpu, bsipipe_tp_nc
         const int *dev = gpu + (long)g * size;
         if (dev[0] < 0)
             continue;
-        for (int r = 0; r < size; r++)
+        for (int r = 0; r < size; r++) {
+            if (dev[r] < 0) {
+                bsipipe_tp_nccl_destroy(n);
+                return bsipipe_error_set(-EINVAL, "tp nccl: rank %d of group %d has no GPU", r, g);
+            }
             for (int q = 0; q < r; q++)
-                if (dev[q] == dev[r] || dev[r] < 0) {
+                if (dev[q] == dev[r]) {
                     bsipipe_tp_nccl_destroy(n);
                     return bsipipe_error_set(-EINVAL, "tp nccl: ranks %d and %d of group %d are both on GPU %d "
                                              "(NCCL needs one GPU per rank)", q, r, g, dev[r]);
                 }
+        }
         ncclResult_t rc = ncclCommInitAll(n->comm + (long)g * size, size, dev);
         if (rc != ncclSuccess) {
             for (int r = 0; r < size; r++)

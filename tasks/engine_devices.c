@@ -264,11 +264,15 @@ int engine_devices_configure(struct bsipipe_engine *e, struct starpu_conf *conf)
      * each (engine_devices_start): what NCCL's collectives need, as NCCL
      * refuses two ranks on one GPU. */
     e->tp_spread = wants_nccl(e) && e->T > 1;
+    if (e->tp_spread && found < e->T)
+        return bsipipe_error_set(-EINVAL, "engine: --tp %d with --transport nccl puts a device's %d tensor-parallel "
+                                 "ranks on %d different GPUs, and %d %s found: use --transport local (the group "
+                                 "on one GPU, collectives as device copies) or --tp %d or less",
+                                 e->T, e->T, e->T, found, found == 1 ? "is" : "are", found);
     if (e->tp_spread && gpus < e->T)
         return bsipipe_error_set(-EINVAL, "engine: --tp %d with --transport nccl puts a device's %d tensor-parallel "
-                                 "ranks on %d different GPUs, but %d %s used (%d found): use --gpus %d or more, "
-                                 "or --transport local (the group on one GPU, collectives as device copies)",
-                                 e->T, e->T, e->T, gpus, gpus == 1 ? "is" : "are", found, e->T);
+                                 "ranks on %d different GPUs, but --gpus %d: use --gpus %d or more (%d found)",
+                                 e->T, e->T, e->T, gpus, e->T, found);
     int slots = e->tp_spread ? e->n_local * e->T : e->n_local; /* what is spread over the GPUs */
     if (gpus > slots)
         gpus = slots;
@@ -394,12 +398,13 @@ int engine_devices_start(struct bsipipe_engine *e)
     int got = (int)starpu_cuda_worker_get_count(), T = e->T;
     int per_gpu = (e->tp_spread ? e->cuda_per_gpu : e->cuda_per_gpu * T) + e->cuda_spare;
     int gpus = e->tp_spread ? e->cuda_gpus : (e->n_local + e->cuda_per_gpu - 1) / e->cuda_per_gpu;
-    if (got < e->n_local * T + gpus * e->cuda_spare || (e->tp_spread && got < gpus * per_gpu))
+    int need = e->tp_spread ? gpus * per_gpu : e->n_local * T + gpus * e->cuda_spare;
+    if (got < need)
         return bsipipe_error_set(-ENODEV, "engine: the plan has %d devices here (%d CUDA workers with the "
                                  "tensor-parallel ranks and the idle ones) but StarPU started %d CUDA workers "
                                  "(STARPU_NCUDA, STARPU_WORKERS_CUDAID, or a StarPU with blocking drivers but "
                                  "without scripts/starpu-patches/0004 can lower the count; docs/cuda.md)",
-                                 e->n_local, e->n_local * T + gpus * e->cuda_spare, got);
+                                 e->n_local, need, got);
     int *ids = calloc((size_t)got, sizeof *ids), *tp_ids = calloc((size_t)(e->n_local * T + 1), sizeof *tp_ids);
     if (!ids || !tp_ids || !(e->gpu = calloc((size_t)e->W, sizeof *e->gpu))) {
         free(ids);

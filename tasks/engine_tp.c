@@ -107,6 +107,7 @@ typedef struct tp_task {
     signed char ix[R_N];
     signed char src[TP_MAX], dst[TP_MAX]; /* collectives: buffers of each rank ([0]: its own, per rank) */
     tp_meet_t *meet;          /* per-rank collective: its meeting point (NULL: one task, or NCCL) */
+    int ran;                  /* per-rank, meeting: this rank arrived last and ran the collective */
     int own_meet;             /* frees meet */
 } tp_task_t;
 
@@ -236,7 +237,15 @@ int engine_tp_check(struct bsipipe_engine *e)
     if (nccl && how == BSIPIPE_TP_COLL_ONE_TASK)
         return bsipipe_error_set(-EINVAL, "engine: one task per TP collective needs the group's buffers in one "
                                  "memory, but --transport nccl puts its %d ranks on %d GPUs: use per-rank "
-                                 "collectives (the default there), or --transport local", T, T);
+                                 "collectives (--tp-collectives per-rank, the default there), or --transport "
+                                 "local", T, T);
+    /* Every rank of a group must make the group's NCCL calls in the same
+     * order: the plan's, which only the bsipipe policy keeps on each worker
+     * (another policy may start two ready collectives in either order). */
+    if (nccl && !bsipipe_policy_is_inorder(e->o.policy))
+        return bsipipe_error_set(-EINVAL, "engine: --tp %d with --transport nccl needs the ranks of a group to make "
+                                 "their NCCL calls in one order, which policy '%s' does not keep: use --policy "
+                                 "bsipipe, or --transport local", T, e->o.policy ? e->o.policy : "(null)");
     if (!(e->tp = calloc(1, sizeof *e->tp)))
         return bsipipe_error_set(-ENOMEM, "out of memory");
     e->tp->T = T;
@@ -606,7 +615,10 @@ static void tp_done(void *arg)
              * its output), as the planner puts it on every rank's
              * timeline: its time counts for all of them. */
             struct engine_tp *t = a->e->tp;
-            int T = a->e->T, d = a->op.device, all = tt->kind >= C_AG && !tt->meet && !a->e->tp_nccl;
+            int T = a->e->T, d = a->op.device;
+            /* one task, or the meeting rank that ran it; an NCCL rank's
+             * task spans its own wait */
+            int all = tt->kind >= C_AG && (tt->meet ? tt->ran : !a->e->tp_nccl);
             pthread_mutex_lock(&t->mem_lock);
             for (int q = 0; q < T; q++)
                 if (all || q == tt->rank)
@@ -619,18 +631,28 @@ static void tp_done(void *arg)
     engine_watchdog_task_ended(a->e, tt->recv);
 }
 
+/* Room for n more kept tasks. */
+static int tasks_reserve(struct engine_tp *t, long n)
+{
+    if (t->n_tasks + n <= t->cap_tasks)
+        return 0;
+    long cap = t->cap_tasks ? 2 * t->cap_tasks : 1024;
+    while (cap < t->n_tasks + n)
+        cap *= 2;
+    tp_task_t **p = realloc(t->tasks, sizeof *p * (size_t)cap);
+    if (!p)
+        return bsipipe_error_set(-ENOMEM, "out of memory");
+    t->tasks = p;
+    t->cap_tasks = cap;
+    return 0;
+}
+
 /* Keeps tt until the next iteration (its task's cl_arg); frees it on failure. */
 static int tasks_keep(struct engine_tp *t, tp_task_t *tt)
 {
-    if (t->n_tasks == t->cap_tasks) {
-        long cap = t->cap_tasks ? 2 * t->cap_tasks : 1024;
-        tp_task_t **p = realloc(t->tasks, sizeof *p * (size_t)cap);
-        if (!p) {
-            tt_free(tt);
-            return bsipipe_error_set(-ENOMEM, "out of memory");
-        }
-        t->tasks = p;
-        t->cap_tasks = cap;
+    if (tasks_reserve(t, 1) < 0) {
+        tt_free(tt);
+        return -ENOMEM;
     }
     t->tasks[t->n_tasks++] = tt;
     return 0;
@@ -1049,6 +1071,12 @@ static int coll_per_rank(tp_ctx_t *c, int kind, long off, long count, tp_h_fn sr
     tp_meet_t *m = NULL;
     if (!c->dry && meets && !(m = calloc(1, sizeof *m)))
         return bsipipe_error_set(-ENOMEM, "out of memory");
+    /* Room for the T tasks first: with NCCL (no meeting point to abort) a
+     * rank left unsubmitted would leave the others waiting in NCCL. */
+    if (!c->dry && (rc = tasks_reserve(e->tp, T)) < 0) {
+        free(m);
+        return rc;
+    }
     for (q = 0; q < T; q++) {
         tb_t b = {.n = 0};
         if (!(b.t = tt_new(kind, -1))) {
@@ -1067,7 +1095,7 @@ static int coll_per_rank(tp_ctx_t *c, int kind, long off, long count, tp_h_fn sr
         if (dst)
             b.t->dst[0] = (signed char)tb_add(&b, dst(c, q), STARPU_W);
         if ((rc = tb_submit(c, &b, &engine_cl_tp_coll_rank, q, 1)) < 0)
-            break; /* rank 0's failure freed m with its task */
+            break; /* rank 0's task, kept or freed, owns m */
     }
     if (rc < 0 && q > 0 && m)
         meet_abort(m, q, T);
@@ -1815,8 +1843,8 @@ static void tp_coll_rank_run(void *buffers[], tp_task_t *tt, int cuda)
     if (!m) { /* NCCL: the worker's stream carries the wait for the other ranks */
         int rc = -EINVAL;
 #ifdef BSIPIPE_HAVE_NCCL
-        if (engine_failed(e))
-            return;
+        /* made even after a failure: a rank that skipped its call would
+         * leave the group's others waiting in NCCL for ever */
         rc = coll_nccl(e, tt, send, recv);
 #endif
         if (rc)
@@ -1827,6 +1855,7 @@ static void tp_coll_rank_run(void *buffers[], tp_task_t *tt, int cuda)
     m->recv[q] = recv;
     if (__atomic_add_fetch(&m->arrived, 1, __ATOMIC_ACQ_REL) < T)
         return; /* the last rank to arrive ends this task */
+    tt->ran = 1;
     if (!__atomic_load_n(&m->aborted, __ATOMIC_ACQUIRE) && !engine_failed(e)) {
         int rc = 0;
         if (e->o.emulate_flops > 0)

@@ -526,14 +526,15 @@ int main(int argc, char **argv)
        * StarPU starts, naming the fix; the rest reaches the devices (here,
        * without a GPU: no CUDA device) */
         static const struct {
-            const char *transport, *precision;
+            const char *transport, *precision, *policy;
             bsipipe_engine_tp_coll_t how;
             int want;
             const char *says;
         } cases[] = {
-            {"nccl", NULL, BSIPIPE_TP_COLL_ONE_TASK, -EINVAL, "use per-rank collectives"},
-            {NULL, "bf16s", BSIPIPE_TP_COLL_AUTO, -ENOTSUP, "use --precision fp32, tf32 or bf16, or --tp 1"},
-            {NULL, NULL, (bsipipe_engine_tp_coll_t)7, -EINVAL, "none of auto (0), one-task (1), per-rank (2)"},
+            {"nccl", NULL, NULL, BSIPIPE_TP_COLL_ONE_TASK, -EINVAL, "use per-rank collectives"},
+            {"nccl", NULL, "lws", BSIPIPE_TP_COLL_AUTO, -EINVAL, "use --policy bsipipe, or --transport local"},
+            {NULL, "bf16s", NULL, BSIPIPE_TP_COLL_AUTO, -ENOTSUP, "use --precision fp32, tf32 or bf16, or --tp 1"},
+            {NULL, NULL, NULL, (bsipipe_engine_tp_coll_t)7, -EINVAL, "none of auto (0), one-task (1), per-rank (2)"},
         };
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             bsipipe_engine_options_t o = tp_options(&gpt, BSIPIPE_SCHED_1F1B, 2);
@@ -541,6 +542,7 @@ int main(int argc, char **argv)
             o.transport = cases[i].transport;
             o.precision = cases[i].precision;
             o.tp_collectives = cases[i].how;
+            o.policy = cases[i].policy;
             bsipipe_engine_t *e = NULL;
             int rc = bsipipe_engine_create(&o, &e);
             printf("refused: 1f1b tp 2 on CUDA devices (%s): %s\n", cases[i].transport ? cases[i].transport
