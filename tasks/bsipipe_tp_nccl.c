@@ -7,17 +7,12 @@
 
 #include <nccl.h>
 
+#include "tasks/nccl_try.h"
+
 struct bsipipe_tp_nccl {
     int n_groups, size;
     ncclComm_t *comm; /* [group * size + rank]; NULL: no communicator */
 };
-
-#define TP_NCCL_TRY(x)                                                                      \
-    do {                                                                                    \
-        ncclResult_t r_ = (x);                                                              \
-        if (r_ != ncclSuccess)                                                              \
-            return bsipipe_error_set(-EIO, "NCCL: %s: %s", #x, ncclGetErrorString(r_));     \
-    } while (0)
 
 int bsipipe_tp_nccl_create(int n_groups, int size, const int *gpu, bsipipe_tp_nccl_t **out)
 {
@@ -93,7 +88,7 @@ int bsipipe_tp_nccl_all_gather(bsipipe_tp_nccl_t *n, int group, int rank, const 
     ncclComm_t c = group_comm(n, group, rank);
     if (!c || count < 0)
         return -EINVAL;
-    TP_NCCL_TRY(ncclAllGather(send, recv, (size_t)count, nccl_type(dt), c, stream));
+    NCCL_TRY(ncclAllGather(send, recv, (size_t)count, nccl_type(dt), c, stream));
     return 0;
 }
 
@@ -103,7 +98,7 @@ int bsipipe_tp_nccl_reduce_scatter(bsipipe_tp_nccl_t *n, int group, int rank, co
     ncclComm_t c = group_comm(n, group, rank);
     if (!c || count < 0)
         return -EINVAL;
-    TP_NCCL_TRY(ncclReduceScatter(send, recv, (size_t)count, nccl_type(dt), ncclSum, c, stream));
+    NCCL_TRY(ncclReduceScatter(send, recv, (size_t)count, nccl_type(dt), ncclSum, c, stream));
     return 0;
 }
 
@@ -113,19 +108,19 @@ int bsipipe_tp_nccl_all_reduce(bsipipe_tp_nccl_t *n, int group, int rank, void *
     ncclComm_t c = group_comm(n, group, rank);
     if (!c || count < 0)
         return -EINVAL;
-    TP_NCCL_TRY(ncclAllReduce(buf, buf, (size_t)count, nccl_type(dt), op == BSIPIPE_TP_MAX ? ncclMax : ncclSum, c,
+    NCCL_TRY(ncclAllReduce(buf, buf, (size_t)count, nccl_type(dt), op == BSIPIPE_TP_MAX ? ncclMax : ncclSum, c,
                               stream));
     return 0;
 }
 
 int bsipipe_tp_nccl_batch_begin(void)
 {
-    TP_NCCL_TRY(ncclGroupStart());
+    NCCL_TRY(ncclGroupStart());
     return 0;
 }
 
 int bsipipe_tp_nccl_batch_end(void)
 {
-    TP_NCCL_TRY(ncclGroupEnd());
+    NCCL_TRY(ncclGroupEnd());
     return 0;
 }

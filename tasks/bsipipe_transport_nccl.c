@@ -8,6 +8,8 @@
 
 #include <nccl.h>
 
+#include "tasks/nccl_try.h"
+
 struct pair_comm {
     ncclComm_t comm[2]; /* [0]: the lower device's rank, [1]: the higher's */
 };
@@ -17,13 +19,6 @@ struct bsipipe_nccl {
     struct pair_comm *pair; /* [lo * n + hi], lo < hi; comm NULL = no communicator */
     int n_pairs;
 };
-
-#define NCCL_TRY(x)                                                                         \
-    do {                                                                                    \
-        ncclResult_t r_ = (x);                                                              \
-        if (r_ != ncclSuccess)                                                              \
-            return bsipipe_error_set(-EIO, "NCCL: %s: %s", #x, ncclGetErrorString(r_));     \
-    } while (0)
 
 int bsipipe_nccl_create(int n_devices, const int *gpu, int n_pairs, const int *pairs, bsipipe_nccl_t **out)
 {

@@ -1531,6 +1531,16 @@ static int tp_loss_add(int len, const double *ce, double *loss, int cuda)
 #define TP_CALL(seg, ...) bsipipe_tp_##seg(__VA_ARGS__)
 #endif
 
+/* name_cpu (and name_cuda): the codelet functions of name_run(buffers, tt, cuda). */
+#ifdef BSIPIPE_HAVE_CUDA
+#define TP_CODELET_FUNCS(name)                                                                       \
+    static void name##_cpu(void *buffers[], void *cl_arg) { name##_run(buffers, cl_arg, 0); }    \
+    static void name##_cuda(void *buffers[], void *cl_arg) { name##_run(buffers, cl_arg, 1); }
+#else
+#define TP_CODELET_FUNCS(name)                                                                       \
+    static void name##_cpu(void *buffers[], void *cl_arg) { name##_run(buffers, cl_arg, 0); }
+#endif
+
 /* One segment on rank tt->rank, on a CPU worker or (cuda) a CUDA one: the
  * same buffers, memory accounting and emulated hold; only the kernels and
  * the two host-side steps (clearing dK/dV, adding the loss) differ. */
@@ -1677,17 +1687,7 @@ static void tp_seg_run(void *buffers[], tp_task_t *tt, int cuda)
     }
 }
 
-static void tp_seg_cpu(void *buffers[], void *cl_arg)
-{
-    tp_seg_run(buffers, cl_arg, 0);
-}
-
-#ifdef BSIPIPE_HAVE_CUDA
-static void tp_seg_cuda(void *buffers[], void *cl_arg)
-{
-    tp_seg_run(buffers, cl_arg, 1);
-}
-#endif
+TP_CODELET_FUNCS(tp_seg)
 
 /* COLL_CALL(name, args): the in-process collective bsipipe_tp_<name>(args) on
  * host buffers, or on a CUDA worker bsipipe_cuda_tp_<name>(args, stream) on
@@ -1872,29 +1872,9 @@ static void tp_coll_rank_run(void *buffers[], tp_task_t *tt, int cuda)
     meet_release(m, T);
 }
 
-static void tp_coll_rank_cpu(void *buffers[], void *cl_arg)
-{
-    tp_coll_rank_run(buffers, cl_arg, 0);
-}
+TP_CODELET_FUNCS(tp_coll_rank)
 
-#ifdef BSIPIPE_HAVE_CUDA
-static void tp_coll_rank_cuda(void *buffers[], void *cl_arg)
-{
-    tp_coll_rank_run(buffers, cl_arg, 1);
-}
-#endif
-
-static void tp_coll_cpu(void *buffers[], void *cl_arg)
-{
-    tp_coll_run(buffers, cl_arg, 0);
-}
-
-#ifdef BSIPIPE_HAVE_CUDA
-static void tp_coll_cuda(void *buffers[], void *cl_arg)
-{
-    tp_coll_run(buffers, cl_arg, 1);
-}
-#endif
+TP_CODELET_FUNCS(tp_coll)
 
 /* Squared norm of replica x's gradient shard g on rank q: its split
  * tensors, and its replicated ones on rank 0 only (their gradients are equal
@@ -2106,17 +2086,7 @@ static void tp_step_run(void *buffers[], tp_task_t *tt, int cuda)
     engine_report(e, a, rc);
 }
 
-static void tp_step_cpu(void *buffers[], void *cl_arg)
-{
-    tp_step_run(buffers, cl_arg, 0);
-}
-
-#ifdef BSIPIPE_HAVE_CUDA
-static void tp_step_cuda(void *buffers[], void *cl_arg)
-{
-    tp_step_run(buffers, cl_arg, 1);
-}
-#endif
+TP_CODELET_FUNCS(tp_step)
 
 /* Segments, collectives and STEP run on the rank's worker, a CPU one or a
  * CUDA one (--devices cuda: the rank's kernels queue on its stream). */

@@ -9,4 +9,4 @@ EXTRA_DIST += docs/transport.md
 if HAVE_NCCL
 libbsipipe_la_SOURCES += tasks/bsipipe_transport_nccl.c tasks/bsipipe_tp_nccl.c
 endif
-noinst_HEADERS += tasks/bsipipe_transport_nccl.h tasks/bsipipe_tp_nccl.h
+noinst_HEADERS += tasks/bsipipe_transport_nccl.h tasks/bsipipe_tp_nccl.h tasks/nccl_try.h
