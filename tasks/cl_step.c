@@ -1,15 +1,12 @@
 /* cl_step.c: STEP — the optimizer step of every replica a device holds:
- * global gradient-norm clipping over the whole model (every chunk's gradient
- * once, read from the down pipe's replicas after SYNC), then AdamW per tensor
- * with weight decay on matrices (the reference trainer's semantics). CPU and
- * CUDA functions share the norm and the per-tensor loop; only the two
- * kernels (sum of squares, AdamW) differ.
+ * global gradient-norm clipping over the whole model (every chunk's squared
+ * norm, computed once by its NORM task on its down replica after SYNC and
+ * added in chunk order), then AdamW per tensor with weight decay on matrices
+ * (the reference trainer's semantics). CPU and CUDA functions share the
+ * per-tensor loop; only the AdamW kernel differs.
  *
- * Buffers: 0..C-1 grads of chunk c (down replica) R — across MPI ranks the
- * chunk's squared norm instead (one double, computed where the chunk lives);
- * then for each own replica: params RW, m RW, v RW, and its grads R when it
- * is an up replica or across ranks (otherwise a down replica's grads are
- * already among the first C). */
+ * Buffers: 0..C-1 chunk c's squared norm (one double) R; then for each own
+ * replica: params RW, m RW, v RW, grads R. */
 #include "tasks/engine_internal.h"
 #include "tasks/engine_cuda.h"
 
@@ -50,10 +47,8 @@ static int step_replicas(struct bsipipe_engine *e, const op_args_t *a, void *buf
         float *p = (float *)STARPU_VECTOR_GET_PTR(buffers[b]);
         float *m = (float *)STARPU_VECTOR_GET_PTR(buffers[b + 1]);
         float *v = (float *)STARPU_VECTOR_GET_PTR(buffers[b + 2]);
-        int own_grads = a->own_rep[j] >= e->C || e->mpi;
-        const float *g = own_grads ? (const float *)STARPU_VECTOR_GET_PTR(buffers[b + 3])
-                                   : (const float *)STARPU_VECTOR_GET_PTR(buffers[a->own_rep[j]]);
-        b += own_grads ? 4 : 3;
+        const float *g = (const float *)STARPU_VECTOR_GET_PTR(buffers[b + 3]);
+        b += 4;
         for (int i = 0; i < nt && rc == 0; i++) {
             long off = ti[i].offset - r->base, n = (long)ti[i].rows * ti[i].cols;
             if (off < 0 || off >= r->n)
@@ -73,9 +68,7 @@ static void step_cpu(void *buffers[], void *cl_arg)
         return;
     double sumsq = 0;
     for (int c = 0; c < e->C; c++)
-        sumsq += e->mpi ? *(const double *)STARPU_VECTOR_GET_PTR(buffers[c])
-                        : bsipipe_sumsq((long)STARPU_VECTOR_GET_NX(buffers[c]),
-                                        (const float *)STARPU_VECTOR_GET_PTR(buffers[c]));
+        sumsq += *(const double *)STARPU_VECTOR_GET_PTR(buffers[c]);
     int rc = step_replicas(e, a, buffers, step_clip(e, sumsq), bsipipe_adamw_update);
     if (rc == -ENOMEM)
         engine_fail(e, rc);
@@ -92,8 +85,8 @@ static int step_cuda_update(const bsipipe_adamw_t *h, long t, long n, float *p, 
 
 /* The norm needs every chunk's sum of squares on the host before any update:
  * the one place where a CUDA codelet waits for its stream. The per-chunk sums
- * are added in chunk order, as on the CPU. Across MPI ranks buffers 0..C-1
- * already hold the sums (NORM tasks, one double each on this GPU). */
+ * (NORM tasks, one double each, on this GPU) are added in chunk order, as on
+ * the CPU. */
 static void step_cuda(void *buffers[], void *cl_arg)
 {
     op_args_t *a = cl_arg;
@@ -104,9 +97,7 @@ static void step_cuda(void *buffers[], void *cl_arg)
     double *dsum = NULL, *hsum = calloc((size_t)e->C, sizeof *hsum);
     int rc = hsum ? bsipipe_cuda_scratch_alloc((void **)&dsum, sizeof(double) * (size_t)e->C, s) : -ENOMEM;
     for (int c = 0; c < e->C && rc == 0; c++)
-        rc = e->mpi ? bsipipe_cuda_copy(dsum + c, (const double *)STARPU_VECTOR_GET_PTR(buffers[c]), sizeof(double), s)
-                    : bsipipe_cuda_sumsq((long)STARPU_VECTOR_GET_NX(buffers[c]),
-                                         (const float *)STARPU_VECTOR_GET_PTR(buffers[c]), dsum + c, s);
+        rc = bsipipe_cuda_copy(dsum + c, (const double *)STARPU_VECTOR_GET_PTR(buffers[c]), sizeof(double), s);
     if (rc == 0)
         rc = bsipipe_cuda_copy_to_host(hsum, dsum, sizeof(double) * (size_t)e->C, s);
     if (dsum) {

@@ -160,6 +160,9 @@ void bsipipe_engine_destroy(bsipipe_engine_t *e)
     }
     for (int d = 0; e->h_loss && d < e->W; d++)
         if (e->h_loss[d]) starpu_data_unregister(e->h_loss[d]);
+    for (int c = 0; e->h_norm && c < e->C; c++)
+        if (e->h_norm[c]) starpu_data_unregister(e->h_norm[c]);
+    free(e->h_norm); free(e->norm);
     if (e->h_work)
         starpu_data_unregister(e->h_work);
     free(e->n_x_out); free(e->n_stash); free(e->n_dx); free(e->n_dy); free(e->n_kv); free(e->n_dkv); free(e->n_recv);
@@ -204,6 +207,17 @@ void bsipipe_engine_destroy(bsipipe_engine_t *e)
 
 /* Allocation helper: all-or-nothing arrays. */
 #define ALLOC(p, n) ((p) = calloc((size_t)(n) > 0 ? (size_t)(n) : 1, sizeof *(p)))
+
+/* Every chunk's squared gradient norm, one double each: written by its
+ * NORM task, read by every STEP (submit_norms). */
+static int create_norms(bsipipe_engine_t *e)
+{
+    if (!ALLOC(e->norm, e->C) || !ALLOC(e->h_norm, e->C))
+        return -ENOMEM;
+    for (int c = 0; c < e->C; c++)
+        starpu_vector_data_register(&e->h_norm[c], STARPU_MAIN_RAM, (uintptr_t)&e->norm[c], 1, sizeof(double));
+    return 0;
+}
 
 static int create_buffers(bsipipe_engine_t *e)
 {
@@ -622,7 +636,7 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
     }
     blas_single_thread();
     starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
-    if ((rc = create_buffers(e)) < 0 || (rc = create_args(e)) < 0 || (rc = plan_priorities(e)) < 0 ||
+    if ((rc = create_buffers(e)) < 0 || (rc = create_norms(e)) < 0 || (rc = create_args(e)) < 0 || (rc = plan_priorities(e)) < 0 ||
         (e->T > 1 && (rc = engine_tp_args(e)) < 0) ||
         (rc = bsipipe_transport_create(bsipipe_schedule_n_channels(e->sched) > 0
                                            ? (long)bsipipe_schedule_n_channels(e->sched) * e->T : 1,
@@ -792,19 +806,18 @@ static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
         break;
     }
     case BSIPIPE_OP_STEP:
-        /* The global norm from every chunk's gradient, or (across ranks)
-         * from every chunk's squared norm. */
+        /* The global norm from every chunk's squared norm (submit_norms),
+         * then the device's own replicas. */
         cl = &bsipipe_cl_step;
         a->do_step = step;
         for (int c = 0; c < e->C; c++)
-            ADD(e->mpi ? engine_mpi_sumsq(e, c) : e->rep[c].h_grads, STARPU_R);
+            ADD(e->h_norm[c], STARPU_R);
         for (int j = 0; j < a->n_own && n + 4 <= MAX_DESCR; j++) {
             replica_t *o = &e->rep[a->own_rep[j]];
             ADD(o->h_params, STARPU_RW);
             ADD(o->h_m, STARPU_RW);
             ADD(o->h_v, STARPU_RW);
-            if (a->own_rep[j] >= e->C || e->mpi)
-                ADD(o->h_grads, STARPU_R);
+            ADD(o->h_grads, STARPU_R);
         }
         break;
     default:
@@ -934,7 +947,10 @@ int engine_task_submit(bsipipe_engine_t *e, int d, int i, struct starpu_codelet 
         t->workerids_len = e->wmask_len;
         if (a && e->prio)
             t->priority = e->prio[d][i];
-    } /* else: a task outside the plan under bsipipe: any worker, in arrival order */
+    } else { /* a task outside the plan (NORM) under bsipipe: on the device's worker, in arrival order */
+        t->workerids = e->wmask[d];
+        t->workerids_len = e->wmask_len;
+    }
     if (e->floor_flags) { /* the floor: same shape, empty body, no callback unless profiled */
         t->cl = &engine_cl_floor;
         t->nbuffers = n; /* codelets with a fixed count leave the task's count and modes empty */
@@ -964,6 +980,32 @@ int engine_task_submit(bsipipe_engine_t *e, int d, int i, struct starpu_codelet 
     /* A buffer whose last use is now submitted is freed once that task ends. */
     for (int j = 0; j < n; j++)
         engine_buffer_use(e, descr[j].handle, 0);
+    return 0;
+}
+
+/* Every chunk's squared gradient norm, computed once on the device that
+ * holds the chunk's down replica (a NORM task, after the chunk's last
+ * gradient write), for every STEP to read: no STEP reads another device's
+ * gradients, so with several GPUs or ranks only one double per chunk moves
+ * for the clipping norm. The STEPs add the chunks in order: the bits of
+ * one sum over the model. Across MPI ranks the owner sends it to the
+ * others. */
+static int submit_norms(bsipipe_engine_t *e)
+{
+    for (int c = 0; c < e->C; c++) {
+        int owner = e->rep[c].device, rc;
+        if (!engine_local(e, owner)) {
+            rc = engine_mpi_norm_exchange(e, c, 0);
+        } else {
+            struct starpu_data_descr descr[2] = {{e->rep[c].h_grads, STARPU_R}, {e->h_norm[c], STARPU_W}};
+            rc = e->T > 1 ? engine_tp_submit_norm(e, c, e->h_norm[c])
+                          : engine_task_submit(e, owner, -1, &bsipipe_cl_norm, descr, 2);
+            if (rc == 0)
+                rc = engine_mpi_norm_exchange(e, c, 1);
+        }
+        if (rc < 0)
+            return rc;
+    }
     return 0;
 }
 
@@ -1256,7 +1298,7 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
     if (rc == 0 && e->T > 1) /* replicated gradients summed over the TP ranks before any norm or STEP reads them */
         rc = engine_tp_submit_reduce(e, 0);
     if (rc == 0)
-        rc = engine_mpi_submit_norms(e);
+        rc = submit_norms(e);
     for (int d = 0; d < e->W && rc == 0; d++) {
         int n;
         const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);

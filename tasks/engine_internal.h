@@ -47,6 +47,8 @@ struct bsipipe_engine {
                                           per GPU after them */
     int cuda_gpus;                     /* CUDA: GPUs StarPU was asked to drive */
     struct bsipipe_nccl *nccl;         /* nccl transport (pairs on two GPUs), else NULL */
+    double *norm;                      /* per chunk: its squared gradient norm (a NORM task's output) */
+    starpu_data_handle_t *h_norm;      /* their handles, read by every STEP */
     struct bsipipe_tp_nccl *tp_nccl;   /* nccl transport with --tp: each TP group's communicator
                                           (its ranks on pc.tp GPUs), else NULL */
     int tp_spread;                     /* CUDA, nccl, T > 1: a device's T ranks on T different GPUs */
@@ -317,9 +319,10 @@ void engine_mpi_shutdown(struct bsipipe_engine *e);
  * Returns 1 when it handled the op (the caller submits nothing), 0 when the
  * op is an ordinary local one, or a negative error. dry_run: count uses. */
 int engine_mpi_submit_op(struct bsipipe_engine *e, int d, int i, int dry_run);
-/* Per-chunk squared gradient norms, computed on the chunk's down replica
- * and sent to every rank, for the STEPs (which read e->mpi->h_sumsq). */
-int engine_mpi_submit_norms(struct bsipipe_engine *e);
+/* Chunk c's squared gradient norm (e->h_norm[c]) across ranks: the owner
+ * rank (owned = 1, its NORM task already submitted) sends it to every other
+ * rank, which receives it. 0 without MPI. */
+int engine_mpi_norm_exchange(struct bsipipe_engine *e, int c, int owned);
 /* Around an iteration: sizes its message bookkeeping and arms the watchdog
  * (the heartbeat thread runs for the engine's life); waits for every task
  * and message of every rank, disarms it and agrees on the outcome (the most
@@ -336,8 +339,6 @@ void engine_mpi_local_traffic(struct bsipipe_engine *e, double act[2], double sy
 void engine_mpi_free(struct bsipipe_engine *e);
 int engine_mpi_sum_floats(struct bsipipe_engine *e, float *v, long n);
 int engine_mpi_max(struct bsipipe_engine *e, double *v, int n);
-/* Handle of chunk c's squared gradient norm (MPI), NULL without MPI. */
-starpu_data_handle_t engine_mpi_sumsq(struct bsipipe_engine *e, int c);
 
 /* ---- Tensor parallelism (engine_tp.c) ---- */
 /* Before StarPU: the rules D_t must follow (heads, FFN, vocabulary, every

@@ -69,8 +69,6 @@ struct sent_bytes {
 struct engine_mpi {
     struct bsipipe_engine *e;
     long iter;                           /* for tags */
-    double *sumsq;                       /* per chunk */
-    starpu_data_handle_t *h_sumsq;
     /* Per iteration: */
     struct pending_recv *recv;           /* one per cross-rank message */
     long n_recv, cap;                    /* cap: entries of recv and of sent */
@@ -482,10 +480,6 @@ int engine_mpi_start(struct bsipipe_engine *e, struct starpu_conf *conf)
     wait_mark(m, NULL);
     if (src != 0)
         return bsipipe_error_set(-EIO, "engine: starpu_mpi_init_conf failed on rank %d", e->rank);
-    if (!(m->sumsq = calloc((size_t)e->C, sizeof *m->sumsq)) || !(m->h_sumsq = calloc((size_t)e->C, sizeof *m->h_sumsq)))
-        return bsipipe_error_set(-ENOMEM, "out of memory");
-    for (int c = 0; c < e->C; c++)
-        starpu_vector_data_register(&m->h_sumsq[c], STARPU_MAIN_RAM, (uintptr_t)&m->sumsq[c], 1, sizeof(double));
     return 0;
 }
 
@@ -498,9 +492,6 @@ void engine_mpi_shutdown(struct bsipipe_engine *e)
     }
     engine_mpi_fault_point(e, "end");
     liveness_stop(e);
-    for (int c = 0; m->h_sumsq && c < e->C; c++)
-        if (m->h_sumsq[c])
-            starpu_data_unregister(m->h_sumsq[c]);
     starpu_mpi_shutdown();
 }
 
@@ -520,18 +511,12 @@ static void free_mpi(struct bsipipe_engine *e)
     free(m->arrived);
     free(m->heard);
     free(m->quiet);
-    free(m->sumsq);
-    free(m->h_sumsq);
     free(m->recv);
     free(m->sent);
     free(m);
     e->mpi = NULL;
 }
 
-starpu_data_handle_t engine_mpi_sumsq(struct bsipipe_engine *e, int c)
-{
-    return e->mpi ? e->mpi->h_sumsq[c] : NULL;
-}
 
 /* ---- per-iteration bookkeeping (arrays sized once per iteration, so the
  * completion callbacks get stable pointers) ---- */
@@ -713,29 +698,21 @@ int engine_mpi_submit_op(struct bsipipe_engine *e, int d, int i, int dry_run)
     return 1;
 }
 
-int engine_mpi_submit_norms(struct bsipipe_engine *e)
+int engine_mpi_norm_exchange(struct bsipipe_engine *e, int c, int owned)
 {
     struct engine_mpi *m = e->mpi;
     if (!m)
         return 0;
-    for (int c = 0; c < e->C; c++) {
-        int owner_dev = e->rep[c].device, owner = e->dev_rank[owner_dev], rc;
-        if (owner != e->rank) {
-            char what[64];
-            snprintf(what, sizeof what, "gradient norm of chunk %d", c);
-            if ((rc = post_recv(m, m->h_sumsq[c], owner, TAG_NORM, c, -1, owner_dev, what)) < 0)
-                return rc;
-            continue;
-        }
-        struct starpu_data_descr descr[2] = {{e->rep[c].h_grads, STARPU_R}, {m->h_sumsq[c], STARPU_W}};
-        if ((rc = e->T > 1 ? engine_tp_submit_norm(e, c, m->h_sumsq[c])
-                           : engine_task_submit(e, owner_dev, -1, &bsipipe_cl_norm, descr, 2)) < 0)
-            return rc;
-        for (int r = 0; r < e->nranks; r++)
-            if (r != e->rank && (rc = post_send(m, m->h_sumsq[c], r, TAG_NORM, c, -1)) < 0)
-                return rc;
+    int owner_dev = e->rep[c].device, owner = e->dev_rank[owner_dev], rc = 0;
+    if (!owned) {
+        char what[64];
+        snprintf(what, sizeof what, "gradient norm of chunk %d", c);
+        return post_recv(m, e->h_norm[c], owner, TAG_NORM, c, -1, owner_dev, what);
     }
-    return 0;
+    for (int r = 0; r < e->nranks && rc == 0; r++)
+        if (r != e->rank)
+            rc = post_send(m, e->h_norm[c], r, TAG_NORM, c, -1);
+    return rc;
 }
 
 /* ---- liveness: heartbeats and the watchdog ----
@@ -1072,7 +1049,7 @@ int engine_mpi_start(struct bsipipe_engine *e, struct starpu_conf *conf)
 }
 void engine_mpi_shutdown(struct bsipipe_engine *e) { (void)e; starpu_shutdown(); }
 int engine_mpi_submit_op(struct bsipipe_engine *e, int d, int i, int dry_run) { (void)e; (void)d; (void)i; (void)dry_run; return 0; }
-int engine_mpi_submit_norms(struct bsipipe_engine *e) { (void)e; return 0; }
+int engine_mpi_norm_exchange(struct bsipipe_engine *e, int c, int owned) { (void)e; (void)c; (void)owned; return 0; }
 void engine_mpi_iteration_begin(struct bsipipe_engine *e) { (void)e; }
 int engine_mpi_iteration_end(struct bsipipe_engine *e, int rc) { (void)e; starpu_task_wait_for_all(); return rc; }
 int engine_mpi_agree(struct bsipipe_engine *e, int rc) { (void)e; return rc; }
@@ -1084,7 +1061,6 @@ int engine_mpi_sum(struct bsipipe_engine *e, double *v, int n) { (void)e; (void)
 int engine_mpi_sum_floats(struct bsipipe_engine *e, float *v, long n) { (void)e; (void)v; (void)n; return 0; }
 int engine_mpi_max(struct bsipipe_engine *e, double *v, int n) { (void)e; (void)v; (void)n; return 0; }
 void engine_mpi_local_traffic(struct bsipipe_engine *e, double act[2], double sync[2]) { (void)e; (void)act; (void)sync; }
-starpu_data_handle_t engine_mpi_sumsq(struct bsipipe_engine *e, int c) { (void)e; (void)c; return NULL; }
 void engine_mpi_free(struct bsipipe_engine *e) { (void)e; }
 void engine_mpi_fault_point(struct bsipipe_engine *e, const char *point) { (void)e; (void)point; }
 

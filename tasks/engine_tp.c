@@ -207,9 +207,9 @@ int engine_tp_check(struct bsipipe_engine *e)
             return bsipipe_error_set(-ENOTSUP, "engine: --tp with --precision bf16s: the sharded stash has no "
                                      "bf16 layout; use --precision fp32, tf32 or bf16, or --tp 1");
         if (e->o.mpi)
-            return bsipipe_error_set(-ENOTSUP, "engine: --tp with CUDA devices across MPI ranks is not written "
-                                     "(the per-chunk norm task is CPU only): use --devices cpu, one process, "
-                                     "or --tp 1");
+            return bsipipe_error_set(-ENOTSUP, "engine: --tp with CUDA devices across MPI ranks is not supported "
+                                     "(its cross-rank slot tasks and transfers on CUDA workers have never been "
+                                     "checked): use --devices cpu, one process, or --tp 1");
     }
     bsipipe_tp_t tp = {T, 0};
     int rc = bsipipe_tp_check(&e->dims, &tp, 0);
@@ -1279,8 +1279,8 @@ static int tp_simple(tp_ctx_t *c)
     return 0;
 }
 
-/* STEP on every rank: the norm from every chunk's down shards of every rank,
- * AdamW on the rank's own shards. */
+/* STEP on every rank: the norm from every chunk's squared norm, AdamW on
+ * the rank's own shards. */
 static int tp_step(tp_ctx_t *c, int step)
 {
     struct bsipipe_engine *e = c->e;
@@ -1291,21 +1291,18 @@ static int tp_step(tp_ctx_t *c, int step)
         tb_t b = {.n = 0};
         if (!(b.t = tt_new(-1, -1)))
             return bsipipe_error_set(-ENOMEM, "out of memory");
-        /* The norm's inputs: every chunk's shards here, or across MPI ranks
-         * every chunk's squared norm (engine_tp_submit_norm, sent by its
-         * owner); then the rank's own replicas. */
+        /* The norm's inputs: every chunk's squared norm (its NORM task,
+         * engine_tp_submit_norm, or across MPI ranks sent by its owner);
+         * then the rank's own replicas. */
         for (int x = 0; x < e->C; x++)
-            for (int q = 0; q < (e->mpi ? 1 : T); q++)
-                b.descr[b.n++] = (struct starpu_data_descr){
-                    e->mpi ? engine_mpi_sumsq(e, x) : t->rep[(long)x * T + q].h_grads, STARPU_R};
+            b.descr[b.n++] = (struct starpu_data_descr){e->h_norm[x], STARPU_R};
         for (int j = 0; j < c->a->n_own && b.n + 4 <= STEP_DESCR; j++) {
             int x = c->a->own_rep[j];
             tp_rep_t *p = &t->rep[(long)x * T + r];
             b.descr[b.n++] = (struct starpu_data_descr){p->h_params, STARPU_RW};
             b.descr[b.n++] = (struct starpu_data_descr){p->h_m, STARPU_RW};
             b.descr[b.n++] = (struct starpu_data_descr){p->h_v, STARPU_RW};
-            if (x >= e->C || e->mpi)
-                b.descr[b.n++] = (struct starpu_data_descr){p->h_grads, STARPU_R};
+            b.descr[b.n++] = (struct starpu_data_descr){p->h_grads, STARPU_R};
         }
         if ((rc = tb_submit(c, &b, &engine_cl_tp_step, r, 1)) < 0)
             return rc;
@@ -1908,10 +1905,63 @@ static void tp_norm_cpu(void *buffers[], void *cl_arg)
     *out = s;
 }
 
+#ifdef BSIPIPE_HAVE_CUDA
+/* The same on a CUDA worker: each (rank, tensor) sum on the device in a
+ * fixed order (bsipipe_cuda_tp_sumsq), grouped on the host as tp_shard_sumsq
+ * groups them (per rank, then over the ranks), the chunk's sum written to
+ * its one-double buffer on this GPU. */
+static void tp_norm_cuda(void *buffers[], void *cl_arg)
+{
+    tp_task_t *tt = cl_arg;
+    struct bsipipe_engine *e = tt->e;
+    struct engine_tp *t = e->tp;
+    int T = e->T, K = T * t->nti, rc = 0;
+    cudaStream_t s = engine_cuda_stream();
+    double part = 0, *dsum = NULL, *sums = calloc((size_t)K, sizeof *sums);
+    if (!sums)
+        rc = -ENOMEM;
+    if (rc == 0 && !engine_failed(e) && e->o.emulate_flops <= 0) {
+        rc = bsipipe_cuda_scratch_alloc((void **)&dsum, sizeof(double) * (size_t)K, s);
+        if (rc == 0) /* the skipped (rank, tensor) entries stay 0 */
+            rc = bsipipe_cuda_zero(dsum, sizeof(double) * (size_t)K, s);
+        for (int q = 0; q < T && rc == 0; q++) {
+            const tp_rep_t *p = &t->rep[(long)tt->rep * T + q];
+            const float *g = (const float *)STARPU_VECTOR_GET_PTR(buffers[q]);
+            for (int j = 0; j < t->nti && rc == 0; j++) {
+                const bsipipe_tp_tensor_info_t *ti = &t->ti[j];
+                long off = ti->offset - p->base;
+                if (off < 0 || off >= p->n || (ti->split == BSIPIPE_TP_REPLICATED && q > 0))
+                    continue;
+                rc = bsipipe_cuda_tp_sumsq((long)ti->rows * ti->cols, g + off, dsum + (long)q * t->nti + j, s);
+            }
+        }
+        if (rc == 0)
+            rc = bsipipe_cuda_copy_to_host(sums, dsum, sizeof(double) * (size_t)K, s);
+        if (dsum) {
+            int rc_free = bsipipe_cuda_scratch_free(dsum, s);
+            rc = rc ? rc : rc_free;
+        }
+        for (int q = 0; q < T && rc == 0; q++) {
+            double shard = 0;
+            for (int j = 0; j < t->nti; j++)
+                shard += sums[(long)q * t->nti + j];
+            part += shard;
+        }
+    }
+    if (rc == 0)
+        rc = bsipipe_cuda_copy((double *)STARPU_VECTOR_GET_PTR(buffers[T]), &part, sizeof part, s);
+    if (rc == 0) /* part lives on this stack */
+        rc = bsipipe_cuda_stream_wait(s);
+    free(sums);
+    if (rc)
+        engine_fail(e, rc);
+}
+#endif
+
 static struct starpu_codelet engine_cl_tp_norm = {
-    .where = STARPU_CPU,
     .cpu_funcs = {tp_norm_cpu},
     .cpu_funcs_name = {"tp_norm_cpu"},
+    BSIPIPE_CL_CUDA(tp_norm_cuda)
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .name = "NORM",
 };
@@ -1953,10 +2003,8 @@ int engine_tp_submit_norm(struct bsipipe_engine *e, int c, starpu_data_handle_t 
     task->callback_arg = tt;
     task->prologue_callback_pop_func = tp_norm_popped;
     task->prologue_callback_pop_arg = tt;
-    if (!e->inorder) { /* on the chunk's device (under bsipipe: any worker, in arrival order, as without TP) */
-        task->workerids = t->wmask[d * T];
-        task->workerids_len = e->wmask_len;
-    }
+    task->workerids = t->wmask[d * T]; /* rank 0 of the chunk's device (under bsipipe: in arrival order) */
+    task->workerids_len = e->wmask_len;
     e->ovh.n_tasks++;
     if (starpu_task_submit(task) != 0)
         return bsipipe_error_set(-EIO, "engine: StarPU refused the norm task of chunk %d", c);
@@ -1965,49 +2013,16 @@ int engine_tp_submit_norm(struct bsipipe_engine *e, int c, starpu_data_handle_t 
 }
 
 #ifdef BSIPIPE_HAVE_CUDA
-/* The CUDA STEP's squared norms, per (chunk, rank, tensor) as tp_shard_sumsq
- * takes them, each computed on the device in a fixed order (every rank's
- * STEP computes the global norm itself: atomics would give the ranks other
- * clip factors and the replicated tensors would drift apart) and all copied
- * back at once (the one wait of the step: the clip needs the norm on the
- * host). sums[x * T * nti
- * + q * nti + j]; a tensor that tp_shard_sumsq skips stays 0. Across MPI ranks
- * buffers[x] hold the chunks' sums: sums[x * T * nti] gets them. */
-static int tp_step_sums_cuda(struct bsipipe_engine *e, void *buffers[], double *sums)
+/* The CUDA STEP's chunk norms (one double each on this GPU, written by the
+ * NORM tasks) copied to the host at once: the one wait of the step, as the
+ * clip needs the norm on the host. */
+static int tp_step_norms_cuda(struct bsipipe_engine *e, void *buffers[], double *norms)
 {
-    struct engine_tp *t = e->tp;
-    int T = e->T, K = e->C * T * t->nti, rc = 0;
     cudaStream_t s = engine_cuda_stream();
-    double *dsum = NULL;
-    rc = bsipipe_cuda_scratch_alloc((void **)&dsum, sizeof(double) * (size_t)K, s);
-    if (rc == 0) /* the skipped (rank, tensor) entries stay 0 */
-        rc = bsipipe_cuda_zero(dsum, sizeof(double) * (size_t)K, s);
-    for (int x = 0; x < e->C && rc == 0; x++) {
-        if (e->mpi) {
-            rc = bsipipe_cuda_copy(dsum + (long)x * T * t->nti, (const void *)STARPU_VECTOR_GET_PTR(buffers[x]),
-                                   sizeof(double), s);
-            continue;
-        }
-        for (int q = 0; q < T && rc == 0; q++) {
-            const tp_rep_t *p = &t->rep[(long)x * T + q];
-            const float *g = (const float *)STARPU_VECTOR_GET_PTR(buffers[x * T + q]);
-            for (int j = 0; j < t->nti && rc == 0; j++) {
-                const bsipipe_tp_tensor_info_t *ti = &t->ti[j];
-                long off = ti->offset - p->base;
-                if (off < 0 || off >= p->n || (ti->split == BSIPIPE_TP_REPLICATED && q > 0))
-                    continue;
-                rc = bsipipe_cuda_tp_sumsq((long)ti->rows * ti->cols, g + off, dsum + ((long)x * T + q) * t->nti + j,
-                                           s);
-            }
-        }
-    }
-    if (rc == 0)
-        rc = bsipipe_cuda_copy_to_host(sums, dsum, sizeof(double) * (size_t)K, s);
-    if (dsum) {
-        int rc_free = bsipipe_cuda_scratch_free(dsum, s);
-        rc = rc ? rc : rc_free;
-    }
-    return rc;
+    int rc = 0;
+    for (int x = 0; x < e->C && rc == 0; x++)
+        rc = bsipipe_cuda_copy(norms + x, (const void *)STARPU_VECTOR_GET_PTR(buffers[x]), sizeof(double), s);
+    return rc ? rc : bsipipe_cuda_stream_wait(s);
 }
 
 static int tp_adamw_cuda(const bsipipe_adamw_t *h, long step, long n, float *p, const float *g, double mul, int decay,
@@ -2017,13 +2032,11 @@ static int tp_adamw_cuda(const bsipipe_adamw_t *h, long step, long n, float *p, 
 }
 #endif
 
-/* Global norm: per chunk the sum over its ranks' shards (tp_shard_sumsq,
- * in rank order), then over the chunks; across MPI ranks the per-chunk sums
- * come from their owners (engine_tp_submit_norm). The same order on every
- * rank, so every rank clips alike and the replicas stay equal. On a CUDA
- * worker the per-tensor sums come from the device (tp_step_sums_cuda) and
- * are grouped the same way (per rank, then over the ranks); AdamW is the
- * CUDA kernel. */
+/* Global norm: the chunks' squared norms (each the sum over its ranks'
+ * shards, tp_shard_sumsq in rank order, computed once by the chunk's NORM
+ * task) added in chunk order, the same on every rank, so every rank clips
+ * alike and the replicas stay equal. Then AdamW on the rank's shards (the
+ * CUDA kernel on a CUDA worker). */
 static void tp_step_run(void *buffers[], tp_task_t *tt, int cuda)
 {
     op_args_t *a = tt->a;
@@ -2031,33 +2044,21 @@ static void tp_step_run(void *buffers[], tp_task_t *tt, int cuda)
     struct engine_tp *t = e->tp;
     if (engine_failed(e) || !a->do_step || e->o.emulate_flops > 0)
         return;
-    int T = e->T, rc = 0;
-    double sumsq = 0, *sums = NULL;
+    int rc = 0;
+    double sumsq = 0, *norms = NULL;
     int (*update)(const bsipipe_adamw_t *, long, long, float *, const float *, double, int, float *, float *) =
         bsipipe_adamw_update;
     (void)cuda;
 #ifdef BSIPIPE_HAVE_CUDA
     if (cuda) {
         update = tp_adamw_cuda;
-        sums = calloc((size_t)e->C * T * t->nti, sizeof *sums);
-        rc = sums ? tp_step_sums_cuda(e, buffers, sums) : -ENOMEM;
+        norms = calloc((size_t)e->C, sizeof *norms);
+        rc = norms ? tp_step_norms_cuda(e, buffers, norms) : -ENOMEM;
     }
 #endif
-    for (int x = 0; x < e->C && rc == 0; x++) {
-        double part = 0;
-        for (int q = 0; q < T && sums; q++) { /* the device's sums, grouped as tp_shard_sumsq groups them */
-            double shard = 0;
-            for (int j = 0; j < t->nti; j++)
-                shard += sums[((long)x * T + q) * t->nti + j];
-            part += shard;
-        }
-        if (e->mpi && !sums)
-            part = *(const double *)STARPU_VECTOR_GET_PTR(buffers[x]);
-        for (int q = 0; q < T && !e->mpi && !sums; q++)
-            part += tp_shard_sumsq(t, x, q, (const float *)STARPU_VECTOR_GET_PTR(buffers[x * T + q]));
-        sumsq += part;
-    }
-    free(sums);
+    for (int x = 0; x < e->C && rc == 0; x++)
+        sumsq += norms ? norms[x] : *(const double *)STARPU_VECTOR_GET_PTR(buffers[x]);
+    free(norms);
     double norm = sqrt(sumsq), mul = 1.0;
     if (e->o.opt.grad_clip > 0 && e->o.opt.grad_clip / (norm + 1e-6) < 1.0)
         mul = e->o.opt.grad_clip / (norm + 1e-6);
@@ -2065,16 +2066,15 @@ static void tp_step_run(void *buffers[], tp_task_t *tt, int cuda)
         e->gnorm = norm;
     bsipipe_adamw_t opt = e->o.opt;
     opt.lr *= e->lr_scale;
-    int b = e->mpi ? e->C : e->C * T;
+    int b = e->C;
     for (int j = 0; j < a->n_own && rc == 0; j++) {
-        int x = a->own_rep[j], own_g = x >= e->C || e->mpi;
-        const tp_rep_t *p = &t->rep[(long)x * T + tt->rank];
+        int x = a->own_rep[j];
+        const tp_rep_t *p = &t->rep[(long)x * e->T + tt->rank];
         float *P = (float *)STARPU_VECTOR_GET_PTR(buffers[b]);
         float *m = (float *)STARPU_VECTOR_GET_PTR(buffers[b + 1]);
         float *v = (float *)STARPU_VECTOR_GET_PTR(buffers[b + 2]);
-        const float *g = own_g ? (const float *)STARPU_VECTOR_GET_PTR(buffers[b + 3])
-                               : (const float *)STARPU_VECTOR_GET_PTR(buffers[x * T + tt->rank]);
-        b += own_g ? 4 : 3;
+        const float *g = (const float *)STARPU_VECTOR_GET_PTR(buffers[b + 3]);
+        b += 4;
         for (int k = 0; k < t->nti && rc == 0; k++) {
             const bsipipe_tp_tensor_info_t *ti = &t->ti[k];
             long off = ti->offset - p->base, cnt = (long)ti->rows * ti->cols;
