@@ -61,6 +61,10 @@ static void usage(FILE *out)
 "                    worker has a core, else none) or µs (0: sleep at once);\n"
 "                    several values run every schedule once per value, side by\n"
 "                    side (e.g. --idle-spin auto,0)\n"
+"  --sends LIST      eager (default where allowed: an F or B sends its output\n"
+"                    as it ends, no SEND task) or tasks (a SEND task per\n"
+"                    transfer); both, comma-separated, run every schedule once\n"
+"                    per mode, side by side (e.g. --sends eager,tasks)\n"
 "  --idle-breakdown  a second table: each schedule's idle time by the kind of op\n"
 "                    the device waited to start, the devices' slowdown spread\n"
 "                    against their planned work and the slowest device's idle\n"
@@ -124,6 +128,28 @@ static int cmp_double(const void *a, const void *b)
 
 #define MAX_SPINS 4
 
+/* --sends LIST -> variant.sends values (1 eager, 2 tasks); the count, or
+ * -1 after printing the error. */
+static int parse_sends(const char *list, int out[2])
+{
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", list);
+    int n = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int v = strcmp(t, "eager") == 0 ? 1 : strcmp(t, "tasks") == 0 ? 2 : 0;
+        if (!v || n == 2 || (n == 1 && out[0] == v)) {
+            fprintf(stderr, PROG ": --sends: '%s' is not one of eager, tasks (each at most once, comma-separated, "
+                            "e.g. --sends eager,tasks)\n", t);
+            return -1;
+        }
+        out[n++] = v;
+    }
+    if (n == 0)
+        fprintf(stderr, PROG ": --sends expects eager, tasks or both, comma-separated\n");
+    return n ? n : -1;
+}
+
 /* --idle-spin LIST -> options.idle_spin_us values (0 auto, -1 sleep, > 0 µs);
  * the count, or -1 after printing the error. */
 static int parse_spins(const char *list, int *out)
@@ -170,6 +196,7 @@ typedef struct variant {
     int idle_spin_us;        /* options.idle_spin_us: 0 auto, < 0 sleep at once, > 0 µs */
     int recv_in_place;       /* options.recv_in_place: no posting ahead */
     int measured_plan;       /* --calibrate: the plan re-timed on the measured op times */
+    int sends;               /* --sends: 0 the engine's default, 1 eager, 2 a SEND task each */
     char label[64];
 } variant_t;
 
@@ -554,6 +581,13 @@ static void run_row(row_t *r, const config_t *c, const char *policy, int warmup,
         return;
     }
     r->spin_us = bsipipe_engine_idle_spin_us(e);
+    if (r->v.sends && bsipipe_engine_set_eager_send(e, r->v.sends == 1) < 0) {
+        r->status = 2;
+        snprintf(r->error, sizeof r->error, "--sends %s: %s", r->v.sends == 1 ? "eager" : "tasks",
+                 bsipipe_error_detail());
+        bsipipe_engine_destroy(e);
+        return;
+    }
     if (r->v.blocking_recv && bsipipe_engine_set_blocking_recv(e, 1) < 0) {
         r->status = 2;
         snprintf(r->error, sizeof r->error, "engine: %s", bsipipe_error_detail());
@@ -1200,6 +1234,7 @@ int main(int argc, char **argv)
     int set_w = 0, set_m = 0, set_layers = 0, set_seq = 0, set_watchdog = 0, mpi = 0, gpus = 0;
     int set_reps = 0, set_iters = 0, overhead = 0, set_tflops = 0;
     int spins[MAX_SPINS] = {0}, nspin = 1; /* --idle-spin: options.idle_spin_us per row set */
+    int sends[2] = {0}, nsends = 1;      /* --sends: variant.sends per row set (0: the engine's default) */
     int recv_blocking = 0, recv_in_place = 0, set_recv = 0; /* --recv */
     bsipipe_engine_devices_t devices = BSIPIPE_DEVICES_CPU;
     double tflops = 0.01, watchdog = 30;
@@ -1208,7 +1243,7 @@ int main(int argc, char **argv)
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
     enum { O_SCHEDS = 256, O_REPS, O_WARMUP, O_ITERS, O_W, O_P, O_K, O_M, O_POLICY, O_COMM, O_WATCHDOG, O_MODEL,
            O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_SEED, O_EMULATE, O_TFLOPS, O_PRESET, O_CSV, O_SVG, O_TRACE,
-           O_MPI, O_DEVICES, O_GPUS, O_PRECISION, O_OVERHEAD, O_TP, O_TP_COLL, O_IDLE_SPIN, O_IDLE_BREAKDOWN, O_RECV, O_CALIBRATE };
+           O_MPI, O_DEVICES, O_GPUS, O_PRECISION, O_OVERHEAD, O_TP, O_TP_COLL, O_IDLE_SPIN, O_IDLE_BREAKDOWN, O_RECV, O_CALIBRATE, O_SENDS };
     static const struct option longopts[] = {
         {"schedules", 1, 0, O_SCHEDS}, {"reps", 1, 0, O_REPS}, {"warmup", 1, 0, O_WARMUP},
         {"iters", 1, 0, O_ITERS}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P}, {"k", 1, 0, O_K}, {"m", 1, 0, O_M},
@@ -1217,7 +1252,7 @@ int main(int argc, char **argv)
         {"heads", 1, 0, O_HEADS}, {"ffn", 1, 0, O_FFN}, {"seq", 1, 0, O_SEQ}, {"seed", 1, 0, O_SEED},
         {"emulate", 0, 0, O_EMULATE}, {"device-tflops", 1, 0, O_TFLOPS}, {"preset", 1, 0, O_PRESET},
         {"csv", 1, 0, O_CSV}, {"svg", 1, 0, O_SVG}, {"trace", 1, 0, O_TRACE}, {"mpi", 0, 0, O_MPI}, {"devices", 1, 0, O_DEVICES}, {"gpus", 1, 0, O_GPUS},
-        {"precision", 1, 0, O_PRECISION}, {"overhead", 0, 0, O_OVERHEAD}, {"tp", 1, 0, O_TP}, {"tp-collectives", 1, 0, O_TP_COLL}, {"idle-spin", 1, 0, O_IDLE_SPIN}, {"idle-breakdown", 0, 0, O_IDLE_BREAKDOWN}, {"recv", 1, 0, O_RECV},
+        {"precision", 1, 0, O_PRECISION}, {"overhead", 0, 0, O_OVERHEAD}, {"tp", 1, 0, O_TP}, {"tp-collectives", 1, 0, O_TP_COLL}, {"idle-spin", 1, 0, O_IDLE_SPIN}, {"sends", 1, 0, O_SENDS}, {"idle-breakdown", 0, 0, O_IDLE_BREAKDOWN}, {"recv", 1, 0, O_RECV},
         {"calibrate", 0, 0, O_CALIBRATE},
         {"version", 0, 0, 'V'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
@@ -1255,6 +1290,10 @@ int main(int argc, char **argv)
         case O_IDLE_BREAKDOWN: bench_idle = 1; break;
         case O_IDLE_SPIN:
             if ((nspin = parse_spins(optarg, spins)) < 0)
+                return 2;
+            break;
+        case O_SENDS:
+            if ((nsends = parse_sends(optarg, sends)) < 0)
                 return 2;
             break;
         case O_POLICY: policy = optarg; break;
@@ -1519,6 +1558,27 @@ int main(int argc, char **argv)
                 else if (spins[j] < 0) snprintf(sp, sizeof sp, "sleep");
                 else snprintf(sp, sizeof sp, "spin %d us", spins[j]);
                 snprintf(var[n].label, sizeof var[n].label, "%s [%s]", base_var[i].label, sp);
+                n++;
+            }
+        nv = n;
+    }
+
+    /* --sends with two modes: one row per (variant, mode), side by side. */
+    if (nsends > 1 || sends[0] != 0) {
+        if (nv * nsends > MAX_VARIANTS) {
+            fprintf(stderr, PROG ": %d rows x %d --sends modes is more than %d rows; name fewer schedules\n", nv,
+                    nsends, MAX_VARIANTS);
+            return 2;
+        }
+        variant_t base_var[MAX_VARIANTS];
+        memcpy(base_var, var, sizeof base_var);
+        int n = 0;
+        for (int i = 0; i < nv; i++)
+            for (int j = 0; j < nsends; j++) {
+                var[n] = base_var[i];
+                var[n].sends = sends[j];
+                snprintf(var[n].label, sizeof var[n].label, "%.40s [%s sends]", base_var[i].label,
+                         sends[j] == 1 ? "eager" : "task");
                 n++;
             }
         nv = n;

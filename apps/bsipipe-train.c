@@ -146,6 +146,9 @@ static void usage(FILE *out)
 "                    starts (default); in-place: each posted where it stands in\n"
 "                    the plan; blocking: it holds its device until the data has\n"
 "                    landed (NCCL-like; the plan is proved deadlock-free under it)\n"
+"  --sends eager|tasks  eager (default on CPU devices in one process): an F or B\n"
+"                    sends its output as it ends, copied into the posted\n"
+"                    receive; tasks: a SEND task per transfer (docs/engine.md)\n"
 "  --plan FILE       run a plan from JSON (bsipipe-plan --format json, or written\n"
 "                    by hand: docs/plan-json.md) instead of a preset: its config\n"
 "                    (schedule, w, p, k, m, comm) and its model, if it has one,\n"
@@ -449,9 +452,9 @@ int main(int argc, char **argv)
     const char *policy = getenv("BSIPIPE_POLICY") ? getenv("BSIPIPE_POLICY") : "bsipipe";
     const char *data = NULL;
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
-    int blocking_recv = 0, recv_in_place = 0;
+    int blocking_recv = 0, recv_in_place = 0, sends = 0; /* sends: 0 the engine's default, 1 eager, 2 tasks */
     enum { O_SCHED = 256, O_POLICY, O_W, O_P, O_K, O_M, O_MODEL, O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_ITERS,
-           O_SEED, O_LR, O_WARMUP, O_DECAY, O_DECAY_ITERS, O_MINLR, O_EVAL, O_DATA, O_COMM, O_RECV, O_WATCHDOG, O_UNCHECKED, O_EMULATE, O_TFLOPS, O_CKPT, O_RESUME, O_TRACE,
+           O_SEED, O_LR, O_WARMUP, O_DECAY, O_DECAY_ITERS, O_MINLR, O_EVAL, O_DATA, O_COMM, O_RECV, O_SENDS, O_WATCHDOG, O_UNCHECKED, O_EMULATE, O_TFLOPS, O_CKPT, O_RESUME, O_TRACE,
            O_MPI, O_NAIVE_MAPPING, O_DEVICES, O_GPUS, O_TRANSPORT, O_PRECISION, O_OVERWRITE, O_MEMLIMIT, O_PLAN, O_TP };
     static const struct option longopts[] = {
         {"schedule", 1, 0, O_SCHED}, {"policy", 1, 0, O_POLICY}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P},
@@ -459,7 +462,7 @@ int main(int argc, char **argv)
         {"hidden", 1, 0, O_HIDDEN}, {"heads", 1, 0, O_HEADS}, {"ffn", 1, 0, O_FFN}, {"seq", 1, 0, O_SEQ},
         {"iters", 1, 0, O_ITERS}, {"seed", 1, 0, O_SEED}, {"lr", 1, 0, O_LR}, {"eval-every", 1, 0, O_EVAL}, {"lr-warmup-iters", 1, 0, O_WARMUP},
         {"lr-decay-style", 1, 0, O_DECAY}, {"lr-decay-iters", 1, 0, O_DECAY_ITERS}, {"min-lr", 1, 0, O_MINLR}, {"data", 1, 0, O_DATA},
-        {"comm", 1, 0, O_COMM}, {"recv", 1, 0, O_RECV}, {"watchdog", 1, 0, O_WATCHDOG}, {"unchecked", 0, 0, O_UNCHECKED},
+        {"comm", 1, 0, O_COMM}, {"recv", 1, 0, O_RECV}, {"sends", 1, 0, O_SENDS}, {"watchdog", 1, 0, O_WATCHDOG}, {"unchecked", 0, 0, O_UNCHECKED},
         {"emulate", 0, 0, O_EMULATE}, {"device-tflops", 1, 0, O_TFLOPS}, {"checkpoint", 1, 0, O_CKPT},
         {"resume", 0, 0, O_RESUME}, {"trace", 1, 0, O_TRACE}, {"mpi", 0, 0, O_MPI},
         {"naive-mapping", 0, 0, O_NAIVE_MAPPING}, {"devices", 1, 0, O_DEVICES},
@@ -523,6 +526,13 @@ int main(int argc, char **argv)
                 return 2;
             }
             given.set |= CLI_SET_COMM;
+            break;
+        case O_SENDS:
+            sends = strcmp(optarg, "eager") == 0 ? 1 : strcmp(optarg, "tasks") == 0 ? 2 : 0;
+            if (!sends) {
+                fprintf(stderr, "bsipipe-train: --sends: '%s' is not eager or tasks\n", optarg);
+                bad = 1;
+            }
             break;
         case O_RECV:
             bad = cli_parse_recv("bsipipe-train", optarg, &blocking_recv, &recv_in_place);
@@ -699,6 +709,12 @@ int main(int argc, char **argv)
     bsipipe_schedule_destroy(user_plan);
     if (rc < 0) {
         fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());
+        free(corpus);
+        return 1;
+    }
+    if (sends && bsipipe_engine_set_eager_send(e, sends == 1) < 0) {
+        fprintf(stderr, "bsipipe-train: --sends %s: %s\n", sends == 1 ? "eager" : "tasks", bsipipe_error_detail());
+        bsipipe_engine_destroy(e);
         free(corpus);
         return 1;
     }

@@ -215,6 +215,19 @@ int bsipipe_engine_last_overhead(const bsipipe_engine_t *e, bsipipe_engine_overh
  * bsipipe_transport_send, until its receive is posted; 0 (the default): it
  * is released only once the receive is posted. -EINVAL for no engine. */
 int bsipipe_engine_set_blocking_send(bsipipe_engine_t *e, int on);
+/* Eager sends (on by default where allowed): a SEND is no task of its own;
+ * the F or B that produced its data offers it to the transport as it ends
+ * (bsipipe_transport_offer), copied at once if the RECV has posted, else by
+ * the RECV's post, so no task waits and each transfer costs one task (the
+ * RECV) instead of two. Allowed for CPU devices in one process without
+ * tensor parallelism, on a plan the validator proved free of deadlock
+ * (unchecked plans keep SEND tasks, so a deadlocking order is still
+ * caught); blocking sends or receives and --recv in-place use SEND tasks
+ * for as long as they are set. on = 0: a SEND task per transfer (the
+ * rendezvous as a dependency, above). 0; -ENOTSUP with the reason; -EINVAL
+ * for no engine. bsipipe_engine_eager_send: 1 when on. */
+int bsipipe_engine_set_eager_send(bsipipe_engine_t *e, int on);
+int bsipipe_engine_eager_send(const bsipipe_engine_t *e);
 /* Receives that block (the paper's ablation under NCCL-like semantics):
  * with on = 1 a RECV's task holds its worker until its data has landed, so
  * under the in-order policy its device goes no further, as a blocking

@@ -54,7 +54,12 @@ struct channel {
     char recv_what[NAME_MAX_LEN];
     /* SEND side */
     int send_state; /* 0 none, 1 waiting, 2 copying, 3 done (or gave up), 4 held before its task runs
-                     * (the engine's dependency-based rendezvous: bsipipe_transport_note_held) */
+                     * (the engine's dependency-based rendezvous: bsipipe_transport_note_held),
+                     * 5 offered before its receive was posted (bsipipe_transport_offer) */
+    const void *offer_src; /* state 5: what the post copies, and who hears of it */
+    size_t offer_bytes;
+    bsipipe_transport_done_fn offer_done;
+    void *offer_done_arg;
     int send_device;
     double send_start;
     char send_what[NAME_MAX_LEN];
@@ -205,6 +210,14 @@ static char *build_report(bsipipe_transport_t *t, const char *head, double now)
     }
     for (long i = 0; i < t->n; i++) {
         const struct channel *c = &t->ch[i];
+        if (c->send_state != 5)
+            continue;
+        sb_printf(&b, "%sdevice %d offered SEND %s on channel %ld %.1f s ago (receive not posted)", first ? "" : "; ",
+                  c->send_device, c->send_what, i, now - c->send_start);
+        first = 0;
+    }
+    for (long i = 0; i < t->n; i++) {
+        const struct channel *c = &t->ch[i];
         if (!c->posted || c->filled || (c->send_state != 0 && c->send_state != 4))
             continue;
         sb_printf(&b, "%sdevice %d posted RECV %s on channel %ld %.1f s ago (no send arrived)", first ? "" : "; ",
@@ -264,6 +277,45 @@ static struct starpu_task **fail_locked(bsipipe_transport_t *t, const char *head
     return claimed;
 }
 
+/* Copies a send into channel ch's posted buffer and releases its RECV task,
+ * then tells done (an eager send). Called with the mutex held, the channel
+ * posted and unclaimed, the transport not failed; returns with it released. */
+static int deliver_locked(bsipipe_transport_t *t, long ch, const void *src, size_t bytes,
+                          bsipipe_transport_done_fn done, void *done_arg)
+{
+    struct channel *c = &t->ch[ch];
+    int rc = 0;
+    c->claimed = 1; /* the RECV is released here, by nobody else */
+    if (c->bytes != bytes) {
+        c->send_state = 3;
+        rc = bsipipe_error_set(-EINVAL,
+                               "SEND %s on device %d: %zu bytes, but RECV %s on device %d posted %zu bytes (channel %ld)",
+                               c->send_what, c->send_device, bytes, c->recv_what, c->recv_device, c->bytes, ch);
+    } else {
+        c->send_state = 2;
+        t->copying++;
+        void *dst = c->dst;
+        pthread_mutex_unlock(&t->mutex);
+        if (bytes > 0 && dst != src)
+            memcpy(dst, src, bytes);
+        __atomic_add_fetch(&t->bytes, (uint64_t)bytes, __ATOMIC_RELAXED);
+        pthread_mutex_lock(&t->mutex);
+        t->copying--;
+        c->filled = 1;
+        c->send_state = 3;
+    }
+    struct starpu_task *task = c->task;
+    t->releasing++;
+    pthread_mutex_unlock(&t->mutex);
+    release_task(task);
+    if (done)
+        done(done_arg);
+    pthread_mutex_lock(&t->mutex);
+    t->releasing--;
+    pthread_mutex_unlock(&t->mutex);
+    return rc;
+}
+
 int bsipipe_transport_post(bsipipe_transport_t *t, long ch, void *dst, size_t bytes, struct starpu_task *recv_task,
                            int device, const char *what)
 {
@@ -272,6 +324,8 @@ int bsipipe_transport_post(bsipipe_transport_t *t, long ch, void *dst, size_t by
     pthread_mutex_lock(&t->mutex);
     int rc = 0;
     struct starpu_task *release_now = NULL;
+    bsipipe_transport_done_fn abandoned = NULL;
+    void *abandoned_arg = NULL;
     if (ch < 0 || ch >= t->n) {
         rc = bsipipe_error_set(-EINVAL, "RECV %s on device %d: channel %ld out of range [0, %ld)", what ? what : "?",
                                device, ch, t->n);
@@ -300,6 +354,13 @@ int bsipipe_transport_post(bsipipe_transport_t *t, long ch, void *dst, size_t by
         if (t->failed) {
             c->claimed = 1;
             release_now = recv_task;
+            if (c->send_state == 5) { /* an offer given up: its sender hears of it */
+                c->send_state = 3;
+                abandoned = c->offer_done;
+                abandoned_arg = c->offer_done_arg;
+            }
+        } else if (c->send_state == 5) { /* its data came first: copy it here */
+            return deliver_locked(t, ch, c->offer_src, c->offer_bytes, c->offer_done, c->offer_done_arg);
         } else if (c->send_state == 1) {
             pthread_cond_signal(&t->cond[ch]); /* its sender waits */
         }
@@ -307,6 +368,8 @@ int bsipipe_transport_post(bsipipe_transport_t *t, long ch, void *dst, size_t by
     if (release_now)
         t->releasing++;
     pthread_mutex_unlock(&t->mutex);
+    if (abandoned)
+        abandoned(abandoned_arg);
     if (release_now) {
         release_task(release_now);
         pthread_mutex_lock(&t->mutex);
@@ -475,6 +538,51 @@ int bsipipe_transport_send_copy(bsipipe_transport_t *t, long ch, const void *src
     release_claimed(t, claimed, n_claimed);
     free(claimed);
     return rc;
+}
+
+int bsipipe_transport_offer(bsipipe_transport_t *t, long ch, const void *src, size_t bytes, int device,
+                            const char *what, bsipipe_transport_done_fn done, void *done_arg)
+{
+    if (!t)
+        return bsipipe_error_set(-EINVAL, "bsipipe_transport_offer: transport is NULL");
+    if (!src && bytes > 0)
+        return bsipipe_error_set(-EINVAL, "SEND %s on device %d: NULL source for %zu bytes (channel %ld)",
+                                 what ? what : "?", device, bytes, ch);
+    pthread_mutex_lock(&t->mutex);
+    if (ch < 0 || ch >= t->n) {
+        int rc = bsipipe_error_set(-EINVAL, "SEND %s on device %d: channel %ld out of range [0, %ld)",
+                                   what ? what : "?", device, ch, t->n);
+        pthread_mutex_unlock(&t->mutex);
+        return rc;
+    }
+    struct channel *c = &t->ch[ch];
+    if (c->send_state != 0 && c->send_state != 4) {
+        int rc = bsipipe_error_set(-EINVAL, "SEND %s on device %d: channel %ld already used by SEND %s on device %d",
+                                   what ? what : "?", device, ch, c->send_what, c->send_device);
+        pthread_mutex_unlock(&t->mutex);
+        return rc;
+    }
+    c->send_device = device;
+    c->send_start = now_s();
+    copy_name(c->send_what, what);
+    if (t->failed) {
+        c->send_state = 3;
+        int rc = failed_error(t, ch, device, what);
+        pthread_mutex_unlock(&t->mutex);
+        if (done)
+            done(done_arg);
+        return rc;
+    }
+    if (!c->posted) { /* kept for the post */
+        c->send_state = 5;
+        c->offer_src = src;
+        c->offer_bytes = bytes;
+        c->offer_done = done;
+        c->offer_done_arg = done_arg;
+        pthread_mutex_unlock(&t->mutex);
+        return 0;
+    }
+    return deliver_locked(t, ch, src, bytes, done, done_arg);
 }
 
 /* Fails the transport once with `head` (later calls: no-op), releasing the

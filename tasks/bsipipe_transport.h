@@ -73,6 +73,24 @@ typedef int (*bsipipe_transport_copy_fn)(void *dst, const void *src, size_t byte
 int bsipipe_transport_send_copy(bsipipe_transport_t *t, long ch, const void *src, size_t bytes, int device,
                                 const char *what, bsipipe_transport_copy_fn copy, void *copy_arg);
 
+/* Eager send (bsipipe_engine's sends fused into their producer): the
+ * producer's codelet offers `src` on channel ch instead of a SEND task
+ * running later. If the RECV has posted, the data is copied at once and the
+ * RECV released; otherwise the offer is kept and the RECV's post copies it
+ * (on the receiving worker) and releases its own task. Either way the
+ * sender never waits: use it only for a plan proven free of deadlock under
+ * rendezvous sends (an eager send only removes waits from such a plan).
+ * done(done_arg) is called exactly once when the offer is resolved (copied,
+ * or given up because the transport failed), from whichever thread resolves
+ * it, without the transport's mutex; src must stay valid until then. An
+ * offer whose RECV never posts is never resolved: the caller settles it
+ * once every task has ended. 0; -ETIMEDOUT when the transport has failed
+ * (done already called); -EINVAL on a bad channel or a second send (done
+ * not called). */
+typedef void (*bsipipe_transport_done_fn)(void *arg);
+int bsipipe_transport_offer(bsipipe_transport_t *t, long ch, const void *src, size_t bytes, int device,
+                            const char *what, bsipipe_transport_done_fn done, void *done_arg);
+
 /* Fails the transport by hand, as the watchdog would (same effects: every
  * posted receive is released without data, waiting and later sends return
  * -ETIMEDOUT, later posts are released at once, _failed() is 1), with a

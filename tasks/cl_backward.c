@@ -59,7 +59,7 @@ static void backward_end(const op_args_t *a, void *buffers[], int rc)
     engine_report(e, a, rc);
 }
 
-static void backward_cpu(void *buffers[], void *cl_arg)
+static void backward_cpu_run(void *buffers[], void *cl_arg)
 {
     op_args_t *a = cl_arg;
     struct bsipipe_engine *e = a->e;
@@ -82,6 +82,13 @@ static void backward_cpu(void *buffers[], void *cl_arg)
     if (rc == 0 && io.tokens && e->o.emulate_flops <= 0)
         rc = bsipipe_embed_backward(D, io.grads, io.tokens + a->start, a->start, a->len, io.dx);
     backward_end(a, buffers, rc);
+}
+
+/* The backward, then its input gradient to chunk - 1's device (an eager send). */
+static void backward_cpu(void *buffers[], void *cl_arg)
+{
+    backward_cpu_run(buffers, cl_arg);
+    engine_send_eager(cl_arg, buffers[3]);
 }
 
 #ifdef BSIPIPE_HAVE_CUDA

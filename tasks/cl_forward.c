@@ -44,7 +44,7 @@ static struct forward_io forward_begin(const op_args_t *a, void *buffers[])
     return io;
 }
 
-static void forward_cpu(void *buffers[], void *cl_arg)
+static void forward_cpu_run(void *buffers[], void *cl_arg)
 {
     op_args_t *a = cl_arg;
     struct bsipipe_engine *e = a->e;
@@ -70,6 +70,13 @@ static void forward_cpu(void *buffers[], void *cl_arg)
         *io.loss += piece_loss;
     }
     engine_report(e, a, rc);
+}
+
+/* The forward, then its output to chunk + 1's device (an eager send). */
+static void forward_cpu(void *buffers[], void *cl_arg)
+{
+    forward_cpu_run(buffers, cl_arg);
+    engine_send_eager(cl_arg, buffers[2]);
 }
 
 #ifdef BSIPIPE_HAVE_CUDA

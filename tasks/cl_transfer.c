@@ -45,7 +45,8 @@ static void recv_cpu(void *buffers[], void *cl_arg)
     size_t bytes = STARPU_VECTOR_GET_NX(buffers[0]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[0]);
     int rc = bsipipe_transport_post(e->transport, a->op.channel, (void *)STARPU_VECTOR_GET_PTR(buffers[0]), bytes,
                                     starpu_task_get_current(), a->op.device, a->name + 5 /* past "RECV " */);
-    engine_post_notify(e, a->op.channel); /* its SEND may run now (also after an error: it reports) */
+    if (!e->eager) /* its SEND task may run now (also after an error: it reports) */
+        engine_post_notify(e, a->op.channel);
     if (rc == 0 && e->blocking_recv && bsipipe_transport_wait_filled(e->transport, a->op.channel) == -ETIMEDOUT) {
         engine_fail(e, BSIPIPE_EDEADLOCK); /* the transport's report names the waits */
         return;

@@ -186,6 +186,11 @@ void bsipipe_engine_destroy(bsipipe_engine_t *e)
             free(e->rec[d]);
     }
     free(e->rec);
+    for (int d = 0; d < e->W && e->slot_of; d++) {
+        free(e->slot_of[d]);
+        free(e->slot_op[d]);
+    }
+    free(e->slot_of); free(e->slot_op); free(e->n_slots);
     free(e->args); free(e->pos); free(e->prio); free(e->slot_base);
     for (int d = 0; e->wmask && d < e->W; d++)
         free(e->wmask[d]);
@@ -323,15 +328,36 @@ static int create_buffers(bsipipe_engine_t *e)
     return 0;
 }
 
+static int eager_allowed(const bsipipe_engine_t *e);
+
+/* Each op's slot in its worker's plan order for this iteration: eager
+ * SENDs run inside their producer and take no slot, so the policy's next
+ * slot after a producer is the op after its SEND. */
+static void plan_slots(bsipipe_engine_t *e, int eager)
+{
+    for (int d = 0; d < e->W; d++) {
+        int n, r = 0;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
+        for (int i = 0; i < n; i++) {
+            e->slot_of[d][i] = r;
+            if (!(eager && ops[i].kind == BSIPIPE_OP_SEND))
+                e->slot_op[d][r++] = i;
+        }
+        e->n_slots[d] = r;
+    }
+}
+
 static int create_args(bsipipe_engine_t *e)
 {
     const int *st = bsipipe_schedule_sub_starts(e->sched);
-    if (!ALLOC(e->args, e->W) || !ALLOC(e->pos, e->W) || !ALLOC(e->slot_base, e->W) || !ALLOC(e->rec, e->W))
+    if (!ALLOC(e->args, e->W) || !ALLOC(e->pos, e->W) || !ALLOC(e->slot_base, e->W) || !ALLOC(e->rec, e->W) ||
+        !ALLOC(e->slot_of, e->W) || !ALLOC(e->slot_op, e->W) || !ALLOC(e->n_slots, e->W))
         return -ENOMEM;
     for (int d = 0; d < e->W; d++) {
         int n;
         const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
-        if (!ALLOC(e->args[d], n) || !ALLOC(e->pos[d], n) || !ALLOC(e->rec[d], n))
+        if (!ALLOC(e->args[d], n) || !ALLOC(e->pos[d], n) || !ALLOC(e->rec[d], n) || !ALLOC(e->slot_of[d], n) ||
+            !ALLOC(e->slot_op[d], n))
             return -ENOMEM;
         for (int i = 0; i < n; i++) {
             op_args_t *a = &e->args[d][i];
@@ -339,6 +365,7 @@ static int create_args(bsipipe_engine_t *e)
             a->op = ops[i];
             a->rec = &e->rec[d][i];
             a->in_channel = -1;
+            a->send_op = -1;
             if (ops[i].sub >= 0) {
                 a->start = st[ops[i].sub];
                 a->len = st[ops[i].sub + 1] - st[ops[i].sub];
@@ -386,6 +413,24 @@ static int create_args(bsipipe_engine_t *e)
         }
     }
     free(feeds);
+    /* Which F or B produces what each SEND sends: the op before it on its
+     * device that wrote the same piece's output (eager sends). */
+    for (int d = 0; d < e->W; d++) {
+        int n;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
+        for (int i = 0; i < n; i++) {
+            if (ops[i].kind != BSIPIPE_OP_SEND)
+                continue;
+            bsipipe_op_kind_t from = ops[i].tensor == BSIPIPE_TENSOR_ACT ? BSIPIPE_OP_F : BSIPIPE_OP_B;
+            for (int p = i - 1; p >= 0; p--)
+                if (ops[p].kind == from && ops[p].pipe == ops[i].pipe && ops[p].mb == ops[i].mb &&
+                    ops[p].sub == ops[i].sub && ops[p].chunk == ops[i].chunk) {
+                    e->args[d][p].send_op = i;
+                    break;
+                }
+        }
+    }
+    plan_slots(e, 0);
     return 0;
 }
 
@@ -644,8 +689,55 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
         bsipipe_engine_destroy(e);
         return rc == -ENOMEM ? bsipipe_error_set(-ENOMEM, "engine: out of memory for the plan's buffers") : rc;
     }
+    e->eager_send = eager_allowed(e) == 0;
     *out = e;
     return 0;
+}
+
+/* Whether sends may be eager: 0, or -ENOTSUP with the reason. A plan the
+ * validator proved free of deadlock under rendezvous sends stays free of
+ * it when sends never wait; an unchecked plan keeps its SEND tasks, so a
+ * deadlocking order still deadlocks and is caught. */
+static int eager_allowed(const bsipipe_engine_t *e)
+{
+    if (e->mpi || e->o.devices != BSIPIPE_DEVICES_CPU || e->T > 1)
+        return bsipipe_error_set(-ENOTSUP, "eager sends need CPU devices in one process without tensor parallelism "
+                                           "(the local transport's memcpy)");
+    if (e->o.unchecked_plan)
+        return bsipipe_error_set(-ENOTSUP, "eager sends need a plan proven free of deadlock (this one runs "
+                                           "unchecked: its SENDs stay tasks, so a deadlock is still caught)");
+    for (int d = 0; d < e->W; d++) {
+        int n;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
+        for (int i = 0; i < n; i++)
+            if (ops[i].kind == BSIPIPE_OP_SEND) {
+                int found = 0;
+                for (int p = 0; p < i && !found; p++)
+                    found = e->args[d][p].send_op == i;
+                if (!found)
+                    return bsipipe_error_set(-ENOTSUP, "eager sends: %s has no producer before it on device %d",
+                                             e->args[d][i].name, d);
+            }
+    }
+    return 0;
+}
+
+int bsipipe_engine_set_eager_send(bsipipe_engine_t *e, int on)
+{
+    if (!e)
+        return bsipipe_error_set(-EINVAL, "engine: no engine");
+    if (on) {
+        int rc = eager_allowed(e);
+        if (rc < 0)
+            return rc;
+    }
+    e->eager_send = on != 0;
+    return 0;
+}
+
+int bsipipe_engine_eager_send(const bsipipe_engine_t *e)
+{
+    return e ? e->eager_send : 0;
 }
 
 /* Handle of the piece's activation entering chunk c (F) or its gradient
@@ -712,10 +804,10 @@ static void release_iteration(bsipipe_engine_t *e, int all)
         for (long i = 0; i < lens[l]; i++) {
             starpu_data_handle_t h = lists[l][i]; /* NULL once unregistered */
             struct buffer_use *use = h ? starpu_data_get_user_data(h) : NULL;
-            if (use && (all || use->left == 0)) {
-                lists[l][i] = NULL;
+            /* Taken with an exchange: an eager send's last use may free it on a worker. */
+            if (use && (all || __atomic_load_n(&use->left, __ATOMIC_ACQUIRE) == 0) &&
+                (h = __atomic_exchange_n(&lists[l][i], NULL, __ATOMIC_ACQ_REL)))
                 starpu_data_unregister_submit(h);
-            }
         }
 }
 
@@ -744,6 +836,8 @@ static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
         ADD(r->h_params, STARPU_R);
         ADD(op->chunk == 0 ? e->h_tokens[op->mb] : input_handle(e, a), STARPU_R);
         ADD(e->h_x_out[ai], STARPU_W);
+        if (e->eager && a->send_op >= 0 && !dry_run) /* its SEND goes out at its end (engine_send_eager) */
+            e->args[d][a->send_op].send_handle = e->h_x_out[ai];
         ADD(e->h_stash[ai], STARPU_W);
         /* The first piece only writes the K/V cache (its buffer is fresh). */
         ADD(e->h_kv[op->mb * e->C + op->chunk], op->sub == 0 ? STARPU_W : STARPU_RW);
@@ -764,6 +858,8 @@ static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
             ADD(e->h_tokens[op->mb], STARPU_R);
         else
             ADD(e->h_dx[ai], STARPU_W);
+        if (e->eager && a->send_op >= 0 && !dry_run)
+            e->args[d][a->send_op].send_handle = e->h_dx[ai];
         ADD(e->h_stash[ai], STARPU_R);
         ADD(e->h_kv[op->mb * e->C + op->chunk], STARPU_R);
         /* The first backward (last piece) clears the K/V gradient: write only. */
@@ -779,6 +875,10 @@ static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
         ADD(e->h_wstash[ai], STARPU_R);
         break;
     case BSIPIPE_OP_SEND:
+        if (e->eager && !dry_run) { /* sent by its producer, which may have freed the buffer already */
+            e->act_bytes_local += (double)piece_len(e, op->sub) * e->d * sizeof(float);
+            return 0;
+        }
         cl = &bsipipe_cl_send;
         ADD(op->tensor == BSIPIPE_TENSOR_ACT ? e->h_x_out[ai] : e->h_dx[ai], STARPU_R);
         break;
@@ -845,15 +945,96 @@ void engine_buffer_use(bsipipe_engine_t *e, starpu_data_handle_t h, int dry_run)
     struct buffer_use *use = starpu_data_get_user_data(h);
     if (!use)
         return;
+    long left;
     if (dry_run) {
         use->left++;
-    } else if (--use->left == 0) { /* freed once the tasks using it end */
-        *use->slot = NULL;
-        starpu_data_unregister_submit(h);
-    } else if (use->left < 0) { /* a use the dry run did not count: it would follow the unregistration */
+    } else if ((left = __atomic_sub_fetch(&use->left, 1, __ATOMIC_ACQ_REL)) == 0) { /* freed once its tasks end */
+        if ((h = __atomic_exchange_n(use->slot, NULL, __ATOMIC_ACQ_REL)))
+            starpu_data_unregister_submit(h);
+    } else if (left < 0) { /* a use the dry run did not count: it would follow the unregistration */
         fprintf(stderr, "bsipipe engine: internal error: a buffer was used after its counted last use\n");
         engine_fail(e, -EFAULT);
     }
+}
+
+/* An eager send settled (copied, or given up after a failure): its record,
+ * and its use of the buffer, which may now be freed. Once per SEND: the
+ * transport calls it, and so does engine_sends_settle for an offer whose
+ * RECV never ran. */
+static void eager_done(void *arg)
+{
+    op_args_t *s = arg;
+    if (__atomic_exchange_n(&s->eager_done, 1, __ATOMIC_ACQ_REL))
+        return;
+    s->rec->end_us = starpu_timing_now();
+    s->rec->seq = __atomic_fetch_add(&s->e->rec_seq, 1, __ATOMIC_SEQ_CST);
+    engine_buffer_use(s->e, s->send_handle, 0); /* nothing for the floor's buffers registered once */
+}
+
+/* The floor's eager send: the same meeting with no data (a RECV posted
+ * first is released by its producer, a producer first by the RECV). */
+static void floor_meet(struct bsipipe_engine *e, long ch, int side)
+{
+    int before = __atomic_fetch_or(&e->floor_meet[ch], side, __ATOMIC_SEQ_CST);
+    if (before & (side == 1 ? 2 : 1))
+        starpu_task_end_dep_release(e->floor_recv[ch]);
+}
+
+void engine_send_eager(op_args_t *a, void *out)
+{
+    struct bsipipe_engine *e = a->e;
+    if (a->send_op < 0 || !e->eager)
+        return;
+    op_args_t *s = &e->args[a->op.device][a->send_op];
+    s->rec->start_us = starpu_timing_now();
+    s->rec->worker = starpu_worker_get_id();
+    if (e->floor_flags) {
+        floor_meet(e, s->op.channel, 1);
+        eager_done(s);
+        return;
+    }
+    size_t bytes = STARPU_VECTOR_GET_NX(out) * STARPU_VECTOR_GET_ELEMSIZE(out);
+    int rc = bsipipe_transport_offer(e->transport, s->op.channel, (const void *)STARPU_VECTOR_GET_PTR(out), bytes,
+                                     s->op.device, s->name + 5 /* past "SEND " */, eager_done, s);
+    if (rc == -ETIMEDOUT) /* the transport failed earlier: its report names the waits */
+        engine_fail(e, BSIPIPE_EDEADLOCK);
+    else
+        engine_report(e, s, rc);
+}
+
+/* After every task of the iteration ended: offers no RECV took (a failed
+ * iteration) give their buffers back. */
+static void sends_settle(bsipipe_engine_t *e)
+{
+    if (!e->eager)
+        return;
+    for (int d = 0; d < e->W; d++) {
+        int n;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
+        for (int i = 0; i < n; i++)
+            if (ops[i].kind == BSIPIPE_OP_SEND && e->args[d][i].send_handle)
+                eager_done(&e->args[d][i]);
+    }
+}
+
+/* Whether this iteration's sends go eager, and the slots that follow. */
+static void sends_begin(bsipipe_engine_t *e)
+{
+    e->eager = e->eager_send && !e->blocking_send && !e->blocking_recv && !e->o.recv_in_place;
+    plan_slots(e, e->eager);
+    for (int d = 0; d < e->W; d++) {
+        int n;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
+        for (int i = 0; i < n; i++)
+            if (ops[i].kind == BSIPIPE_OP_SEND) {
+                e->args[d][i].send_handle = NULL;
+                e->args[d][i].eager_done = 0;
+                if (e->eager)
+                    memset(e->args[d][i].rec, 0, sizeof *e->args[d][i].rec);
+            }
+    }
+    for (long ch = 0; e->floor_meet && ch < e->n_channels; ch++)
+        e->floor_meet[ch] = 0;
 }
 
 /* The floor's codelet (bsipipe_engine_floor_iteration): a RECV lets its SEND
@@ -861,7 +1042,6 @@ void engine_buffer_use(bsipipe_engine_t *e, starpu_data_handle_t h, int dry_run)
  * nothing else. */
 static void floor_cpu(void *buffers[], void *cl_arg)
 {
-    (void)buffers;
     op_args_t *a = cl_arg;
     if (!a)
         return;
@@ -870,7 +1050,10 @@ static void floor_cpu(void *buffers[], void *cl_arg)
     switch (a->op.kind) {
     case BSIPIPE_OP_RECV:
         e->floor_recv[ch] = starpu_task_get_current();
-        engine_post_notify(e, ch);
+        if (e->eager)
+            floor_meet(e, ch, 2);
+        else
+            engine_post_notify(e, ch);
         break;
     case BSIPIPE_OP_SEND:
         starpu_task_end_dep_release(e->floor_recv[ch]);
@@ -880,6 +1063,8 @@ static void floor_cpu(void *buffers[], void *cl_arg)
     case BSIPIPE_OP_W:
         if (e->floor_flags & BSIPIPE_FLOOR_EMULATE)
             engine_emulate(e, &a->op);
+        if (a->send_op >= 0)
+            engine_send_eager(a, buffers[a->op.kind == BSIPIPE_OP_F ? 2 : 3]);
         break;
     default:
         break;
@@ -939,8 +1124,9 @@ int engine_task_submit(bsipipe_engine_t *e, int d, int i, struct starpu_codelet 
     }
     if (e->inorder && a) {
         e->pos[d][i].worker = e->workerid[d];
-        e->pos[d][i].slot = e->slot_base[d] + i;
-        e->pos[d][i].ahead = engine_recv_ahead(e, d, i);
+        int ahead = engine_recv_ahead(e, d, i);
+        e->pos[d][i].slot = e->slot_base[d] + e->slot_of[d][i];
+        e->pos[d][i].ahead = e->slot_of[d][i] - e->slot_of[d][i - ahead]; /* in slots: eager SENDs take none */
         t->sched_data = &e->pos[d][i];
     } else if (!e->inorder) { /* built-in policies order the tasks; placement kept to the device */
         t->workerids = e->wmask[d];
@@ -1128,7 +1314,8 @@ static int floor_buffers(bsipipe_engine_t *e)
     long total = 5 * n_act + 2 * n_kv + nch;
     if (!ALLOC(e->fl_mem, total) || !ALLOC(e->fl_x_out, n_act) || !ALLOC(e->fl_stash, n_act) ||
         !ALLOC(e->fl_dx, n_act) || !ALLOC(e->fl_dy, n_act) || !ALLOC(e->fl_wstash, n_act) || !ALLOC(e->fl_kv, n_kv) ||
-        !ALLOC(e->fl_dkv, n_kv) || !ALLOC(e->fl_recv, nch) || !ALLOC(e->floor_recv, nch))
+        !ALLOC(e->fl_dkv, n_kv) || !ALLOC(e->fl_recv, nch) || !ALLOC(e->floor_recv, nch) ||
+        !ALLOC(e->floor_meet, nch))
         return bsipipe_error_set(-ENOMEM, "engine: out of memory for the floor's buffers");
     long u = 0;
     starpu_data_handle_t *fl[] = {e->fl_x_out, e->fl_stash, e->fl_dx, e->fl_dy, e->fl_wstash, e->fl_kv, e->fl_dkv,
@@ -1158,6 +1345,7 @@ static void floor_free(bsipipe_engine_t *e)
     }
     free(e->fl_mem);
     free(e->floor_recv);
+    free(e->floor_meet);
     e->fl_mem = NULL;
 }
 
@@ -1181,6 +1369,7 @@ int bsipipe_engine_floor_iteration(bsipipe_engine_t *e, int flags, bsipipe_engin
     starpu_data_handle_t *saved[8] = {e->h_x_out, e->h_stash, e->h_dx, e->h_dy, e->h_wstash, e->h_kv, e->h_dkv,
                                       e->h_recv};
     int fresh = flags & BSIPIPE_FLOOR_FRESH;
+    sends_begin(e);
     if (fresh) {
         register_iteration(e);
     } else {
@@ -1224,11 +1413,8 @@ int bsipipe_engine_floor_iteration(bsipipe_engine_t *e, int flags, bsipipe_engin
         e->h_wstash = saved[4]; e->h_kv = saved[5]; e->h_dkv = saved[6]; e->h_recv = saved[7];
     }
     starpu_profiling_status_set(prof);
-    for (int d = 0; d < e->W; d++) {
-        int n;
-        bsipipe_schedule_device_ops(e->sched, d, &n);
-        e->slot_base[d] += n;
-    }
+    for (int d = 0; d < e->W; d++)
+        e->slot_base[d] += e->n_slots[d];
     if (out)
         *out = e->ovh;
     return rc;
@@ -1269,6 +1455,7 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
     e->act_bytes_local = e->sync_bytes_local = 0;
     for (int d = 0; d < e->W; d++)
         e->live_bytes[d] = e->peak_bytes[d] = 0;
+    sends_begin(e);
     register_iteration(e);
     engine_tags_begin(e);
     overhead_begin(e);
@@ -1315,7 +1502,6 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
         engine_tags_abort(e); /* SENDs submitted without their RECV: let them fail */
         bsipipe_error_set(rc, "%s", why);
     }
-    release_iteration(e, 1);
     if (!e->mpi && engine_watchdog_wait(e) < 0) { /* the policy stalled: StarPU keeps the tasks */
         char why[1024];
         snprintf(why, sizeof why, "%s", bsipipe_error_detail());
@@ -1323,16 +1509,18 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
         return bsipipe_error_set(-ETIMEDOUT, "%s", why);
     }
     rc = engine_mpi_iteration_end(e, rc); /* every task and message of every rank */
+    /* Buffers whose uses were not all submitted (submission stopped half
+     * way) or whose eager send never met its RECV: freed now that no task
+     * can touch them (an eager send's copy may run after its producer). */
+    sends_settle(e);
+    release_iteration(e, 1);
     engine_watchdog_stop(e);
     engine_tags_end(e);
     if (e->T > 1)
         engine_tp_iteration_end(e); /* the ranks' records merged per op */
     overhead_end(e, t0, t_sub, starpu_timing_now());
-    for (int d = 0; d < e->W; d++) {
-        int n;
-        bsipipe_schedule_device_ops(e->sched, d, &n);
-        e->slot_base[d] += n;
-    }
+    for (int d = 0; d < e->W; d++)
+        e->slot_base[d] += e->n_slots[d];
     if (rc < 0)
         return rc; /* submission stopped half way (transport aborted): the engine cannot be reused */
     if (e->failed == BSIPIPE_EDEADLOCK)

@@ -15,6 +15,9 @@ typedef struct op_args {
     int start, len;      /* piece tokens */
     int l0, l1;          /* layers of the chunk */
     int in_channel;      /* F/B: channel of the RECV bringing the input, -1 = local producer */
+    int send_op;         /* F/B: index of the SEND of its output on the same device, -1 = none */
+    starpu_data_handle_t send_handle; /* SEND, eager: the buffer it sends (set when its producer is submitted) */
+    int eager_done;      /* SEND, eager, __atomic: its offer was settled (engine_send_eager) */
     int do_step;         /* STEP: 0 = keep its slot but change nothing */
     int n_own, *own_rep; /* STEP: replicas (pipe * C + chunk) held by the device */
     char name[64];       /* for reports */
@@ -88,6 +91,12 @@ struct bsipipe_engine {
     int **prio;                        /* [device][op index]: StarPU priority from the plan's critical
                                           path (built-in policies; NULL under bsipipe or without one) */
     long *slot_base;                   /* per device, slots used by earlier iterations */
+    int eager_send;                    /* sends may be eager (engine_send_eager): CPU devices, one process,
+                                          local transport, no TP, a plan proven free of deadlock */
+    int eager;                         /* this iteration's sends are eager (no SEND tasks) */
+    int **slot_of;                     /* [device][op index]: its slot past slot_base (eager SENDs take none) */
+    int **slot_op;                     /* [device][slot past slot_base]: the op index */
+    int *n_slots;                      /* per device: slots this iteration */
     bsipipe_transport_t *transport;
     int *order_device, *order_index;   /* submission order (from the simulator) */
     long n_order;
@@ -123,6 +132,7 @@ struct bsipipe_engine {
     int blocking_recv;                 /* bsipipe_engine_set_blocking_recv */
     int floor_flags;                   /* nonzero (with FLOOR_ACTIVE) during a floor iteration */
     struct starpu_task **floor_recv;   /* per channel: the floor RECV task its SEND releases */
+    int *floor_meet;                   /* per channel, __atomic, eager floor: 1 sent, 2 posted */
     starpu_data_handle_t *fl_x_out, *fl_stash, *fl_dx, *fl_dy, *fl_wstash, *fl_kv, *fl_dkv, *fl_recv;
     float *fl_mem;                     /* one float per floor handle */
     /* Tensor parallelism (engine_tp.c, docs/tensor-parallel.md): each device
@@ -222,8 +232,15 @@ int engine_recv_ahead(const struct bsipipe_engine *e, int d, int i);
 int engine_task_submit(struct bsipipe_engine *e, int d, int i, struct starpu_codelet *cl,
                        struct starpu_data_descr *descr, int n);
 /* One use of a per-iteration buffer: counted (dry_run) or consumed (the
- * buffer is unregistered after its last use). Other handles: nothing. */
+ * buffer is unregistered after its last use). Other handles: nothing.
+ * Consuming is thread safe: an eager send consumes its use on a worker. */
 void engine_buffer_use(struct bsipipe_engine *e, starpu_data_handle_t h, int dry_run);
+/* Eager sends (cl_forward.c, cl_backward.c): at the end of an F or B whose
+ * output goes to another device, offer it to the transport in place of a
+ * SEND task (bsipipe_transport_offer): copied at once if its RECV has
+ * posted, else by the RECV's post. `out` is the op's output buffer. Does
+ * nothing for an op without a send or when sends are not eager. */
+void engine_send_eager(op_args_t *a, void *out);
 /* Device kinds (tasks/engine_devices.c): sets conf's worker counts for the
  * options' device kind before starpu_init (cuda: -ENODEV "no CUDA device
  * found; run with --devices cpu" when there is none); after it lists the

@@ -960,10 +960,11 @@ static int write_json(bsipipe_engine_t *e, const char *dir, const measured_t *m,
             fprintf(f, ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, "
                        "\"args\": {\"pipe\": \"%s\", \"mb\": %d, \"sub\": %d, \"chunk\": %d, \"peer\": %d, "
                        "\"channel\": %d, \"tensor\": \"%s\", \"device\": %d, \"index\": %d, \"worker\": %d, "
-                       "\"seq\": %ld}}",
+                       "\"seq\": %ld, \"eager\": %d}}",
                     bsipipe_op_kind_name((bsipipe_op_kind_t)op->kind), tid, ts, dur,
                     bsipipe_pipe_name((bsipipe_pipe_t)op->pipe), op->mb, op->sub, op->chunk, op->peer, op->channel,
-                    tensors[op->tensor < 3 ? op->tensor : 0], d, i, rec[i].worker, rec[i].seq);
+                    tensors[op->tensor < 3 ? op->tensor : 0], d, i, rec[i].worker, rec[i].seq,
+                    e->eager && op->kind == BSIPIPE_OP_SEND); /* ran inside its producer, no task */
         }
     }
     /* Flow arrows (Perfetto, chrome://tracing): each SEND to its RECV, a

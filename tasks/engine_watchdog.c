@@ -100,10 +100,8 @@ static const op_args_t *next_op(struct bsipipe_engine *e, int d, long *slot)
     *slot = bsipipe_policy_next_slot(e->workerid[d]);
     if (e->T > 1) /* TP: several tasks per op on each rank's worker; rank 0's map */
         return engine_tp_slot_op(e, d, *slot);
-    long i = *slot - e->slot_base[d];
-    int n;
-    bsipipe_schedule_device_ops(e->sched, d, &n);
-    return i >= 0 && i < n ? &e->args[d][i] : NULL;
+    long r = *slot - e->slot_base[d]; /* eager SENDs take no slot: map back to the op */
+    return r >= 0 && r < e->n_slots[d] ? &e->args[d][e->slot_op[d][r]] : NULL;
 }
 
 static int held_send(struct bsipipe_engine *e, const op_args_t *a)

@@ -113,6 +113,14 @@ if grep -qE '^\| bsipipe \[spin auto\] \|.* \| [0-9]+ \(' "$tmp/out" &&
     grep -qE '^\| bsipipe \[sleep\] \|.* \| [0-9]+ \(' "$tmp/out"; then ok; else
     fail "--idle-spin auto,0: the two bsipipe rows are missing"; fi
 
+# --sends eager,tasks: each schedule once per mode, labelled.
+expect 0 "task sends" $tiny --schedules bsipipe --sends eager,tasks
+if grep -qE '^\| bsipipe \[eager sends\] \|.* \| [0-9]+ \(' "$tmp/out" &&
+    grep -qE '^\| bsipipe \[task sends\] \|.* \| [0-9]+ \(' "$tmp/out"; then ok; else
+    fail "--sends eager,tasks: the two bsipipe rows are missing"; fi
+expect 2 "--sends: 'fast' is not one of eager, tasks" --sends fast
+expect 2 "--sends: 'eager' is not one of eager, tasks" --sends eager,eager
+
 # Every schedule refused by the planner: nothing measured is an error, not a silent exit 0.
 expect 1 "nothing was measured" --schedules bitpipe --w 3 --emulate --layers 12 --hidden 32 --heads 2 --seq 32 --m 6 \
     --reps 1

@@ -9,6 +9,7 @@
 #include "tests/check.h"
 #include "tests/test_data.h"
 
+#include <errno.h>
 #include <stdlib.h>
 
 static const bsipipe_model_dims_t gpt = {BSIPIPE_MODEL_GPT, 8, 32, 2, 64, 64, 32};
@@ -104,6 +105,66 @@ static void check_memory(void)
     }
 }
 
+/* Eager sends (the default here) against a SEND task per transfer: the same
+ * bits; each eager SEND is recorded on its producer's worker, after the
+ * producer started; an unchecked plan keeps its SEND tasks. */
+static void check_eager(const int *tokens, const int *targets)
+{
+    bsipipe_engine_t *e = make(BSIPIPE_COMM_BSIPIPE, 20);
+    if (!e)
+        return;
+    CHECK(bsipipe_engine_eager_send(e) == 1, "sends are eager by default on CPU devices in one process");
+    long n = bsipipe_engine_n_params(e);
+    float *g_eager = malloc(sizeof(float) * (size_t)n), *g_tasks = malloc(sizeof(float) * (size_t)n);
+    double l_eager = 0, l_tasks = -1;
+    CHECK(bsipipe_engine_forward_backward(e, tokens, targets, &l_eager) == 0, "eager: %s", bsipipe_error_detail());
+    bsipipe_engine_grads(e, g_eager);
+    const bsipipe_schedule_t *s = bsipipe_engine_schedule(e);
+    int sends = 0, off_worker = 0, early = 0;
+    for (int d = 0; d < bsipipe_schedule_n_devices(s); d++) {
+        int n_ops, nr;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(s, d, &n_ops);
+        const bsipipe_engine_op_record_t *rec;
+        bsipipe_engine_records(e, d, &rec, &nr);
+        for (int i = 0; i < n_ops; i++) {
+            if (ops[i].kind != BSIPIPE_OP_SEND)
+                continue;
+            sends++;
+            int p = i - 1; /* its producer: the F or B of the same piece before it */
+            while (p >= 0 && !(ops[p].kind == (ops[i].tensor == BSIPIPE_TENSOR_ACT ? BSIPIPE_OP_F : BSIPIPE_OP_B) &&
+                               ops[p].mb == ops[i].mb && ops[p].sub == ops[i].sub && ops[p].chunk == ops[i].chunk &&
+                               ops[p].pipe == ops[i].pipe))
+                p--;
+            off_worker += p < 0 || rec[i].worker != rec[p].worker;
+            early += p < 0 || rec[i].start_us < rec[p].start_us || rec[i].end_us < rec[i].start_us;
+        }
+    }
+    printf("eager sends: %d SENDs ran inside their producer (%d off its worker, %d timed before it)\n", sends,
+           off_worker, early);
+    CHECK(sends > 0 && off_worker == 0 && early == 0, "eager SEND records");
+    CHECK(bsipipe_engine_set_eager_send(e, 0) == 0, "a SEND task per transfer: %s", bsipipe_error_detail());
+    CHECK(bsipipe_engine_forward_backward(e, tokens, targets, &l_tasks) == 0, "task sends: %s",
+          bsipipe_error_detail());
+    bsipipe_engine_grads(e, g_tasks);
+    long diff = 0;
+    for (long j = 0; j < n; j++)
+        diff += g_eager[j] != g_tasks[j];
+    printf("eager sends against SEND tasks: loss %.9f / %.9f, %ld of %ld gradients differ\n", l_eager, l_tasks, diff,
+           n);
+    CHECK(l_eager == l_tasks && diff == 0, "eager sends change the results");
+    free(g_eager);
+    free(g_tasks);
+    bsipipe_engine_destroy(e);
+
+    e = make(BSIPIPE_COMM_NAIVE, 1.0);
+    if (e) {
+        CHECK(bsipipe_engine_eager_send(e) == 0, "an unchecked plan keeps its SEND tasks");
+        CHECK(bsipipe_engine_set_eager_send(e, 1) == -ENOTSUP, "eager sends on an unchecked plan are refused");
+        CHECK_CONTAINS(bsipipe_error_detail(), "unchecked");
+        bsipipe_engine_destroy(e);
+    }
+}
+
 int main(void)
 {
     int m = 4, S = gpt.seq_len;
@@ -179,6 +240,7 @@ int main(void)
     }
 
     check_memory();
+    check_eager(tokens, targets);
 
     /* 2. The naive order deadlocks; the watchdog names it and the run ends. */
     e = make(BSIPIPE_COMM_NAIVE, 1.0);

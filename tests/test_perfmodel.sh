@@ -29,7 +29,8 @@ ok() { checks=$((checks + 1)); }
 fail() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL: $*" >&2; }
 
 tiny="--w 2 --m 4 --layers 2 --heads 2 --seq 32 --iters 2 --eval-every 0"
-for run in "--schedule zb-h1 --hidden 32" "--schedule seq1f1b --k 2 --hidden 32" "--schedule seq1f1b --k 2 --hidden 64"; do
+# --sends tasks: SEND tasks of their own, so that their model calibrates too
+for run in "--schedule zb-h1 --hidden 32 --sends tasks" "--schedule seq1f1b --k 2 --hidden 32" "--schedule seq1f1b --k 2 --hidden 64"; do
     # shellcheck disable=SC2086
     if timeout 120 "$train" $tiny $run >"$tmp/train.log" 2>&1; then ok; else
         fail "bsipipe-train $run: exit $?"; tail -5 "$tmp/train.log" >&2; fi

@@ -27,6 +27,7 @@ grep -qF -- "--resume" "$tmp/out" && grep -qF -- "--overwrite" "$tmp/out" && ok 
 cmp -s "$tmp/ck/checkpoint.bin" "$tmp/saved.bin" && ok || fail "a refused run changed the checkpoint"
 expect 2 "contradict" $tiny --iters 1 --checkpoint "$tmp/ck" --resume --overwrite
 expect 2 "--overwrite needs --checkpoint" $tiny --iters 1 --overwrite
+expect 2 "--sends: 'fast' is not eager or tasks" $tiny --iters 1 --sends fast
 # Stale temporaries of dead runs go; --overwrite starts afresh (iteration 1 saved).
 dead=$(sh -c 'echo $$')
 head -c 1000 /dev/zero >"$tmp/ck/.checkpoint.bin.$dead.tmp"
