@@ -1130,8 +1130,9 @@ static int run_overhead(const config_t *c, const row_t *r, const char *policy, i
         cf.tflops = 1e6;
     bsipipe_engine_options_t o = engine_options(r, &cf, policy, 1);
     bsipipe_engine_t *e = NULL;
-    if (bsipipe_engine_create(&o, &e) < 0) {
+    if (bsipipe_engine_create(&o, &e) < 0 || (r->v.sends && bsipipe_engine_set_eager_send(e, r->v.sends == 1) < 0)) {
         fprintf(stderr, PROG ": --overhead: %s\n", bsipipe_error_detail());
+        bsipipe_engine_destroy(e);
         return 1;
     }
     static ov_sample_t smp[OV_N];
@@ -1164,8 +1165,9 @@ static int run_overhead(const config_t *c, const row_t *r, const char *policy, i
     }
     double pred_s = zero_time ? 0 : r->pred_makespan_flops / (c->tflops * 1e12);
     double ops_per_dev = (double)r->n_ops / c->w;
-    printf("\n**%s, w = %d, %s** (%ld tasks per iteration, %.0f ops per device; median of %d iterations)\n\n",
+    printf("\n**%s, w = %d, %s, %s** (%ld tasks per iteration, %.0f ops per device; median of %d iterations)\n\n",
            bsipipe_schedule_kind_name(r->pc.schedule), c->w,
+           bsipipe_engine_eager_send(e) ? "eager sends (no SEND tasks but the blocking row's)" : "a SEND task per transfer",
            zero_time ? "no device time (every F/B/W lasts ~0 s: all of the wall time is runtime)"
                      : "with emulated device time",
            smp[OV_FLOOR].last.n_tasks, ops_per_dev, smp[OV_FLOOR].n);
@@ -1410,6 +1412,11 @@ int main(int argc, char **argv)
                             "--trace, --devices cuda, --csv, --svg)\n");
             return 2;
         }
+        if (nsends > 1) {
+            fprintf(stderr, PROG ": --overhead measures one send mode (the floor takes the engine's task "
+                            "shapes): give --sends eager or --sends tasks\n");
+            return 2;
+        }
         bsipipe_schedule_kind_t kd = BSIPIPE_SCHED_BSIPIPE;
         if (schedules) {
             char one[64];
@@ -1435,6 +1442,7 @@ int main(int argc, char **argv)
             memset(&r, 0, sizeof r);
             r.v.kind = kd;
             r.v.comm = comm;
+            r.v.sends = sends[0];
             r.pc = make_pc(&r.v, &cf, p, k);
             plan_row(&r, &cf);
             if (r.status) {

@@ -120,6 +120,7 @@ if grep -qE '^\| bsipipe \[eager sends\] \|.* \| [0-9]+ \(' "$tmp/out" &&
     fail "--sends eager,tasks: the two bsipipe rows are missing"; fi
 expect 2 "--sends: 'fast' is not one of eager, tasks" --sends fast
 expect 2 "--sends: 'eager' is not one of eager, tasks" --sends eager,eager
+expect 2 "--overhead measures one send mode" --overhead --sends eager,tasks
 
 # Every schedule refused by the planner: nothing measured is an error, not a silent exit 0.
 expect 1 "nothing was measured" --schedules bitpipe --w 3 --emulate --layers 12 --hidden 32 --heads 2 --seq 32 --m 6 \
