@@ -18,6 +18,7 @@ typedef struct op_args {
     int send_op;         /* F/B: index of the SEND of its output on the same device, -1 = none */
     starpu_data_handle_t send_handle; /* SEND, eager: the buffer it sends (set when its producer is submitted) */
     int eager_done;      /* SEND, eager, __atomic: its offer was settled (engine_send_eager) */
+    struct op_args *settled; /* F/B/RECV: the eager SEND whose buffer use its callback consumes */
     int do_step;         /* STEP: 0 = keep its slot but change nothing */
     int n_own, *own_rep; /* STEP: replicas (pipe * C + chunk) held by the device */
     char name[64];       /* for reports */

@@ -184,14 +184,17 @@ int main(void)
             bsipipe_engine_records(e, d, &rec, &n);
             workers[d] = rec[0].worker;
             int n_ops;
-            bsipipe_schedule_device_ops(s, d, &n_ops);
+            const bsipipe_op_t *ops = bsipipe_schedule_device_ops(s, d, &n_ops);
+            int eager = bsipipe_engine_eager_send(e); /* a SEND then runs inside its producer: no task to order */
             for (int i = 0; i < n; i++, total++) {
                 /* a receive may be posted ahead of the ops before it back to the
                  * last compute op (bsipipe_sim_recv_ahead); nothing else moves */
                 bsipipe_cost_model_t posted = bsipipe_cost_model_unit();
                 int ahead = i < n_ops ? bsipipe_sim_recv_ahead(s, &posted, d, i) : 0;
+                if (eager && ops[i].kind == BSIPIPE_OP_SEND)
+                    continue;
                 for (int k = 0; k < i - ahead; k++)
-                    if (rec[i].start_us < rec[k].start_us) {
+                    if (!(eager && ops[k].kind == BSIPIPE_OP_SEND) && rec[i].start_us < rec[k].start_us) {
                         out_of_order++;
                         break;
                     }
