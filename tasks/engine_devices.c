@@ -86,15 +86,18 @@ static int wants_nccl(const struct bsipipe_engine *e)
  * STARPU_NO_LAST_WORKER_POLL=1 each time a worker idles; the engine sets it
  * for CPU devices in one process and clears it otherwise (CUDA workers and
  * StarPU-MPI's progress need the poll). BSIPIPE_STARPU_POLL=1 keeps
- * StarPU's poll. Returns 1 when the poll is off. */
+ * StarPU's poll. Returns 1 when the poll is off.
+ *
+ * The floor benchmark switches it while the workers run and read it
+ * (getenv). Removing the variable shifts glibc's environment array under a
+ * reading worker, which crashed a worker inside getenv; so the variable is
+ * only ever overwritten, "1" or "0": glibc then swaps one pointer in place
+ * and never frees the old string. */
 int engine_starpu_poll_set(int cpu_only)
 {
     const char *env = getenv("BSIPIPE_STARPU_POLL");
     int off = cpu_only && !(env && atoi(env) == 1);
-    if (off)
-        setenv("STARPU_NO_LAST_WORKER_POLL", "1", 1);
-    else
-        unsetenv("STARPU_NO_LAST_WORKER_POLL");
+    setenv("STARPU_NO_LAST_WORKER_POLL", off ? "1" : "0", 1);
     return off;
 }
 
