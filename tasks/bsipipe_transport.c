@@ -302,6 +302,8 @@ static int deliver_locked(bsipipe_transport_t *t, long ch, const void *src, size
         pthread_mutex_lock(&t->mutex);
         t->copying--;
         c->filled = 1;
+        if (c->recv_waiting)
+            pthread_cond_broadcast(&t->cond[ch]);
         c->send_state = 3;
     }
     struct starpu_task *task = c->task;

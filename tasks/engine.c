@@ -332,7 +332,7 @@ static int create_buffers(bsipipe_engine_t *e)
     return 0;
 }
 
-static int eager_allowed(const bsipipe_engine_t *e);
+static int eager_allowed(const bsipipe_engine_t *e, int say);
 
 /* Each op's slot in its worker's plan order for this iteration: eager
  * SENDs run inside their producer and take no slot, so the policy's next
@@ -693,7 +693,7 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
         bsipipe_engine_destroy(e);
         return rc == -ENOMEM ? bsipipe_error_set(-ENOMEM, "engine: out of memory for the plan's buffers") : rc;
     }
-    e->eager_send = eager_allowed(e) == 0;
+    e->eager_send = eager_allowed(e, 0) == 0; /* no error detail: not asked for */
     *out = e;
     return 0;
 }
@@ -702,14 +702,16 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
  * validator proved free of deadlock under rendezvous sends stays free of
  * it when sends never wait; an unchecked plan keeps its SEND tasks, so a
  * deadlocking order still deadlocks and is caught. */
-static int eager_allowed(const bsipipe_engine_t *e)
+static int eager_allowed(const bsipipe_engine_t *e, int say)
 {
     if (e->mpi || e->o.devices != BSIPIPE_DEVICES_CPU || e->T > 1)
-        return bsipipe_error_set(-ENOTSUP, "eager sends need CPU devices in one process without tensor parallelism "
-                                           "(the local transport's memcpy)");
+        return !say ? -ENOTSUP
+                    : bsipipe_error_set(-ENOTSUP, "eager sends need CPU devices in one process without tensor "
+                                                  "parallelism (the local transport's memcpy)");
     if (e->o.unchecked_plan)
-        return bsipipe_error_set(-ENOTSUP, "eager sends need a plan proven free of deadlock (this one runs "
-                                           "unchecked: its SENDs stay tasks, so a deadlock is still caught)");
+        return !say ? -ENOTSUP
+                    : bsipipe_error_set(-ENOTSUP, "eager sends need a plan proven free of deadlock (this one runs "
+                                                  "unchecked: its SENDs stay tasks, so a deadlock is still caught)");
     for (int d = 0; d < e->W; d++) {
         int n;
         const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
@@ -719,8 +721,9 @@ static int eager_allowed(const bsipipe_engine_t *e)
                 for (int p = 0; p < i && !found; p++)
                     found = e->args[d][p].send_op == i;
                 if (!found)
-                    return bsipipe_error_set(-ENOTSUP, "eager sends: %s has no producer before it on device %d",
-                                             e->args[d][i].name, d);
+                    return !say ? -ENOTSUP
+                                : bsipipe_error_set(-ENOTSUP, "eager sends: %s has no producer before it on device %d",
+                                                    e->args[d][i].name, d);
             }
     }
     return 0;
@@ -731,7 +734,7 @@ int bsipipe_engine_set_eager_send(bsipipe_engine_t *e, int on)
     if (!e)
         return bsipipe_error_set(-EINVAL, "engine: no engine");
     if (on) {
-        int rc = eager_allowed(e);
+        int rc = eager_allowed(e, 1);
         if (rc < 0)
             return rc;
     }
@@ -806,12 +809,18 @@ static void release_iteration(bsipipe_engine_t *e, int all)
     long lens[] = {n_act, n_act, n_act, n_act, n_act, n_kv, n_kv, nch};
     for (int l = 0; l < 8; l++)
         for (long i = 0; i < lens[l]; i++) {
-            starpu_data_handle_t h = lists[l][i]; /* NULL once unregistered */
+            /* With `all` (every task has ended) the handle is taken before it
+             * is read; without, nothing has been submitted yet. */
+            starpu_data_handle_t h = all ? __atomic_exchange_n(&lists[l][i], NULL, __ATOMIC_ACQ_REL) : lists[l][i];
             struct buffer_use *use = h ? starpu_data_get_user_data(h) : NULL;
-            /* Taken with an exchange: an eager send's last use may free it on a worker. */
-            if (use && (all || __atomic_load_n(&use->left, __ATOMIC_ACQUIRE) == 0) &&
-                (h = __atomic_exchange_n(&lists[l][i], NULL, __ATOMIC_ACQ_REL)))
-                starpu_data_unregister_submit(h);
+            if (!use) { /* not a per-iteration buffer: left in place */
+                lists[l][i] = h;
+                continue;
+            }
+            if (!all && use->left != 0)
+                continue;
+            lists[l][i] = NULL;
+            starpu_data_unregister_submit(h);
         }
 }
 
@@ -1412,9 +1421,9 @@ int bsipipe_engine_floor_iteration(bsipipe_engine_t *e, int flags, bsipipe_engin
     double t_sub = starpu_timing_now();
     if (rc < 0)
         engine_tags_abort(e); /* half submitted: its SENDs must not wait for ever */
-    if (fresh)
-        release_iteration(e, 1);
     starpu_task_wait_for_all();
+    if (fresh) /* after the tasks: an eager send's callback may still use a buffer */
+        release_iteration(e, 1);
     double t1 = starpu_timing_now();
     if (flags & BSIPIPE_FLOOR_STARPU_POLL)
         engine_starpu_poll_set(!e->mpi && e->o.devices == BSIPIPE_DEVICES_CPU);
