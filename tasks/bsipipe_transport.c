@@ -435,17 +435,11 @@ int bsipipe_transport_wait_filled(bsipipe_transport_t *t, long ch)
     return rc;
 }
 
-int bsipipe_transport_send(bsipipe_transport_t *t, long ch, const void *src, size_t bytes, int device,
-                           const char *what)
+/* The checks of every send (a source, a channel in range, not used yet):
+ * 0 with the mutex held and *out the channel; an error with it released. */
+static int send_open(bsipipe_transport_t *t, long ch, const void *src, size_t bytes, int device, const char *what,
+                     struct channel **out)
 {
-    return bsipipe_transport_send_copy(t, ch, src, bytes, device, what, NULL, NULL);
-}
-
-int bsipipe_transport_send_copy(bsipipe_transport_t *t, long ch, const void *src, size_t bytes, int device,
-                                const char *what, bsipipe_transport_copy_fn copy, void *copy_arg)
-{
-    if (!t)
-        return bsipipe_error_set(-EINVAL, "bsipipe_transport_send: transport is NULL");
     if (!src && bytes > 0)
         return bsipipe_error_set(-EINVAL, "SEND %s on device %d: NULL source for %zu bytes (channel %ld)",
                                  what ? what : "?", device, bytes, ch);
@@ -463,6 +457,25 @@ int bsipipe_transport_send_copy(bsipipe_transport_t *t, long ch, const void *src
         pthread_mutex_unlock(&t->mutex);
         return rc;
     }
+    *out = c;
+    return 0;
+}
+
+int bsipipe_transport_send(bsipipe_transport_t *t, long ch, const void *src, size_t bytes, int device,
+                           const char *what)
+{
+    return bsipipe_transport_send_copy(t, ch, src, bytes, device, what, NULL, NULL);
+}
+
+int bsipipe_transport_send_copy(bsipipe_transport_t *t, long ch, const void *src, size_t bytes, int device,
+                                const char *what, bsipipe_transport_copy_fn copy, void *copy_arg)
+{
+    if (!t)
+        return bsipipe_error_set(-EINVAL, "bsipipe_transport_send: transport is NULL");
+    struct channel *c;
+    int open_rc = send_open(t, ch, src, bytes, device, what, &c);
+    if (open_rc < 0)
+        return open_rc;
     if (t->failed) {
         int rc = failed_error(t, ch, device, what);
         pthread_mutex_unlock(&t->mutex);
@@ -547,23 +560,10 @@ int bsipipe_transport_offer(bsipipe_transport_t *t, long ch, const void *src, si
 {
     if (!t)
         return bsipipe_error_set(-EINVAL, "bsipipe_transport_offer: transport is NULL");
-    if (!src && bytes > 0)
-        return bsipipe_error_set(-EINVAL, "SEND %s on device %d: NULL source for %zu bytes (channel %ld)",
-                                 what ? what : "?", device, bytes, ch);
-    pthread_mutex_lock(&t->mutex);
-    if (ch < 0 || ch >= t->n) {
-        int rc = bsipipe_error_set(-EINVAL, "SEND %s on device %d: channel %ld out of range [0, %ld)",
-                                   what ? what : "?", device, ch, t->n);
-        pthread_mutex_unlock(&t->mutex);
-        return rc;
-    }
-    struct channel *c = &t->ch[ch];
-    if (c->send_state != 0 && c->send_state != 4) {
-        int rc = bsipipe_error_set(-EINVAL, "SEND %s on device %d: channel %ld already used by SEND %s on device %d",
-                                   what ? what : "?", device, ch, c->send_what, c->send_device);
-        pthread_mutex_unlock(&t->mutex);
-        return rc;
-    }
+    struct channel *c;
+    int open_rc = send_open(t, ch, src, bytes, device, what, &c);
+    if (open_rc < 0)
+        return open_rc;
     c->send_device = device;
     c->send_start = now_s();
     copy_name(c->send_what, what);
