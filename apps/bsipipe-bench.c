@@ -240,6 +240,9 @@ typedef struct row {
     double *spread;          /* --idle-breakdown: [sample] spread of busy time over the planned one between devices */
     double *pred_busy;       /* [w] each device's planned F/B/W time (FLOPs costs, any unit) */
     double *slow_idle;       /* --idle-breakdown: [sample] idle share of the span on the slowest device */
+    double *own_bubble;      /* [sample] the plan run, simulated on that iteration's mean op times (NAN: no
+                                op times here, with --mpi or --tp) */
+    double *replay_bubble;   /* [sample] the same on each op's own time: the iteration replayed */
 } row_t;
 
 static int bench_tp = 1; /* --tp: the same degree for every row */
@@ -569,6 +572,32 @@ static void calibrate_row(row_t *r, const config_t *c, const char *policy, int w
 }
 
 /* One repetition of one row: create, warm up, time, destroy. */
+/* The plan the engine just ran, simulated on the op times that iteration
+ * measured: with replay, each op's own duration (the iteration as an ideal
+ * runtime would have run it: what the measured bubble has beyond it is the
+ * runtime's: hand-offs, wake-ups, scheduling); without, the mean per F/B/W,
+ * piece and chunk (the schedule's bubble on this machine's ops: what the
+ * replay has beyond it is the ops' spread around their means). NAN where
+ * op times are not all here (MPI, TP). */
+static double own_ops_bubble(const row_t *r, const bsipipe_engine_t *e, int replay)
+{
+    const bsipipe_schedule_t *plan = bsipipe_engine_schedule(e);
+    long n = replay ? bsipipe_sim_op_count(plan) : bsipipe_sim_op_slots(plan);
+    double *secs = n > 0 ? malloc(sizeof(double) * (size_t)n) : NULL, bubble = NAN;
+    if (secs && (replay ? bsipipe_engine_op_durations(e, secs, n) : bsipipe_engine_op_seconds(e, secs, (int)n)) == 0) {
+        bsipipe_cost_model_t cost = bsipipe_cost_model_emulated(1.0);
+        *(replay ? &cost.op_replay : &cost.op_seconds) = secs;
+        cost.blocking_recv = r->v.blocking_recv;
+        cost.recv_in_place = r->v.recv_in_place;
+        bsipipe_sim_result_t *sim = NULL;
+        if (bsipipe_simulate(plan, &cost, &sim) == 0)
+            bubble = sim->bubble_ratio;
+        bsipipe_sim_result_destroy(sim);
+    }
+    free(secs);
+    return bubble;
+}
+
 static void run_row(row_t *r, const config_t *c, const char *policy, int warmup, int iters, int seed, int rep,
                     const int *tokens, const int *targets, int n_data)
 {
@@ -613,6 +642,8 @@ static void run_row(row_t *r, const config_t *c, const char *policy, int warmup,
         r->bubble[i] = st.bubble_ratio;
         r->makespan[i] = st.makespan_s;
         r->busy[i] = measured_busy(e, c->w);
+        r->own_bubble[i] = own_ops_bubble(r, e, 0);
+        r->replay_bubble[i] = own_ops_bubble(r, e, 1);
         if (bench_idle)
             record_idle(r, e, c->w, i);
         sum += st.tokens_per_s;
@@ -789,11 +820,14 @@ static double overhead_us(const row_t *r, const config_t *c, double meas_makespa
 
 typedef struct summary {
     double tok_med, tok_min, tok_max, bub_med, mk_med, busy_med, ovh;
+    double own_med;    /* median bubble of the plan simulated on each iteration's mean op times */
+    double replay_med; /* ... on each op's own time (the iteration replayed) */
+    double over_med;   /* median over iterations of measured minus replayed: the runtime's share */
 } summary_t;
 
 static summary_t summarize(const row_t *r, const config_t *c)
 {
-    summary_t s = {NAN, NAN, NAN, NAN, NAN, NAN, NAN};
+    summary_t s = {NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
     int n = r->n_samples;
     if (n == 0)
         return s;
@@ -810,6 +844,18 @@ static summary_t summarize(const row_t *r, const config_t *c)
     s.mk_med = median(tmp, n);
     memcpy(tmp, r->busy, sizeof(double) * (size_t)n);
     s.busy_med = median(tmp, n);
+    int no = 0;
+    for (int i = 0; i < n; i++)
+        no += !isnan(r->own_bubble[i]) && !isnan(r->replay_bubble[i]);
+    if (no == n) { /* every iteration has its own op times */
+        memcpy(tmp, r->own_bubble, sizeof(double) * (size_t)n);
+        s.own_med = median(tmp, n);
+        memcpy(tmp, r->replay_bubble, sizeof(double) * (size_t)n);
+        s.replay_med = median(tmp, n);
+        for (int i = 0; i < n; i++)
+            tmp[i] = r->bubble[i] - r->replay_bubble[i];
+        s.over_med = median(tmp, n);
+    }
     free(tmp);
     s.ovh = overhead_us(r, c, s.mk_med, s.busy_med);
     return s;
@@ -821,20 +867,29 @@ static void print_table(const config_t *c, row_t *rows, int nr, int reps, int it
     printf("\n### %s — %s\n\n", c->title, mode_name(c, mode, sizeof mode));
     printf("%s model L=%d hidden=%d heads=%d S=%d, w=%d, m=%d; %d repetitions x %d timed iteration(s), "
            "interleaved; predicted bubble: planner simulation of the same plan under FLOPs costs with free "
-           "transfers (%s) and under unit costs (F=1, B=2)%s\n\n",
+           "transfers (%s) and under unit costs (F=1, B=2); replayed: the same plan simulated on each op's own "
+           "time in the timed iteration, the iteration as an ideal runtime would have run it; runtime's points: "
+           "measured minus replayed, median over iterations (hand-offs, wake-ups, scheduling); on mean op times: "
+           "the plan on the iteration's mean time per F/B/W, piece and chunk (replayed minus this: the ops' spread "
+           "around their means); — with --mpi or --tp%s\n\n",
            c->dims.family == BSIPIPE_MODEL_LLAMA ? "LLaMA" : "GPT", c->dims.n_layers, c->dims.hidden,
            c->dims.n_heads, c->dims.seq_len, c->w, c->m, reps, iters,
            (c->tp > 0 ? c->tp : bench_tp) > 1 ? "tensor-parallel collectives charged on the planner's intra-node link"
                                                 : "rate-independent",
            c->emulate ? "; EMULATED: compute tasks sleep for their FLOPs, no loss is computed" : "");
-    printf("| schedule | p | k | mode | tokens/s median (min, max) | bubble measured | predicted (FLOPs) | "
-           "predicted (unit) | %speak act MiB min/med/max | vs Seq1F1B | vs Seq1F1B-I | overhead µs/task |\n",
+    printf("| schedule | p | k | mode | tokens/s median (min, max) | bubble measured | replayed | runtime's "
+           "points | on mean op times | predicted (FLOPs) | predicted (unit) | %speak act MiB min/med/max | vs Seq1F1B | vs Seq1F1B-I | "
+           "overhead µs/task |\n",
            bench_calibrate ? "predicted (measured ops) | " : "");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|%s\n", bench_calibrate ? "---|" : "");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|%s\n", bench_calibrate ? "---|" : "");
     for (int i = 0; i < nr; i++) {
         row_t *r = &rows[i];
         summary_t s = summarize(r, c);
-        char pf[16], pu[16], bm[16], pm[24] = "";
+        char pf[16], pu[16], bm[16], pm[24] = "", own[16], rp[16], over[16] = "—";
+        fmt_pct(own, sizeof own, s.own_med);
+        fmt_pct(rp, sizeof rp, s.replay_med);
+        if (!isnan(s.over_med))
+            snprintf(over, sizeof over, "%+.1f", 100 * s.over_med);
         fmt_pct(pf, sizeof pf, r->pred_bubble_flops);
         fmt_pct(pu, sizeof pu, r->pred_bubble_unit);
         if (bench_calibrate) {
@@ -850,7 +905,7 @@ static void print_table(const config_t *c, row_t *rows, int nr, int reps, int it
                 snprintf(brief + sizeof brief - 6, 6, " ...");
             for (char *q = brief; *q; q++)
                 if (*q == '|') *q = '/';
-            printf("| %s | %d | %d | %s | %s: %s | — | %s | %s | %s— | — | — | — |\n", r->v.label, r->pc.p, r->pc.k,
+            printf("| %s | %d | %d | %s | %s: %s | — | — | — | — | %s | %s | %s— | — | — | — |\n", r->v.label, r->pc.p, r->pc.k,
                    md, r->status == 1 ? "SKIPPED" : strstr(r->error, "deadlock") ? "DEADLOCK" : "FAILED", brief, pf,
                    pu, pm);
             continue;
@@ -860,9 +915,10 @@ static void print_table(const config_t *c, row_t *rows, int nr, int reps, int it
         if (!isnan(r->speedup[1])) snprintf(s2, sizeof s2, "%.2fx", r->speedup[1]);
         char ov[16] = "—";
         if (!isnan(s.ovh)) snprintf(ov, sizeof ov, "%.0f", s.ovh);
-        printf("| %s | %d | %d | %s | %.0f (%.0f, %.0f)%s | %s | %s | %s | %s%.2f / %.2f / %.2f | %s | %s | %s |\n",
+        printf("| %s | %d | %d | %s | %.0f (%.0f, %.0f)%s | %s | %s | %s | %s | %s | %s | %s%.2f / %.2f / %.2f | %s | "
+               "%s | %s |\n",
                r->v.label, r->pc.p, r->pc.k, md, s.tok_med, s.tok_min, s.tok_max,
-               r->status == 2 ? " (then failed)" : "", bm, pf, pu, pm, r->peak[0], r->peak[1], r->peak[2], s1, s2,
+               r->status == 2 ? " (then failed)" : "", bm, rp, over, own, pf, pu, pm, r->peak[0], r->peak[1], r->peak[2], s1, s2,
                ov);
     }
     for (int i = 0; i < nr; i++)
@@ -903,6 +959,7 @@ static void write_csv_rows(FILE *f, const char *preset, const config_t *c, row_t
             csv_field(f, r->n_samples ? r->peak[j] : NAN);
         csv_field(f, r->speedup[0]); csv_field(f, r->speedup[1]);
         csv_field(f, bench_calibrate ? r->pred_bubble_measured : NAN);
+        csv_field(f, s.replay_med); csv_field(f, s.over_med); csv_field(f, s.own_med);
         fprintf(f, ",\"%s\"\n", err);
     }
 }
@@ -911,7 +968,8 @@ static const char *const csv_header =
     "preset,config,mode,device_tflops,model,layers,hidden,heads,seq,w,p,k,m,schedule,comm,status,samples,"
     "tokens_s_median,tokens_s_min,tokens_s_max,bubble_measured_median,bubble_pred_flops,bubble_pred_unit,"
     "makespan_s_median,makespan_s_pred_emulated,overhead_us_per_task,peak_act_mib_min,peak_act_mib_median,"
-    "peak_act_mib_max,speedup_vs_seq1f1b,speedup_vs_seq1f1b_i,bubble_pred_measured_ops,error\n";
+    "peak_act_mib_max,speedup_vs_seq1f1b,speedup_vs_seq1f1b_i,bubble_pred_measured_ops,bubble_replayed_median,"
+    "bubble_runtime_points_median,bubble_mean_ops_median,error\n";
 
 static void xml_text(FILE *f, const char *s)
 {
@@ -1736,6 +1794,8 @@ int main(int argc, char **argv)
             r->bubble = calloc((size_t)ns, sizeof(double));
             r->makespan = calloc((size_t)ns, sizeof(double));
             r->busy = calloc((size_t)ns, sizeof(double));
+            r->own_bubble = calloc((size_t)ns, sizeof(double));
+            r->replay_bubble = calloc((size_t)ns, sizeof(double));
             r->rep_tok = calloc((size_t)reps, sizeof(double));
             if (bench_idle) {
                 r->idle = calloc((size_t)ns * IDLE_KINDS, sizeof(double));
@@ -1743,7 +1803,7 @@ int main(int argc, char **argv)
                 r->slow_idle = calloc((size_t)ns, sizeof(double));
                 oom = !r->idle || !r->spread || !r->slow_idle;
             }
-            oom = oom || !r->tok || !r->bubble || !r->makespan || !r->busy || !r->rep_tok;
+            oom = oom || !r->tok || !r->bubble || !r->makespan || !r->busy || !r->own_bubble || !r->replay_bubble || !r->rep_tok;
             r->speedup[0] = r->speedup[1] = NAN;
             if (oom)
                 break;
@@ -1841,7 +1901,7 @@ int main(int argc, char **argv)
         for (int i = 0; i < nv; i++) {
             ran += rows[i].status != 1;
             bsipipe_schedule_destroy(rows[i].plan); free(rows[i].idle); free(rows[i].pred_busy); free(rows[i].spread); free(rows[i].slow_idle); free(rows[i].tok); free(rows[i].bubble); free(rows[i].makespan); free(rows[i].busy);
-            free(rows[i].rep_tok);
+            free(rows[i].own_bubble); free(rows[i].replay_bubble); free(rows[i].rep_tok);
         }
         free(tokens);
         free(targets);

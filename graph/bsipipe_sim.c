@@ -92,9 +92,21 @@ int bsipipe_sim_op_slot(const bsipipe_schedule_t *s, const bsipipe_op_t *op)
     return (op->kind * s->pc.k + op->sub) * s->n_chunks + op->chunk;
 }
 
+long bsipipe_sim_op_index(const bsipipe_schedule_t *s, const bsipipe_op_t *op)
+{
+    return compute_index(s, op->kind, op->mb, op->sub, op->chunk);
+}
+
+long bsipipe_sim_op_count(const bsipipe_schedule_t *s)
+{
+    return compute_index_count(s);
+}
+
 double bsipipe_sim_op_cost(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *c, const bsipipe_op_t *op)
 {
     int split = split_backward(s);
+    if (c->op_replay && op->kind <= BSIPIPE_OP_W)
+        return c->op_replay[compute_index(s, op->kind, op->mb, op->sub, op->chunk)];
     if (c->op_seconds && op->kind <= BSIPIPE_OP_W)
         return c->op_seconds[bsipipe_sim_op_slot(s, op)];
     if (c->unit) {

@@ -54,12 +54,22 @@ typedef struct bsipipe_cost_model {
                                unit and FLOPs costs of compute ops; from a run, e.g.
                                bsipipe_engine_op_seconds. Borrowed: must outlive the
                                calls that use the model */
+    const double *op_replay; /* optional: every compute op's own duration, by
+                               bsipipe_sim_op_index, overriding op_seconds and the
+                               unit and FLOPs costs: a run replayed
+                               (bsipipe_engine_op_durations). Borrowed, like op_seconds */
 } bsipipe_cost_model_t;
 
 /* Measured op times (cost->op_seconds): the slot of compute op `op` and the
  * number of slots of s, 3 (F, B, W) x pieces x chunks. */
 int bsipipe_sim_op_slot(const bsipipe_schedule_t *s, const bsipipe_op_t *op);
 int bsipipe_sim_op_slots(const bsipipe_schedule_t *s);
+
+/* A replayed run (cost->op_replay): the index of compute op `op` (one per
+ * F, B and W of each micro-batch, piece and chunk) and the number of
+ * indices of s, 3 x m x pieces x chunks. */
+long bsipipe_sim_op_index(const bsipipe_schedule_t *s, const bsipipe_op_t *op);
+long bsipipe_sim_op_count(const bsipipe_schedule_t *s);
 
 /* Posting ahead: how many places before its own the RECV at index i of
  * device d is posted. A post never blocks, so under early receive (comm

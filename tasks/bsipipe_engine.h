@@ -258,6 +258,15 @@ int bsipipe_engine_device_busy(const bsipipe_engine_t *e, double *busy_s);
  * with tensor parallelism. */
 int bsipipe_engine_op_seconds(const bsipipe_engine_t *e, double *out, int n);
 
+/* Every compute op's own duration in the last iteration, to replay the run
+ * (bsipipe_cost_model_t.op_replay): out[bsipipe_sim_op_index(s, op)] =
+ * seconds of that F, B or W (n >= bsipipe_sim_op_count; indices the plan has
+ * no op for stay 0). The plan simulated on them is the iteration as an
+ * ideal runtime would have run it with the same op times: its makespan
+ * against the measured one is the runtime's cost. Same errors as
+ * bsipipe_engine_op_seconds. */
+int bsipipe_engine_op_durations(const bsipipe_engine_t *e, double *out, long n);
+
 /* Peak live activation bytes of each device in the last iteration (stash of a
  * piece from its forward's start to its backward's end — W's when split —,
  * KV cache and its gradient per micro-batch and chunk), the quantities the

@@ -1711,6 +1711,34 @@ int bsipipe_engine_op_seconds(const bsipipe_engine_t *e, double *out, int n)
     return 0;
 }
 
+int bsipipe_engine_op_durations(const bsipipe_engine_t *e, double *out, long n)
+{
+    if (!e || !out)
+        return bsipipe_error_set(-EINVAL, "engine: no output buffer");
+    long count = bsipipe_sim_op_count(e->sched);
+    if (n < count)
+        return bsipipe_error_set(-EINVAL, "engine: %ld op-duration entries needed, %ld given", count, n);
+    if (e->T > 1) /* an op's span there holds its collectives' waits, not one device's work */
+        return bsipipe_error_set(-ENOTSUP, "measured op times: not with tensor parallelism (D_t = %d); "
+                                 "plan with the FLOPs cost model there", e->T);
+    for (long i = 0; i < count; i++)
+        out[i] = 0;
+    for (int d = 0; d < e->W; d++) {
+        int nd;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &nd);
+        for (int i = 0; i < nd; i++) {
+            const bsipipe_engine_op_record_t *r = &e->rec[d][i];
+            if (ops[i].kind > BSIPIPE_OP_W)
+                continue;
+            if (!engine_local(e, d) || !(r->start_us > 0 && r->end_us >= r->start_us))
+                return bsipipe_error_set(-ENODATA, "measured op times: some ops have no record on this "
+                                         "process (run an iteration first; with MPI, other ranks ran them)");
+            out[bsipipe_sim_op_index(e->sched, &ops[i])] = (r->end_us - r->start_us) * 1e-6;
+        }
+    }
+    return 0;
+}
+
 int bsipipe_engine_peak_memory(const bsipipe_engine_t *e, double *bytes)
 {
     if (!e || !bytes)

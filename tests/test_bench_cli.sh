@@ -78,6 +78,15 @@ for s in seq1f1b seq1f1b-i bsipipe; do
     if grep -qE "^\| $s \| [0-9]+ \| [0-9]+ \| real \| [0-9]+ \(" "$tmp/out"; then ok; else fail "no measured row for $s"; fi
 done
 if grep -q "REAL COMPUTE" "$tmp/out"; then ok; else fail "mode not in the title"; fi
+# Each row's bubble decomposed: measured, replayed on each op's own time,
+# the runtime's points (measured minus replayed: an ideal runtime is never
+# slower than the run, so never negative) and the plan on mean op times.
+for s in seq1f1b seq1f1b-i bsipipe; do
+    line=$(grep -E "^\| $s \| [0-9]+ \| [0-9]+ \| real \| [0-9]+ \(" "$tmp/out")
+    if echo "$line" | awk -F'|' '$7 ~ /^ [0-9.]+% $/ && $8 ~ /^ [0-9.]+% $/ && $9 ~ /^ [+-][0-9.]+ $/ &&
+        $10 ~ /^ [0-9.]+% $/ && $9 + 0 >= 0 { found = 1 } END { exit !found }'; then ok; else
+        fail "$s: no replayed bubble and runtime's points, or negative points: $line"; fi
+done
 if grep -qE '^\| bsipipe .*\| 1\.00x \|' "$tmp/out" || grep -qE '^\| seq1f1b \|.*\| 1\.00x \|' "$tmp/out"; then ok; else
     fail "no 1.00x speedup of a baseline against itself"; fi
 if [ "$(wc -l <"$tmp/b.csv")" -eq 4 ] && head -1 "$tmp/b.csv" | grep -q '^preset,config,mode'; then ok; else

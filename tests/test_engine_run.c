@@ -238,6 +238,28 @@ int main(void)
         printf("measured op times: simulated busy %.6f s, measured %.6f s\n", sim_busy, sum);
         CHECK(fabs(sim_busy - sum) <= 1e-9 * sum, "simulated busy %.9f != measured %.9f", sim_busy, sum);
         bsipipe_sim_result_destroy(r);
+        r = NULL;
+        /* The run replayed on each op's own duration: every device exactly as
+         * busy as measured, and no slower than the run (an ideal runtime
+         * waits for nothing but the ops themselves). */
+        long nidx = bsipipe_sim_op_count(s);
+        double *each = malloc(sizeof(double) * (size_t)nidx);
+        CHECK(bsipipe_engine_op_durations(e, few, 1) == -EINVAL, "op durations: a short buffer is refused");
+        CHECK(each && bsipipe_engine_op_durations(e, each, nidx) == 0, "op durations: %s", bsipipe_error_detail());
+        bsipipe_cost_model_t replay = bsipipe_cost_model_emulated(1.0);
+        replay.op_replay = each;
+        CHECK(each && bsipipe_simulate(s, &replay, &r) == 0, "replay: %s", bsipipe_error_detail());
+        for (int d = 0; r && d < 4; d++)
+            CHECK(fabs(r->device[d].busy - busy[d]) <= 1e-9 * busy[d], "replay: device %d busy %.9f != measured %.9f",
+                  d, r->device[d].busy, busy[d]);
+        if (r) {
+            printf("replayed: makespan %.6f s (measured %.6f s), bubble %.2f%% (measured %.2f%%)\n", r->makespan,
+                   st.makespan_s, 100 * r->bubble_ratio, 100 * st.bubble_ratio);
+            CHECK(r->makespan <= st.makespan_s * (1 + 1e-9), "replay slower than the run: %.6f > %.6f s", r->makespan,
+                  st.makespan_s);
+        }
+        bsipipe_sim_result_destroy(r);
+        free(each);
         free(secs);
         bsipipe_engine_destroy(e);
     }
