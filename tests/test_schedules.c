@@ -5,6 +5,7 @@
 #include "graph/bsipipe_error.h"
 #include "tests/check.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 typedef struct run {
@@ -49,6 +50,60 @@ static int simulate_costs(bsipipe_parallel_config_t pc, double b_unit, run_t *ou
 static int simulate(bsipipe_parallel_config_t pc, run_t *out)
 {
     return simulate_costs(pc, 2.0, out);
+}
+
+/* A replay (cost->op_replay) of twice the unit costs gives the unit model's
+ * timeline twice as long (every op has its own index); one op replayed
+ * longer by delta delays the makespan by at most delta, never shortens it. */
+static void replay_check(bsipipe_schedule_kind_t kind, int w, int k, int m)
+{
+    bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(kind);
+    pc.w = w;
+    pc.k = k;
+    pc.m = m;
+    bsipipe_schedule_t *s = NULL;
+    int rc = bsipipe_schedule_create(&pc, NULL, &s);
+    CHECK(rc == 0, "replay %s: create: %s", bsipipe_schedule_kind_name(kind), bsipipe_error_detail());
+    if (rc)
+        return;
+    bsipipe_cost_model_t unit = bsipipe_cost_model_unit(), replay = unit;
+    long n = bsipipe_sim_op_count(s), longest = -1;
+    double *dur = calloc((size_t)n, sizeof *dur);
+    for (int d = 0; dur && d < bsipipe_schedule_n_devices(s); d++) {
+        int nd;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(s, d, &nd);
+        for (int i = 0; i < nd; i++)
+            if (ops[i].kind <= BSIPIPE_OP_W) {
+                long x = bsipipe_sim_op_index(s, &ops[i]);
+                CHECK(x >= 0 && x < n && dur[x] == 0, "replay %s: op index %ld out of range or shared",
+                      bsipipe_schedule_kind_name(kind), x);
+                if (x >= 0 && x < n) {
+                    dur[x] = 2 * bsipipe_sim_op_cost(s, &unit, &ops[i]);
+                    longest = x;
+                }
+            }
+    }
+    replay.op_replay = dur;
+    bsipipe_sim_result_t *a = NULL, *b = NULL, *c = NULL;
+    if (dur && bsipipe_simulate(s, &unit, &a) == 0 && bsipipe_simulate(s, &replay, &b) == 0) {
+        CHECK(fabs(2 * a->makespan - b->makespan) < 1e-9 && fabs(a->bubble_ratio - b->bubble_ratio) < 1e-12,
+              "replay %s: makespan %.6f, twice the unit model's %.6f", bsipipe_schedule_kind_name(kind), b->makespan,
+              2 * a->makespan);
+        dur[longest] += 0.5;
+        if (bsipipe_simulate(s, &replay, &c) == 0)
+            CHECK(c->makespan >= b->makespan - 1e-12 && c->makespan <= b->makespan + 0.5 + 1e-12,
+                  "replay %s: one op 0.5 longer moved the makespan from %.6f to %.6f",
+                  bsipipe_schedule_kind_name(kind), b->makespan, c->makespan);
+        else
+            CHECK(0, "replay %s: %s", bsipipe_schedule_kind_name(kind), bsipipe_error_detail());
+    } else {
+        CHECK(0, "replay %s: %s", bsipipe_schedule_kind_name(kind), bsipipe_error_detail());
+    }
+    bsipipe_sim_result_destroy(a);
+    bsipipe_sim_result_destroy(b);
+    bsipipe_sim_result_destroy(c);
+    free(dur);
+    bsipipe_schedule_destroy(s);
 }
 
 /* Seq1F1B-I on every w and k the config accepts, not only k | w (issue 12:
@@ -207,5 +262,8 @@ int main(void)
         printf("bsipipe w=%2d: peak activations at most %d subsequence-chunks per device for N_s = %d..%d\n", w, flat,
                2 * pc.k * w, 8 * pc.k * w);
     }
+    replay_check(BSIPIPE_SCHED_BSIPIPE, 4, 2, 8);
+    replay_check(BSIPIPE_SCHED_ZB_H1, 4, 1, 8); /* split backward: W ops too */
+    replay_check(BSIPIPE_SCHED_CHIMERA, 4, 1, 8);
     return check_finish("test_schedules");
 }
