@@ -984,7 +984,8 @@ static void eager_done(void *arg)
     /* The buffer's use is consumed by the callback of the task running the
      * copy (the producer or the RECV), once that task has released its data:
      * unregistering from inside the codelet would delay the task's end, and
-     * with it the hand-off to the next op (+1 ms per iteration at w = 2). */
+     * with it the hand-off to the next op (StarPU's unregistration is about
+     * a third of a task's termination: docs/benchmarks.md, seventh pass). */
     struct starpu_task *cur = starpu_task_get_current();
     op_args_t *host = cur ? cur->cl_arg : NULL;
     if (host && host->task == cur && cur->callback_func == record_profile && !host->settled)
@@ -1669,21 +1670,40 @@ int bsipipe_engine_device_busy(const bsipipe_engine_t *e, double *busy_s)
     return 0;
 }
 
-int bsipipe_engine_op_seconds(const bsipipe_engine_t *e, double *out, int n)
+/* The checks shared by the two op-time calls; clears the n_out entries
+ * (slots, or op indices with `each`). */
+static int op_times_open(const bsipipe_engine_t *e, double *out, long n, int each, long *n_out)
 {
     if (!e || !out)
         return bsipipe_error_set(-EINVAL, "engine: no output buffer");
-    int slots = bsipipe_sim_op_slots(e->sched);
-    if (n < slots)
-        return bsipipe_error_set(-EINVAL, "engine: %d op-time slots needed, %d given", slots, n);
+    long need = each ? bsipipe_sim_op_count(e->sched) : bsipipe_sim_op_slots(e->sched);
+    if (n < need)
+        return bsipipe_error_set(-EINVAL, "engine: %ld op-time %s needed, %ld given", need,
+                                 each ? "entries (one per op)" : "slots", n);
     if (e->T > 1) /* an op's span there holds its collectives' waits, not one device's work */
         return bsipipe_error_set(-ENOTSUP, "measured op times: not with tensor parallelism (D_t = %d); "
                                  "plan with the FLOPs cost model there", e->T);
+    for (long i = 0; i < need; i++)
+        out[i] = 0;
+    *n_out = need;
+    return 0;
+}
+
+static int op_times_missing(void)
+{
+    return bsipipe_error_set(-ENODATA, "measured op times: some ops have no record on this process "
+                             "(run an iteration first; with MPI, other ranks ran them)");
+}
+
+int bsipipe_engine_op_seconds(const bsipipe_engine_t *e, double *out, int n)
+{
+    long slots;
+    int rc = op_times_open(e, out, n, 0, &slots);
+    if (rc < 0)
+        return rc;
     int *count = calloc((size_t)slots, sizeof *count);
     if (!count)
         return bsipipe_error_set(-ENOMEM, "out of memory");
-    for (int i = 0; i < slots; i++)
-        out[i] = 0;
     for (int d = 0; d < e->W; d++) {
         int nd;
         const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &nd);
@@ -1701,28 +1721,19 @@ int bsipipe_engine_op_seconds(const bsipipe_engine_t *e, double *out, int n)
         for (int i = 0; i < nd && !missing; i++)
             missing = ops[i].kind <= BSIPIPE_OP_W && !count[bsipipe_sim_op_slot(e->sched, &ops[i])];
     }
-    for (int i = 0; i < slots; i++)
+    for (long i = 0; i < slots; i++)
         if (count[i])
             out[i] /= count[i];
     free(count);
-    if (missing)
-        return bsipipe_error_set(-ENODATA, "measured op times: some ops have no record on this process "
-                                 "(run an iteration first; with MPI, other ranks ran them)");
-    return 0;
+    return missing ? op_times_missing() : 0;
 }
 
 int bsipipe_engine_op_durations(const bsipipe_engine_t *e, double *out, long n)
 {
-    if (!e || !out)
-        return bsipipe_error_set(-EINVAL, "engine: no output buffer");
-    long count = bsipipe_sim_op_count(e->sched);
-    if (n < count)
-        return bsipipe_error_set(-EINVAL, "engine: %ld op-duration entries needed, %ld given", count, n);
-    if (e->T > 1) /* an op's span there holds its collectives' waits, not one device's work */
-        return bsipipe_error_set(-ENOTSUP, "measured op times: not with tensor parallelism (D_t = %d); "
-                                 "plan with the FLOPs cost model there", e->T);
-    for (long i = 0; i < count; i++)
-        out[i] = 0;
+    long count;
+    int rc = op_times_open(e, out, n, 1, &count);
+    if (rc < 0)
+        return rc;
     for (int d = 0; d < e->W; d++) {
         int nd;
         const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &nd);
@@ -1731,8 +1742,7 @@ int bsipipe_engine_op_durations(const bsipipe_engine_t *e, double *out, long n)
             if (ops[i].kind > BSIPIPE_OP_W)
                 continue;
             if (!engine_local(e, d) || !(r->start_us > 0 && r->end_us >= r->start_us))
-                return bsipipe_error_set(-ENODATA, "measured op times: some ops have no record on this "
-                                         "process (run an iteration first; with MPI, other ranks ran them)");
+                return op_times_missing();
             out[bsipipe_sim_op_index(e->sched, &ops[i])] = (r->end_us - r->start_us) * 1e-6;
         }
     }
