@@ -17,35 +17,6 @@
 
 #define NCH 96
 
-static double pattern(long ch, long i, int round) { return (double)(round * 1000000 + ch * 1000 + i); }
-
-struct consumer_arg {
-    long ch;
-    int round;
-    int ok;          /* out: data matched */
-    double t_start;  /* out */
-};
-
-static void consume_cpu(void *buffers[], void *cl_arg)
-{
-    struct consumer_arg *a = cl_arg;
-    a->t_start = tt_now();
-    const double *x = (const double *)STARPU_VECTOR_GET_PTR(buffers[0]);
-    long n = (long)STARPU_VECTOR_GET_NX(buffers[0]);
-    a->ok = 1;
-    for (long i = 0; i < n; i++)
-        if (x[i] != pattern(a->ch, i, a->round)) {
-            a->ok = 0;
-            break;
-        }
-}
-
-static struct starpu_codelet consume_cl = {
-    .cpu_funcs = {consume_cpu},
-    .nbuffers = 1,
-    .modes = {STARPU_R},
-    .name = "tt_consume",
-};
 
 static long nelem(long ch) { return 64 + 37 * ch; }
 
@@ -54,7 +25,7 @@ static void run_round(bsipipe_transport_t *t, int round)
     static double *src[NCH], *dst[NCH];
     static starpu_data_handle_t hs[NCH], hd[NCH];
     static struct tt_arg ra[NCH], sa[NCH];
-    static struct consumer_arg ca[NCH];
+    static struct tt_consumer ca[NCH];
     int src_w[NCH], dst_w[NCH];
 
     for (long c = 0; c < NCH; c++) {
@@ -62,7 +33,7 @@ static void run_round(bsipipe_transport_t *t, int round)
         src[c] = malloc((size_t)n * sizeof(double));
         dst[c] = malloc((size_t)n * sizeof(double));
         for (long i = 0; i < n; i++) {
-            src[c][i] = pattern(c, i, round);
+            src[c][i] = tt_pattern(c, i, round);
             dst[c][i] = -1.0;
         }
         starpu_vector_data_register(&hs[c], STARPU_MAIN_RAM, (uintptr_t)src[c], (uint32_t)n, sizeof(double));
@@ -75,7 +46,7 @@ static void run_round(bsipipe_transport_t *t, int round)
         snprintf(sa[c].what, sizeof sa[c].what, "send(r%d c%ld)", round, c);
         /* Every 8th send is late by 50 ms: its consumer must still wait. */
         sa[c].delay_us = (c % 8 == 3) ? 50000 : 0;
-        ca[c] = (struct consumer_arg){.ch = c, .round = round, .ok = -1};
+        ca[c] = (struct tt_consumer){.ch = c, .round = round, .ok = -1};
     }
     /* RECVs (and their consumers) first, then SENDs: each worker posts its
      * receives before it can block in a send, so there is no cycle. */
@@ -83,7 +54,7 @@ static void run_round(bsipipe_transport_t *t, int round)
         int rc = tt_submit_recv(&ra[c], hd[c], dst_w[c]);
         CHECK(rc == 0, "submit recv %ld: %d", c, rc);
         struct starpu_task *task = starpu_task_create();
-        task->cl = &consume_cl;
+        task->cl = &tt_consume_cl;
         task->handles[0] = hd[c];
         task->cl_arg = &ca[c];
         task->execute_on_a_specific_worker = 1;

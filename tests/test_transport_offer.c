@@ -27,32 +27,6 @@ static void count_done(void *arg)
 }
 
 static long nelem(long ch) { return 32 + 29 * ch; }
-static double pattern(long ch, long i) { return (double)(ch * 100000 + i); }
-
-struct consumer_arg {
-    long ch;
-    int ok;
-};
-
-static void consume_cpu(void *buffers[], void *cl_arg)
-{
-    struct consumer_arg *a = cl_arg;
-    const double *x = (const double *)STARPU_VECTOR_GET_PTR(buffers[0]);
-    long n = (long)STARPU_VECTOR_GET_NX(buffers[0]);
-    a->ok = 1;
-    for (long i = 0; i < n; i++)
-        if (x[i] != pattern(a->ch, i)) {
-            a->ok = 0;
-            break;
-        }
-}
-
-static struct starpu_codelet consume_cl = {
-    .cpu_funcs = {consume_cpu},
-    .nbuffers = 1,
-    .modes = {STARPU_R},
-    .name = "tt_consume",
-};
 
 static void wait_posted(bsipipe_transport_t *t, long ch)
 {
@@ -65,21 +39,21 @@ static void check_data(bsipipe_transport_t *t)
     static double *src[NCH], *dst[NCH];
     static starpu_data_handle_t hd[NCH];
     static struct tt_arg ra[NCH];
-    static struct consumer_arg ca[NCH];
+    static struct tt_consumer ca[NCH];
     double bytes0 = bsipipe_transport_bytes(t), want = 0;
     for (long c = 0; c < NCH; c++) {
         long n = nelem(c);
         src[c] = malloc((size_t)n * sizeof(double));
         dst[c] = malloc((size_t)n * sizeof(double));
         for (long i = 0; i < n; i++) {
-            src[c][i] = pattern(c, i);
+            src[c][i] = tt_pattern(c, i, 0);
             dst[c][i] = -1;
         }
         want += (double)n * sizeof(double);
         starpu_vector_data_register(&hd[c], STARPU_MAIN_RAM, (uintptr_t)dst[c], (uint32_t)n, sizeof(double));
         ra[c] = (struct tt_arg){.t = t, .ch = c, .device = (int)(c % TT_NWORKERS), .rc = 99};
         snprintf(ra[c].what, sizeof ra[c].what, "recv(c%ld)", c);
-        ca[c] = (struct consumer_arg){.ch = c, .ok = -1};
+        ca[c] = (struct tt_consumer){.ch = c, .ok = -1};
     }
     int offered_first = 0, posted_first = 0;
     for (long c = 0; c < NCH; c++) {
@@ -92,7 +66,7 @@ static void check_data(bsipipe_transport_t *t)
         }
         CHECK(tt_submit_recv(&ra[c], hd[c], (int)(c % TT_NWORKERS)) == 0, "submit RECV %ld", c);
         struct starpu_task *task = starpu_task_create();
-        task->cl = &consume_cl;
+        task->cl = &tt_consume_cl;
         task->handles[0] = hd[c];
         task->cl_arg = &ca[c];
         CHECK(starpu_task_submit(task) == 0, "submit consumer %ld", c);

@@ -131,4 +131,40 @@ static inline int tt_submit_send(struct tt_arg *a, starpu_data_handle_t h, int w
     return starpu_task_submit(task);
 }
 
+/* The data of element i sent on channel ch in round `round`: exact in a double. */
+static inline double tt_pattern(long ch, long i, int round)
+{
+    return (double)((long)round * 100000000L + ch * 100000L + i);
+}
+
+/* A task reading what a RECV delivered: checks it against tt_pattern and
+ * notes when it started. */
+struct tt_consumer {
+    long ch;
+    int round;
+    int ok;          /* out: every element matched (-1 before it ran) */
+    double t_start;  /* out */
+};
+
+static inline void tt_consume_cpu(void *buffers[], void *cl_arg)
+{
+    struct tt_consumer *a = cl_arg;
+    a->t_start = tt_now();
+    const double *x = (const double *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    long n = (long)STARPU_VECTOR_GET_NX(buffers[0]);
+    a->ok = 1;
+    for (long i = 0; i < n; i++)
+        if (x[i] != tt_pattern(a->ch, i, a->round)) {
+            a->ok = 0;
+            break;
+        }
+}
+
+__attribute__((unused)) static struct starpu_codelet tt_consume_cl = {
+    .cpu_funcs = {tt_consume_cpu},
+    .nbuffers = 1,
+    .modes = {STARPU_R},
+    .name = "tt_consume",
+};
+
 #endif
