@@ -67,8 +67,9 @@ static void usage(FILE *out)
 "                    per mode, side by side (e.g. --sends eager,tasks)\n"
 "  --idle-breakdown  a second table: each schedule's idle time by the kind of op\n"
 "                    the device waited to start, the devices' slowdown spread\n"
-"                    against their planned work and the slowest device's idle\n"
-"                    share (not with --mpi)\n"
+"                    against their planned work, the slowest device's idle\n"
+"                    share and the runtime's mean gap before a compute op, after\n"
+"                    its device's previous op or after a hand-off (not with --mpi)\n"
 "Model (real compute: CPU kernels):\n"
 "  --model gpt|llama --layers N --hidden N --heads N --ffn N --seq N\n"
 "                    (defaults gpt, 8, 128, 4, 4*hidden, 256; vocabulary 256)\n"
@@ -251,6 +252,8 @@ static int bench_idle;      /* --idle-breakdown */
 /* Where a device's idle time ends: the kind of the op it then starts (the
  * one it waited for), or the iteration's end. */
 enum { IDLE_F, IDLE_B, IDLE_W, IDLE_SEND, IDLE_RECV, IDLE_SYNC, IDLE_TAIL, IDLE_KINDS };
+/* Per sample, after the kinds: the runtime's gaps before compute ops, µs. */
+enum { GAP_LOCAL = IDLE_KINDS, GAP_HANDOFF, IDLE_SLOTS };
 static const char *const idle_names[IDLE_KINDS] = {"F", "B", "W", "SEND", "RECV", "SYNC/STEP", "tail"};
 static int bench_calibrate; /* --calibrate */
 
@@ -350,6 +353,7 @@ static double measured_busy(const bsipipe_engine_t *e, int W)
 typedef struct op_span {
     double start, end;
     int kind;
+    int op;   /* its index in the device's op list (record_gaps) */
 } op_span_t;
 
 static int cmp_span(const void *a, const void *b)
@@ -370,6 +374,76 @@ static int idle_kind(bsipipe_op_kind_t k)
     }
 }
 
+/* --idle-breakdown: the runtime's gap before each compute op, the time from
+ * the moment it could start to its start. It could start when the later of
+ * two things happened: its device's previous compute op ended (the gap is
+ * then the runtime's between two tasks of a worker: termination, pop, data
+ * acquisition, the RECVs posted in between), or an input from another
+ * device was produced (the gap is then the hand-off: the copy, the RECV's
+ * release, the wake-up). Means in µs, into idle[GAP_LOCAL], idle[GAP_HANDOFF]
+ * (NAN when no op of that kind). */
+static void record_gaps(const bsipipe_engine_t *e, int W, double *idle)
+{
+    const bsipipe_schedule_t *plan = bsipipe_engine_schedule(e);
+    long nidx = bsipipe_sim_op_count(plan);
+    double *end_of = malloc(sizeof(double) * (size_t)nidx), sum[2] = {0, 0};
+    long count[2] = {0, 0};
+    idle[GAP_LOCAL] = idle[GAP_HANDOFF] = NAN;
+    if (!end_of)
+        return;
+    for (long x = 0; x < nidx; x++)
+        end_of[x] = NAN;
+    for (int d = 0; d < W; d++) {
+        const bsipipe_engine_op_record_t *rec;
+        int nr, nops;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(plan, d, &nops);
+        if (bsipipe_engine_records(e, d, &rec, &nr) < 0 || !ops)
+            continue;
+        for (int j = 0; j < nr && j < nops; j++)
+            if (ops[j].kind <= BSIPIPE_OP_W && rec[j].start_us > 0 && rec[j].end_us >= rec[j].start_us)
+                end_of[bsipipe_sim_op_index(plan, &ops[j])] = rec[j].end_us;
+    }
+    for (int d = 0; d < W; d++) {
+        const bsipipe_engine_op_record_t *rec;
+        int nr, nops;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(plan, d, &nops);
+        if (bsipipe_engine_records(e, d, &rec, &nr) < 0 || !ops)
+            continue;
+        op_span_t *order = malloc(sizeof *order * (size_t)(nr > 0 ? nr : 1));
+        int n = 0;
+        for (int j = 0; order && j < nr && j < nops; j++)
+            if (ops[j].kind <= BSIPIPE_OP_W && rec[j].start_us > 0 && rec[j].end_us >= rec[j].start_us)
+                order[n++] = (op_span_t){.start = rec[j].start_us, .end = rec[j].end_us, .op = j};
+        if (order)
+            qsort(order, (size_t)n, sizeof *order, cmp_span);
+        double prev_end = NAN;
+        for (int a = 0; a < n; a++) {
+            bsipipe_op_t in[3];
+            int ni = bsipipe_schedule_op_inputs(plan, &ops[order[a].op], in);
+            double remote = NAN;
+            for (int x = 0; x < ni; x++)
+                if (in[x].device != d) {
+                    double t = end_of[bsipipe_sim_op_index(plan, &in[x])];
+                    if (!isnan(t) && !(t <= remote))
+                        remote = t;
+                }
+            int handoff = !isnan(remote) && !(remote <= prev_end);
+            double ready = handoff ? remote : prev_end;
+            if (!isnan(ready) && order[a].start >= ready) {
+                sum[handoff] += order[a].start - ready;
+                count[handoff]++;
+            }
+            prev_end = order[a].end;
+        }
+        free(order);
+    }
+    free(end_of);
+    if (count[0])
+        idle[GAP_LOCAL] = sum[0] / count[0];
+    if (count[1])
+        idle[GAP_HANDOFF] = sum[1] / count[1];
+}
+
 /* --idle-breakdown, sample i of the engine's last iteration: each device's
  * ops by start time (StarPU's profiling records); a gap before an op counts
  * for that op's kind, the gap after a device's last op until the last one
@@ -379,7 +453,7 @@ static int idle_kind(bsipipe_op_kind_t k)
 static void record_idle(row_t *r, const bsipipe_engine_t *e, int W, int i)
 {
     const bsipipe_schedule_t *plan = bsipipe_engine_schedule(e);
-    double *idle = &r->idle[(long)i * IDLE_KINDS], t0 = INFINITY, t1 = -INFINITY, smax = 0, smin = INFINITY;
+    double *idle = &r->idle[(long)i * IDLE_SLOTS], t0 = INFINITY, t1 = -INFINITY, smax = 0, smin = INFINITY;
     double slowest_idle = NAN;
     double *busy = calloc((size_t)W, sizeof *busy);
     op_span_t **spans = calloc((size_t)W, sizeof *spans);
@@ -428,6 +502,7 @@ static void record_idle(row_t *r, const bsipipe_engine_t *e, int W, int i)
     }
     r->spread[i] = smin > 0 ? smax / smin - 1 : NAN;
     r->slow_idle[i] = slowest_idle;
+    record_gaps(e, W, idle);
 out:
     for (int d = 0; spans && d < W; d++)
         free(spans[d]);
@@ -1052,12 +1127,14 @@ static void print_idle(const row_t *rows, int nr)
            "until the iteration's last op ends); slowdown spread: each device's F/B/W time over its planned "
            "share, the slowest device's over the fastest one's (the plan's work ratio taken out: a spread is the "
            "machine's noise, which coupled devices turn into waiting); slowest device idle: its idle share of "
-           "the span, the idle the iteration time pays for.\n\n");
+           "the span, the idle the iteration time pays for; gap after own op / after a hand-off: the runtime's "
+           "mean time, in µs, from the moment a compute op could start to its start, when the last thing it "
+           "waited for was its device's previous compute op / an input from another device.\n\n");
     printf("| schedule |");
     for (int k = 0; k < IDLE_KINDS; k++)
         printf(" %s |", idle_names[k]);
-    printf(" slowdown spread | slowest device idle |\n|---|");
-    for (int k = 0; k < IDLE_KINDS + 2; k++)
+    printf(" slowdown spread | slowest device idle | gap after own op µs | gap after a hand-off µs |\n|---|");
+    for (int k = 0; k < IDLE_KINDS + 4; k++)
         printf("---|");
     printf("\n");
     for (int i = 0; i < nr; i++) {
@@ -1065,16 +1142,25 @@ static void print_idle(const row_t *rows, int nr)
         int n = r->n_samples;
         double *v = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
         printf("| %s |", r->v.label);
-        for (int k = 0; k < IDLE_KINDS + 2; k++) {
-            for (int j = 0; v && j < n; j++)
-                v[j] = k < IDLE_KINDS ? r->idle[(long)j * IDLE_KINDS + k] : k == IDLE_KINDS ? r->spread[j] : r->slow_idle[j];
-            double m = v && n > 0 ? median(v, n) : NAN;
+        for (int k = 0; k < IDLE_KINDS + 4; k++) {
+            int m_n = 0; /* medians over the samples that have the value */
+            for (int j = 0; v && j < n; j++) {
+                double x = k < IDLE_KINDS ? r->idle[(long)j * IDLE_SLOTS + k]
+                           : k == IDLE_KINDS ? r->spread[j]
+                           : k == IDLE_KINDS + 1 ? r->slow_idle[j]
+                                                 : r->idle[(long)j * IDLE_SLOTS + GAP_LOCAL + (k - IDLE_KINDS - 2)];
+                if (!isnan(x))
+                    v[m_n++] = x;
+            }
+            double m = m_n > 0 ? median(v, m_n) : NAN;
             if (isnan(m))
                 printf(" — |");
             else if (k < IDLE_KINDS)
                 printf(" %.2f |", m);
-            else
+            else if (k < IDLE_KINDS + 2)
                 printf(" %.1f%% |", 100 * m);
+            else
+                printf(" %.0f |", m);
         }
         printf("\n");
         free(v);
@@ -1798,7 +1884,7 @@ int main(int argc, char **argv)
             r->replay_bubble = calloc((size_t)ns, sizeof(double));
             r->rep_tok = calloc((size_t)reps, sizeof(double));
             if (bench_idle) {
-                r->idle = calloc((size_t)ns * IDLE_KINDS, sizeof(double));
+                r->idle = calloc((size_t)ns * IDLE_SLOTS, sizeof(double));
                 r->spread = calloc((size_t)ns, sizeof(double));
                 r->slow_idle = calloc((size_t)ns, sizeof(double));
                 oom = !r->idle || !r->spread || !r->slow_idle;

@@ -431,6 +431,11 @@ bsipipe_pipe_t bsipipe_schedule_mb_pipe(const bsipipe_schedule_t *s, int mb)
     return (bsipipe_pipe_t)schedule_mb_pipe(s, mb);
 }
 
+int bsipipe_schedule_op_inputs(const bsipipe_schedule_t *s, const bsipipe_op_t *op, bsipipe_op_t out[3])
+{
+    return s && op && out && op->kind <= BSIPIPE_OP_W ? compute_deps(s, op, out) : 0;
+}
+
 int bsipipe_schedule_chunk_device(const bsipipe_schedule_t *s, bsipipe_pipe_t pipe, int chunk)
 {
     if ((int)pipe >= s->n_pipes || chunk < 0 || chunk >= s->n_chunks)

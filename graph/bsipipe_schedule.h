@@ -84,6 +84,11 @@ int bsipipe_schedule_n_channels(const bsipipe_schedule_t *s);
 bsipipe_pipe_t bsipipe_schedule_mb_pipe(const bsipipe_schedule_t *s, int mb);
 /* Device holding (pipe, chunk). */
 int bsipipe_schedule_chunk_device(const bsipipe_schedule_t *s, bsipipe_pipe_t pipe, int chunk);
+/* The compute ops whose outputs compute op `op` reads (the F, B or W of
+ * the same micro-batch before it in its pipe, or of an earlier piece):
+ * up to 3, written to out with their devices; returns how many (0 for a
+ * transfer, SYNC or STEP). */
+int bsipipe_schedule_op_inputs(const bsipipe_schedule_t *s, const bsipipe_op_t *op, bsipipe_op_t out[3]);
 /* Layers [*first, *last) of a chunk. */
 void bsipipe_schedule_chunk_layers(const bsipipe_schedule_t *s, int chunk, int *first, int *last);
 /* Token boundaries of the k subsequences: k+1 entries. */

@@ -81,6 +81,17 @@ static void replay_check(bsipipe_schedule_kind_t kind, int w, int k, int m)
                     dur[x] = 2 * bsipipe_sim_op_cost(s, &unit, &ops[i]);
                     longest = x;
                 }
+                /* Its inputs: a B reads its own F, on its own device. */
+                bsipipe_op_t in[3];
+                int ni = bsipipe_schedule_op_inputs(s, &ops[i], in), own_f = 0;
+                for (int j = 0; j < ni; j++)
+                    own_f |= in[j].kind == BSIPIPE_OP_F && in[j].mb == ops[i].mb && in[j].sub == ops[i].sub &&
+                             in[j].chunk == ops[i].chunk && in[j].device == d;
+                CHECK(ni >= 0 && ni <= 3 && (ops[i].kind != BSIPIPE_OP_B || own_f),
+                      "replay %s: inputs of an op (%d) miss its own forward", bsipipe_schedule_kind_name(kind), ni);
+            } else {
+                bsipipe_op_t in[3];
+                CHECK(bsipipe_schedule_op_inputs(s, &ops[i], in) == 0, "a transfer or step has no compute inputs");
             }
     }
     replay.op_replay = dur;
