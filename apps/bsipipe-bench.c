@@ -374,6 +374,25 @@ static int idle_kind(bsipipe_op_kind_t k)
     }
 }
 
+/* Device d's compute ops that ran in this process, by start time (the
+ * caller frees; NULL when none or out of memory); *ops: its op list. */
+static op_span_t *compute_spans(const bsipipe_engine_t *e, int d, const bsipipe_op_t **ops, int *n)
+{
+    const bsipipe_engine_op_record_t *rec;
+    int nr, nops;
+    *n = 0;
+    *ops = bsipipe_schedule_device_ops(bsipipe_engine_schedule(e), d, &nops);
+    if (bsipipe_engine_records(e, d, &rec, &nr) < 0 || !*ops || nr <= 0)
+        return NULL;
+    op_span_t *spans = malloc(sizeof *spans * (size_t)nr);
+    for (int j = 0; spans && j < nr && j < nops; j++)
+        if ((*ops)[j].kind <= BSIPIPE_OP_W && rec[j].start_us > 0 && rec[j].end_us >= rec[j].start_us)
+            spans[(*n)++] = (op_span_t){.start = rec[j].start_us, .end = rec[j].end_us, .op = j};
+    if (spans)
+        qsort(spans, (size_t)*n, sizeof *spans, cmp_span);
+    return spans;
+}
+
 /* --idle-breakdown: the runtime's gap before each compute op, the time from
  * the moment it could start to its start. It could start when the later of
  * two things happened: its device's previous compute op ended (the gap is
@@ -387,39 +406,24 @@ static void record_gaps(const bsipipe_engine_t *e, int W, double *idle)
     const bsipipe_schedule_t *plan = bsipipe_engine_schedule(e);
     long nidx = bsipipe_sim_op_count(plan);
     double *end_of = malloc(sizeof(double) * (size_t)nidx), sum[2] = {0, 0};
+    op_span_t **spans = calloc((size_t)W, sizeof *spans);
+    const bsipipe_op_t **ops = calloc((size_t)W, sizeof *ops);
+    int *n = calloc((size_t)W, sizeof *n);
     long count[2] = {0, 0};
     idle[GAP_LOCAL] = idle[GAP_HANDOFF] = NAN;
-    if (!end_of)
-        return;
-    for (long x = 0; x < nidx; x++)
+    for (long x = 0; end_of && x < nidx; x++)
         end_of[x] = NAN;
-    for (int d = 0; d < W; d++) {
-        const bsipipe_engine_op_record_t *rec;
-        int nr, nops;
-        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(plan, d, &nops);
-        if (bsipipe_engine_records(e, d, &rec, &nr) < 0 || !ops)
-            continue;
-        for (int j = 0; j < nr && j < nops; j++)
-            if (ops[j].kind <= BSIPIPE_OP_W && rec[j].start_us > 0 && rec[j].end_us >= rec[j].start_us)
-                end_of[bsipipe_sim_op_index(plan, &ops[j])] = rec[j].end_us;
+    for (int d = 0; end_of && spans && ops && n && d < W; d++) {
+        spans[d] = compute_spans(e, d, &ops[d], &n[d]);
+        for (int a = 0; a < n[d]; a++)
+            end_of[bsipipe_sim_op_index(plan, &ops[d][spans[d][a].op])] = spans[d][a].end;
     }
-    for (int d = 0; d < W; d++) {
-        const bsipipe_engine_op_record_t *rec;
-        int nr, nops;
-        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(plan, d, &nops);
-        if (bsipipe_engine_records(e, d, &rec, &nr) < 0 || !ops)
-            continue;
-        op_span_t *order = malloc(sizeof *order * (size_t)(nr > 0 ? nr : 1));
-        int n = 0;
-        for (int j = 0; order && j < nr && j < nops; j++)
-            if (ops[j].kind <= BSIPIPE_OP_W && rec[j].start_us > 0 && rec[j].end_us >= rec[j].start_us)
-                order[n++] = (op_span_t){.start = rec[j].start_us, .end = rec[j].end_us, .op = j};
-        if (order)
-            qsort(order, (size_t)n, sizeof *order, cmp_span);
+    for (int d = 0; end_of && spans && ops && n && d < W; d++) {
         double prev_end = NAN;
-        for (int a = 0; a < n; a++) {
+        for (int a = 0; a < n[d]; a++) {
+            const op_span_t *o = &spans[d][a];
             bsipipe_op_t in[3];
-            int ni = bsipipe_schedule_op_inputs(plan, &ops[order[a].op], in);
+            int ni = bsipipe_schedule_op_inputs(plan, &ops[d][o->op], in);
             double remote = NAN;
             for (int x = 0; x < ni; x++)
                 if (in[x].device != d) {
@@ -429,14 +433,18 @@ static void record_gaps(const bsipipe_engine_t *e, int W, double *idle)
                 }
             int handoff = !isnan(remote) && !(remote <= prev_end);
             double ready = handoff ? remote : prev_end;
-            if (!isnan(ready) && order[a].start >= ready) {
-                sum[handoff] += order[a].start - ready;
+            if (!isnan(ready) && o->start >= ready) {
+                sum[handoff] += o->start - ready;
                 count[handoff]++;
             }
-            prev_end = order[a].end;
+            prev_end = o->end;
         }
-        free(order);
     }
+    for (int d = 0; spans && d < W; d++)
+        free(spans[d]);
+    free(spans);
+    free(ops);
+    free(n);
     free(end_of);
     if (count[0])
         idle[GAP_LOCAL] = sum[0] / count[0];
