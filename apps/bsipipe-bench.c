@@ -542,6 +542,18 @@ static bsipipe_engine_options_t engine_options(const row_t *r, const config_t *c
     return o;
 }
 
+/* Costs measured on this machine, under the row's receive semantics:
+ * mean seconds per op slot (seconds) or every op's own (each, a replay). */
+static bsipipe_cost_model_t measured_cost(const row_t *r, const double *seconds, const double *each)
+{
+    bsipipe_cost_model_t cost = bsipipe_cost_model_emulated(1.0);
+    cost.op_seconds = seconds;
+    cost.op_replay = each;
+    cost.blocking_recv = r->v.blocking_recv;
+    cost.recv_in_place = r->v.recv_in_place;
+    return cost;
+}
+
 /* --calibrate: one untimed run of a plan (warm-up, then one measured
  * iteration) gives every op's time (*secs, the caller frees it). */
 static int measure_op_seconds(const row_t *r, const config_t *c, const char *policy, int warmup, int seed,
@@ -575,10 +587,7 @@ static int plan_on_measured(const row_t *r, const config_t *c, const double *sec
 {
     bsipipe_schedule_t *s = NULL;
     int rc = bsipipe_schedule_create(&r->pc, &c->dims, &s);
-    bsipipe_cost_model_t cost = bsipipe_cost_model_emulated(1.0);
-    cost.op_seconds = secs;
-    cost.blocking_recv = r->v.blocking_recv;
-    cost.recv_in_place = r->v.recv_in_place;
+    bsipipe_cost_model_t cost = measured_cost(r, secs, NULL);
     if (rc == 0 && r->v.measured_plan)
         rc = bsipipe_schedule_optimise(s, &cost, 0, NULL);
     bsipipe_sim_result_t *sim = NULL;
@@ -654,7 +663,6 @@ static void calibrate_row(row_t *r, const config_t *c, const char *policy, int w
     }
 }
 
-/* One repetition of one row: create, warm up, time, destroy. */
 /* The plan the engine just ran, simulated on the op times that iteration
  * measured: with replay, each op's own duration (the iteration as an ideal
  * runtime would have run it: what the measured bubble has beyond it is the
@@ -668,10 +676,7 @@ static double own_ops_bubble(const row_t *r, const bsipipe_engine_t *e, int repl
     long n = replay ? bsipipe_sim_op_count(plan) : bsipipe_sim_op_slots(plan);
     double *secs = n > 0 ? malloc(sizeof(double) * (size_t)n) : NULL, bubble = NAN;
     if (secs && (replay ? bsipipe_engine_op_durations(e, secs, n) : bsipipe_engine_op_seconds(e, secs, (int)n)) == 0) {
-        bsipipe_cost_model_t cost = bsipipe_cost_model_emulated(1.0);
-        *(replay ? &cost.op_replay : &cost.op_seconds) = secs;
-        cost.blocking_recv = r->v.blocking_recv;
-        cost.recv_in_place = r->v.recv_in_place;
+        bsipipe_cost_model_t cost = measured_cost(r, replay ? NULL : secs, replay ? secs : NULL);
         bsipipe_sim_result_t *sim = NULL;
         if (bsipipe_simulate(plan, &cost, &sim) == 0)
             bubble = sim->bubble_ratio;
@@ -681,6 +686,7 @@ static double own_ops_bubble(const row_t *r, const bsipipe_engine_t *e, int repl
     return bubble;
 }
 
+/* One repetition of one row: create, warm up, time, destroy. */
 static void run_row(row_t *r, const config_t *c, const char *policy, int warmup, int iters, int seed, int rep,
                     const int *tokens, const int *targets, int n_data)
 {

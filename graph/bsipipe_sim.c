@@ -106,7 +106,7 @@ double bsipipe_sim_op_cost(const bsipipe_schedule_t *s, const bsipipe_cost_model
 {
     int split = split_backward(s);
     if (c->op_replay && op->kind <= BSIPIPE_OP_W)
-        return c->op_replay[compute_index(s, op->kind, op->mb, op->sub, op->chunk)];
+        return c->op_replay[bsipipe_sim_op_index(s, op)];
     if (c->op_seconds && op->kind <= BSIPIPE_OP_W)
         return c->op_seconds[bsipipe_sim_op_slot(s, op)];
     if (c->unit) {

@@ -704,29 +704,29 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
  * deadlocking order still deadlocks and is caught. */
 static int eager_allowed(const bsipipe_engine_t *e, int say)
 {
+    char why[256] = "";
     if (e->mpi || e->o.devices != BSIPIPE_DEVICES_CPU || e->T > 1)
-        return !say ? -ENOTSUP
-                    : bsipipe_error_set(-ENOTSUP, "eager sends need CPU devices in one process without tensor "
-                                                  "parallelism (the local transport's memcpy)");
-    if (e->o.unchecked_plan)
-        return !say ? -ENOTSUP
-                    : bsipipe_error_set(-ENOTSUP, "eager sends need a plan proven free of deadlock (this one runs "
-                                                  "unchecked: its SENDs stay tasks, so a deadlock is still caught)");
-    for (int d = 0; d < e->W; d++) {
+        snprintf(why, sizeof why, "eager sends need CPU devices in one process without tensor parallelism (the "
+                                  "local transport's memcpy)");
+    else if (e->o.unchecked_plan)
+        snprintf(why, sizeof why, "eager sends need a plan proven free of deadlock (this one runs unchecked: its "
+                                  "SENDs stay tasks, so a deadlock is still caught)");
+    for (int d = 0; !why[0] && d < e->W; d++) {
         int n;
         const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
-        for (int i = 0; i < n; i++)
+        for (int i = 0; i < n && !why[0]; i++)
             if (ops[i].kind == BSIPIPE_OP_SEND) {
                 int found = 0;
                 for (int p = 0; p < i && !found; p++)
                     found = e->args[d][p].send_op == i;
                 if (!found)
-                    return !say ? -ENOTSUP
-                                : bsipipe_error_set(-ENOTSUP, "eager sends: %s has no producer before it on device %d",
-                                                    e->args[d][i].name, d);
+                    snprintf(why, sizeof why, "eager sends: %s has no producer before it on device %d",
+                             e->args[d][i].name, d);
             }
     }
-    return 0;
+    if (!why[0])
+        return 0;
+    return say ? bsipipe_error_set(-ENOTSUP, "%s", why) : -ENOTSUP;
 }
 
 int bsipipe_engine_set_eager_send(bsipipe_engine_t *e, int on)
@@ -1670,8 +1670,8 @@ int bsipipe_engine_device_busy(const bsipipe_engine_t *e, double *busy_s)
     return 0;
 }
 
-/* The checks shared by the two op-time calls; clears the n_out entries
- * (slots, or op indices with `each`). */
+/* The checks shared by the two op-time calls; clears the entries they fill
+ * (slots, or op indices with `each`) and gives their count in *n_out. */
 static int op_times_open(const bsipipe_engine_t *e, double *out, long n, int each, long *n_out)
 {
     if (!e || !out)
@@ -1685,7 +1685,8 @@ static int op_times_open(const bsipipe_engine_t *e, double *out, long n, int eac
                                  "plan with the FLOPs cost model there", e->T);
     for (long i = 0; i < need; i++)
         out[i] = 0;
-    *n_out = need;
+    if (n_out)
+        *n_out = need;
     return 0;
 }
 
@@ -1730,8 +1731,7 @@ int bsipipe_engine_op_seconds(const bsipipe_engine_t *e, double *out, int n)
 
 int bsipipe_engine_op_durations(const bsipipe_engine_t *e, double *out, long n)
 {
-    long count;
-    int rc = op_times_open(e, out, n, 1, &count);
+    int rc = op_times_open(e, out, n, 1, NULL);
     if (rc < 0)
         return rc;
     for (int d = 0; d < e->W; d++) {
