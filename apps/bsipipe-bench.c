@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,11 @@ static void usage(FILE *out)
 "                    as it ends, no SEND task) or tasks (a SEND task per\n"
 "                    transfer); both, comma-separated, run every schedule once\n"
 "                    per mode, side by side (e.g. --sends eager,tasks)\n"
+"  --buffers LIST    reused (default where allowed: per-device pools of StarPU\n"
+"                    handles registered once, each buffer's first writer takes\n"
+"                    one at its submission) or fresh (registered each\n"
+"                    iteration, freed after the last use); both,\n"
+"                    comma-separated, run every schedule once per mode\n"
 "  --idle-breakdown  a second table: each schedule's idle time by the kind of op\n"
 "                    the device waited to start, the devices' slowdown spread\n"
 "                    against their planned work, the slowest device's idle\n"
@@ -129,27 +135,31 @@ static int cmp_double(const void *a, const void *b)
 
 #define MAX_SPINS 4
 
-/* --sends LIST -> variant.sends values (1 eager, 2 tasks); the count, or
- * -1 after printing the error. */
-static int parse_sends(const char *list, int out[2])
+/* A LIST of two named modes (--sends eager,tasks; --buffers reused,fresh)
+ * -> values 1 (first name) and 2 (second); the count, or -1 after printing
+ * the error. */
+static int parse_modes(const char *opt, const char *list, const char *const names[2], int out[2])
 {
     char buf[64];
     snprintf(buf, sizeof buf, "%s", list);
     int n = 0;
     char *save = NULL;
     for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        int v = strcmp(t, "eager") == 0 ? 1 : strcmp(t, "tasks") == 0 ? 2 : 0;
+        int v = strcmp(t, names[0]) == 0 ? 1 : strcmp(t, names[1]) == 0 ? 2 : 0;
         if (!v || n == 2 || (n == 1 && out[0] == v)) {
-            fprintf(stderr, PROG ": --sends: '%s' is not one of eager, tasks (each at most once, comma-separated, "
-                            "e.g. --sends eager,tasks)\n", t);
+            fprintf(stderr, PROG ": %s: '%s' is not one of %s, %s (each at most once, comma-separated, e.g. %s "
+                            "%s,%s)\n", opt, t, names[0], names[1], opt, names[0], names[1]);
             return -1;
         }
         out[n++] = v;
     }
     if (n == 0)
-        fprintf(stderr, PROG ": --sends expects eager, tasks or both, comma-separated\n");
+        fprintf(stderr, PROG ": %s expects %s, %s or both, comma-separated\n", opt, names[0], names[1]);
     return n ? n : -1;
 }
+
+static const char *const sends_names[2] = {"eager", "tasks"};
+static const char *const buffers_names[2] = {"reused", "fresh"};
 
 /* --idle-spin LIST -> options.idle_spin_us values (0 auto, -1 sleep, > 0 µs);
  * the count, or -1 after printing the error. */
@@ -198,6 +208,7 @@ typedef struct variant {
     int recv_in_place;       /* options.recv_in_place: no posting ahead */
     int measured_plan;       /* --calibrate: the plan re-timed on the measured op times */
     int sends;               /* --sends: 0 the engine's default, 1 eager, 2 a SEND task each */
+    int buffers;             /* --buffers: 0 the engine's default, 1 reused, 2 registered each iteration */
     char label[64];
 } variant_t;
 
@@ -702,6 +713,13 @@ static void run_row(row_t *r, const config_t *c, const char *policy, int warmup,
     if (r->v.sends && bsipipe_engine_set_eager_send(e, r->v.sends == 1) < 0) {
         r->status = 2;
         snprintf(r->error, sizeof r->error, "--sends %s: %s", r->v.sends == 1 ? "eager" : "tasks",
+                 bsipipe_error_detail());
+        bsipipe_engine_destroy(e);
+        return;
+    }
+    if (r->v.buffers && bsipipe_engine_set_buffer_reuse(e, r->v.buffers == 1) < 0) {
+        r->status = 2;
+        snprintf(r->error, sizeof r->error, "--buffers %s: %s", buffers_names[r->v.buffers - 1],
                  bsipipe_error_detail());
         bsipipe_engine_destroy(e);
         return;
@@ -1240,13 +1258,15 @@ static void print_tp_table(const config_t *cfg, const tp_line_t *l, int nc, cons
 
 /* ---- --overhead ------------------------------------------------------------------------- */
 
-enum { OV_SHIPPED, OV_FLOOR, OV_PROF, OV_FRESH, OV_ENGINE, OV_BLOCKING, OV_N };
+enum { OV_SHIPPED, OV_FLOOR, OV_PROF, OV_FRESH, OV_POOLED, OV_ENGINE, OV_ENGINE_FRESH, OV_BLOCKING, OV_N };
 static const char *const ov_label[OV_N] = {
     "StarPU floor as StarPU 1.3 ships it (its last awake worker polls)",
     "StarPU floor: same task shapes, empty codelets, buffers registered once",
     "+ StarPU task profiling and the engine's per-task callback",
     "+ per-iteration buffers (registered each iteration, allocated at first write)",
-    "engine (--emulate): codelets, transport copies, accounting",
+    "+ the engine's buffers instead, reused (per-device pools, registered once)",
+    "engine (--emulate): codelets, transport copies, accounting; buffers reused",
+    "engine, per-iteration buffers (before: no reuse)",
     "engine, old blocking SEND (waits on its worker)",
 };
 
@@ -1261,18 +1281,24 @@ static int ov_run(bsipipe_engine_t *e, int v, int emulate_time, const int *tok, 
                   bsipipe_engine_overhead_t *o)
 {
     int rc;
+    int reuse = bsipipe_engine_buffer_reuse(e);
     bsipipe_engine_set_blocking_send(e, v == OV_BLOCKING);
+    if (v == OV_ENGINE_FRESH)
+        bsipipe_engine_set_buffer_reuse(e, 0);
     if (v >= OV_ENGINE) {
         double loss, gn;
         rc = bsipipe_engine_iteration(e, tok, tgt, &loss, &gn);
         if (rc == 0)
             rc = bsipipe_engine_last_overhead(e, o);
     } else {
-        int fl = (v >= OV_PROF ? BSIPIPE_FLOOR_PROFILE : 0) | (v >= OV_FRESH ? BSIPIPE_FLOOR_FRESH : 0) |
-                 (emulate_time ? BSIPIPE_FLOOR_EMULATE : 0) | (v == OV_SHIPPED ? BSIPIPE_FLOOR_STARPU_POLL : 0);
+        int fl = (v >= OV_PROF ? BSIPIPE_FLOOR_PROFILE : 0) | (v == OV_FRESH ? BSIPIPE_FLOOR_FRESH : 0) |
+                 (v == OV_POOLED ? BSIPIPE_FLOOR_POOLED : 0) | (emulate_time ? BSIPIPE_FLOOR_EMULATE : 0) |
+                 (v == OV_SHIPPED ? BSIPIPE_FLOOR_STARPU_POLL : 0);
         rc = bsipipe_engine_floor_iteration(e, fl, o);
     }
     bsipipe_engine_set_blocking_send(e, 0);
+    if (reuse)
+        bsipipe_engine_set_buffer_reuse(e, 1);
     return rc;
 }
 
@@ -1371,6 +1397,16 @@ static int run_overhead(const config_t *c, const row_t *r, const char *policy, i
            "worker sleeps like the others, unless BSIPIPE_STARPU_POLL=1); push ... release: µs per task from "
            "StarPU's task profiling, only where it is on; codelet includes the emulated device time when there is "
            "some.)\n");
+    double *held = calloc((size_t)c->w, sizeof *held);
+    if (held && bsipipe_engine_buffer_bytes(e, held) == 0) {
+        double most = 0;
+        for (int d = 0; d < c->w; d++)
+            most = held[d] > most ? held[d] : most;
+        printf("(Reused buffers: the pools hold at most %.1f MiB on a device, StarPU's memory kept from one "
+               "iteration to the next; the planner's peak activation memory, counted apart, is unchanged.)\n",
+               most / (1 << 20));
+    }
+    free(held);
     fflush(stdout);
     bsipipe_engine_destroy(e);
     return 0;
@@ -1378,8 +1414,39 @@ static int run_overhead(const config_t *c, const row_t *r, const char *policy, i
 
 /* ---- main ------------------------------------------------------------------------------- */
 
+
+
 #define MAX_VARIANTS 32
 #define MAX_CONFIGS 4
+
+/* One row per (variant, mode) of an option with two modes (--sends,
+ * --buffers), labelled "[<mode> ...]"; nothing when the option was not
+ * given. 0, or -1 after printing the error. */
+static int expand_modes(variant_t *var, int *nv, const char *opt, const int modes[2], int nmodes, size_t field,
+                        const char *fmt, const char *const label[2])
+{
+    if (nmodes <= 1 && modes[0] == 0)
+        return 0;
+    if (*nv * nmodes > MAX_VARIANTS) {
+        fprintf(stderr, PROG ": %d rows x %d %s modes is more than %d rows; name fewer schedules\n", *nv, nmodes, opt,
+                MAX_VARIANTS);
+        return -1;
+    }
+    variant_t base_var[MAX_VARIANTS];
+    memcpy(base_var, var, sizeof base_var);
+    int n = 0;
+    for (int i = 0; i < *nv; i++)
+        for (int j = 0; j < nmodes; j++) {
+            var[n] = base_var[i];
+            *(int *)((char *)&var[n] + field) = modes[j];
+            char mode[24];
+            snprintf(mode, sizeof mode, fmt, label[modes[j] - 1]);
+            snprintf(var[n].label, sizeof var[n].label, "%.36s [%.22s]", base_var[i].label, mode);
+            n++;
+        }
+    *nv = n;
+    return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -1395,6 +1462,7 @@ int main(int argc, char **argv)
     int set_reps = 0, set_iters = 0, overhead = 0, set_tflops = 0;
     int spins[MAX_SPINS] = {0}, nspin = 1; /* --idle-spin: options.idle_spin_us per row set */
     int sends[2] = {0}, nsends = 1;      /* --sends: variant.sends per row set (0: the engine's default) */
+    int buffers[2] = {0}, nbuffers = 1;  /* --buffers: variant.buffers per row set */
     int recv_blocking = 0, recv_in_place = 0, set_recv = 0; /* --recv */
     bsipipe_engine_devices_t devices = BSIPIPE_DEVICES_CPU;
     double tflops = 0.01, watchdog = 30;
@@ -1403,7 +1471,7 @@ int main(int argc, char **argv)
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
     enum { O_SCHEDS = 256, O_REPS, O_WARMUP, O_ITERS, O_W, O_P, O_K, O_M, O_POLICY, O_COMM, O_WATCHDOG, O_MODEL,
            O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_SEED, O_EMULATE, O_TFLOPS, O_PRESET, O_CSV, O_SVG, O_TRACE,
-           O_MPI, O_DEVICES, O_GPUS, O_PRECISION, O_OVERHEAD, O_TP, O_TP_COLL, O_IDLE_SPIN, O_IDLE_BREAKDOWN, O_RECV, O_CALIBRATE, O_SENDS };
+           O_MPI, O_DEVICES, O_GPUS, O_PRECISION, O_OVERHEAD, O_TP, O_TP_COLL, O_IDLE_SPIN, O_IDLE_BREAKDOWN, O_RECV, O_CALIBRATE, O_SENDS, O_BUFFERS };
     static const struct option longopts[] = {
         {"schedules", 1, 0, O_SCHEDS}, {"reps", 1, 0, O_REPS}, {"warmup", 1, 0, O_WARMUP},
         {"iters", 1, 0, O_ITERS}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P}, {"k", 1, 0, O_K}, {"m", 1, 0, O_M},
@@ -1412,7 +1480,7 @@ int main(int argc, char **argv)
         {"heads", 1, 0, O_HEADS}, {"ffn", 1, 0, O_FFN}, {"seq", 1, 0, O_SEQ}, {"seed", 1, 0, O_SEED},
         {"emulate", 0, 0, O_EMULATE}, {"device-tflops", 1, 0, O_TFLOPS}, {"preset", 1, 0, O_PRESET},
         {"csv", 1, 0, O_CSV}, {"svg", 1, 0, O_SVG}, {"trace", 1, 0, O_TRACE}, {"mpi", 0, 0, O_MPI}, {"devices", 1, 0, O_DEVICES}, {"gpus", 1, 0, O_GPUS},
-        {"precision", 1, 0, O_PRECISION}, {"overhead", 0, 0, O_OVERHEAD}, {"tp", 1, 0, O_TP}, {"tp-collectives", 1, 0, O_TP_COLL}, {"idle-spin", 1, 0, O_IDLE_SPIN}, {"sends", 1, 0, O_SENDS}, {"idle-breakdown", 0, 0, O_IDLE_BREAKDOWN}, {"recv", 1, 0, O_RECV},
+        {"precision", 1, 0, O_PRECISION}, {"overhead", 0, 0, O_OVERHEAD}, {"tp", 1, 0, O_TP}, {"tp-collectives", 1, 0, O_TP_COLL}, {"idle-spin", 1, 0, O_IDLE_SPIN}, {"sends", 1, 0, O_SENDS}, {"buffers", 1, 0, O_BUFFERS}, {"idle-breakdown", 0, 0, O_IDLE_BREAKDOWN}, {"recv", 1, 0, O_RECV},
         {"calibrate", 0, 0, O_CALIBRATE},
         {"version", 0, 0, 'V'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
@@ -1452,8 +1520,12 @@ int main(int argc, char **argv)
             if ((nspin = parse_spins(optarg, spins)) < 0)
                 return 2;
             break;
+        case O_BUFFERS:
+            if ((nbuffers = parse_modes("--buffers", optarg, buffers_names, buffers)) < 0)
+                return 2;
+            break;
         case O_SENDS:
-            if ((nsends = parse_sends(optarg, sends)) < 0)
+            if ((nsends = parse_modes("--sends", optarg, sends_names, sends)) < 0)
                 return 2;
             break;
         case O_POLICY: policy = optarg; break;
@@ -1568,6 +1640,11 @@ int main(int argc, char **argv)
         if (preset || mpi || trace || devices != BSIPIPE_DEVICES_CPU || csv || svg) {
             fprintf(stderr, PROG ": --overhead runs alone, on CPU devices in one process (no --preset, --mpi, "
                             "--trace, --devices cuda, --csv, --svg)\n");
+            return 2;
+        }
+        if (buffers[0]) {
+            fprintf(stderr, PROG ": --overhead measures both buffer modes side by side (its rows \"buffers reused\" "
+                            "and \"per-iteration buffers\"): drop --buffers\n");
             return 2;
         }
         if (nsends > 1) {
@@ -1729,26 +1806,12 @@ int main(int argc, char **argv)
         nv = n;
     }
 
-    /* --sends with two modes: one row per (variant, mode), side by side. */
-    if (nsends > 1 || sends[0] != 0) {
-        if (nv * nsends > MAX_VARIANTS) {
-            fprintf(stderr, PROG ": %d rows x %d --sends modes is more than %d rows; name fewer schedules\n", nv,
-                    nsends, MAX_VARIANTS);
-            return 2;
-        }
-        variant_t base_var[MAX_VARIANTS];
-        memcpy(base_var, var, sizeof base_var);
-        int n = 0;
-        for (int i = 0; i < nv; i++)
-            for (int j = 0; j < nsends; j++) {
-                var[n] = base_var[i];
-                var[n].sends = sends[j];
-                snprintf(var[n].label, sizeof var[n].label, "%.40s [%s sends]", base_var[i].label,
-                         sends[j] == 1 ? "eager" : "task");
-                n++;
-            }
-        nv = n;
-    }
+    /* --sends and --buffers with two modes: one row per (variant, mode), side by side. */
+    if (expand_modes(var, &nv, "--sends", sends, nsends, offsetof(variant_t, sends), "%s sends",
+                     (const char *const[2]){"eager", "task"}) < 0 ||
+        expand_modes(var, &nv, "--buffers", buffers, nbuffers, offsetof(variant_t, buffers), "%s buffers",
+                     (const char *const[2]){"reused", "per-iteration"}) < 0)
+        return 2;
 
     /* --calibrate: each bsipipe row gets a twin whose plan is re-timed on
      * the measured op times, run side by side. */

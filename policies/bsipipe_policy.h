@@ -60,6 +60,12 @@ int bsipipe_policy_is_inorder(const char *name);
  * than cores it takes time from the worker that has work. */
 void bsipipe_policy_set_idle_spin(long usec);
 
+/* The submitting thread says the in-order task of `slot` on `worker` is
+ * submitted. Once told, a worker spins only for a slot below the highest
+ * told (its task is coming; otherwise the submitter needs the core); never
+ * told, it spins as before. No-op without an active in-order policy. */
+void bsipipe_policy_note_submitted(int worker, long slot);
+
 /* Number of tasks the in-order policy has run on each worker so far (the next
  * slot it waits for); -1 if the policy is not active. For tests and stats. */
 long bsipipe_policy_next_slot(int worker);

@@ -204,7 +204,8 @@ int bsipipe_engine_last_overhead(const bsipipe_engine_t *e, bsipipe_engine_overh
  * what the engine does: PROFILE (StarPU's task profiling and the engine's
  * per-task callback), FRESH (the engine's per-iteration buffers, registered
  * without memory, allocated by StarPU at their first write and unregistered
- * after their last use), EMULATE (F/B/W hold their worker for the emulated
+ * after their last use), POOLED (the engine's buffers reused from its
+ * per-device pools, bsipipe_engine_set_buffer_reuse), EMULATE (F/B/W hold their worker for the emulated
  * device time, as --emulate does), STARPU_POLL (StarPU's last awake worker
  * polls for this iteration, as StarPU 1.3 does unless the engine stops it:
  * the floor as StarPU ships it). CPU devices in one process only
@@ -239,10 +240,28 @@ int bsipipe_engine_eager_send(const bsipipe_engine_t *e);
  * engine. Off by default (receives are posted). */
 int bsipipe_engine_set_blocking_recv(bsipipe_engine_t *e, int on);
 
+/* Per-iteration buffers (activations, stashes, K/V caches, their gradients,
+ * receive buffers) reused across ops and iterations, on by default in one
+ * process without tensor parallelism, for a plan proven free of deadlock
+ * (not with unchecked_plan): each device keeps a pool of StarPU
+ * handles by size, registered once; a buffer's first writer takes one at
+ * its submission and the submission of its last use gives it back
+ * (StarPU's sequential consistency orders the next writer after that use).
+ * on = 0: registered each iteration, allocated by StarPU at the first
+ * write and unregistered after the last use (the engine before). 0;
+ * -ENOTSUP for MPI, TP or unchecked-plan engines; -EINVAL for no engine.
+ * bsipipe_engine_buffer_reuse: 1 when on. bsipipe_engine_buffer_bytes:
+ * per device (bytes has W entries), the bytes of the handles its pool has
+ * registered, what reuse keeps allocated between iterations (0 without). */
+int bsipipe_engine_set_buffer_reuse(bsipipe_engine_t *e, int on);
+int bsipipe_engine_buffer_reuse(const bsipipe_engine_t *e);
+int bsipipe_engine_buffer_bytes(const bsipipe_engine_t *e, double *bytes);
+
 /* The idle spin in µs the engine chose (options.idle_spin_us resolved); 0: none. */
 int bsipipe_engine_idle_spin_us(const bsipipe_engine_t *e);
 enum { BSIPIPE_FLOOR_PROFILE = 1, BSIPIPE_FLOOR_FRESH = 2, BSIPIPE_FLOOR_EMULATE = 4,
-       BSIPIPE_FLOOR_STARPU_POLL = 8 /* StarPU's last awake worker polls, as StarPU 1.3 ships (engine_devices.c) */ };
+       BSIPIPE_FLOOR_STARPU_POLL = 8 /* StarPU's last awake worker polls, as StarPU 1.3 ships (engine_devices.c) */,
+       BSIPIPE_FLOOR_POOLED = 16 };
 int bsipipe_engine_floor_iteration(bsipipe_engine_t *e, int flags, bsipipe_engine_overhead_t *out);
 
 /* Seconds each device spent in F, B and W tasks in the last iteration

@@ -58,11 +58,18 @@ struct channel {
                      * 5 offered before its receive was posted (bsipipe_transport_offer) */
     const void *offer_src; /* state 5: what the post copies, and who hears of it */
     size_t offer_bytes;
+    struct staging *offer_staged; /* state 5 with staging: the transport's copy offer_src points into */
     bsipipe_transport_done_fn offer_done;
     void *offer_done_arg;
     int send_device;
     double send_start;
     char send_what[NAME_MAX_LEN];
+};
+
+/* A copy of an offered buffer kept for its post (bsipipe_transport_set_offer_staging). */
+struct staging {
+    void *p;
+    size_t cap;
 };
 
 struct bsipipe_transport {
@@ -78,6 +85,10 @@ struct bsipipe_transport {
     long copying;    /* sends copying */
     uint64_t bytes;  /* __atomic */
     double wait_s;   /* summed time sends spent waiting for their post (mutex) */
+    int staging;     /* offers ahead of their post are copied (set_offer_staging) */
+    struct staging **spare; /* staging buffers no offer holds, reused (mutex) */
+    long n_spare, cap_spare;
+    double staged_bytes; /* bytes copied into staging (mutex) */
 };
 
 static double now_s(void)
@@ -148,9 +159,80 @@ void bsipipe_transport_destroy(bsipipe_transport_t *t)
         pthread_cond_destroy(&t->cond[i]);
     free(t->cond);
     pthread_mutex_destroy(&t->mutex);
+    for (long i = 0; i < t->n; i++)
+        if (t->ch[i].offer_staged) { /* an offer no post took */
+            free(t->ch[i].offer_staged->p);
+            free(t->ch[i].offer_staged);
+        }
+    for (long i = 0; i < t->n_spare; i++) {
+        free(t->spare[i]->p);
+        free(t->spare[i]);
+    }
+    free(t->spare);
     free(t->report);
     free(t->ch);
     free(t);
+}
+
+/* ---- staging --------------------------------------------------------------------------- */
+
+/* A spare staging buffer of at least `bytes` (the last one given back
+ * first), or a new one; NULL when out of memory. Mutex held. */
+static struct staging *staging_take_locked(bsipipe_transport_t *t, size_t bytes)
+{
+    for (long i = t->n_spare - 1; i >= 0; i--)
+        if (t->spare[i]->cap >= bytes) {
+            struct staging *s = t->spare[i];
+            t->spare[i] = t->spare[--t->n_spare];
+            return s;
+        }
+    struct staging *s = malloc(sizeof *s);
+    if (s && !(s->p = malloc(bytes > 0 ? bytes : 1))) {
+        free(s);
+        s = NULL;
+    }
+    if (s)
+        s->cap = bytes;
+    return s;
+}
+
+/* Keeps a staging buffer for a later offer. Mutex held. */
+static void staging_give_locked(bsipipe_transport_t *t, struct staging *s)
+{
+    if (!s)
+        return;
+    if (t->n_spare == t->cap_spare) {
+        long cap = t->cap_spare ? 2 * t->cap_spare : 16;
+        struct staging **grown = realloc(t->spare, (size_t)cap * sizeof *grown);
+        if (!grown) { /* out of memory: not kept */
+            free(s->p);
+            free(s);
+            return;
+        }
+        t->spare = grown;
+        t->cap_spare = cap;
+    }
+    t->spare[t->n_spare++] = s;
+}
+
+int bsipipe_transport_set_offer_staging(bsipipe_transport_t *t, int on)
+{
+    if (!t)
+        return bsipipe_error_set(-EINVAL, "bsipipe_transport_set_offer_staging: transport is NULL");
+    pthread_mutex_lock(&t->mutex);
+    t->staging = on != 0;
+    pthread_mutex_unlock(&t->mutex);
+    return 0;
+}
+
+double bsipipe_transport_staged_bytes(bsipipe_transport_t *t)
+{
+    if (!t)
+        return 0;
+    pthread_mutex_lock(&t->mutex);
+    double b = t->staged_bytes;
+    pthread_mutex_unlock(&t->mutex);
+    return b;
 }
 
 /* ---- report --------------------------------------------------------------------------- */
@@ -306,6 +388,8 @@ static int deliver_locked(bsipipe_transport_t *t, long ch, const void *src, size
             pthread_cond_broadcast(&t->cond[ch]);
         c->send_state = 3;
     }
+    staging_give_locked(t, c->offer_staged); /* its copy has landed (or never will) */
+    c->offer_staged = NULL;
     struct starpu_task *task = c->task;
     t->releasing++;
     pthread_mutex_unlock(&t->mutex);
@@ -360,6 +444,8 @@ int bsipipe_transport_post(bsipipe_transport_t *t, long ch, void *dst, size_t by
                 c->send_state = 3;
                 abandoned = c->offer_done;
                 abandoned_arg = c->offer_done_arg;
+                staging_give_locked(t, c->offer_staged);
+                c->offer_staged = NULL;
             }
         } else if (c->send_state == 5) { /* its data came first: copy it here */
             return deliver_locked(t, ch, c->offer_src, c->offer_bytes, c->offer_done, c->offer_done_arg);
@@ -567,6 +653,36 @@ int bsipipe_transport_offer(bsipipe_transport_t *t, long ch, const void *src, si
     c->send_device = device;
     c->send_start = now_s();
     copy_name(c->send_what, what);
+    if (!t->failed && !c->posted && t->staging) { /* copied aside, so that src is free when this returns */
+        struct staging *st = staging_take_locked(t, bytes);
+        if (st) {
+            t->copying++; /* the channel stays unoffered meanwhile: a post only records itself */
+            pthread_mutex_unlock(&t->mutex);
+            if (bytes > 0)
+                memcpy(st->p, src, bytes);
+            pthread_mutex_lock(&t->mutex);
+            t->copying--;
+            if (t->failed || c->posted) { /* failed or posted during the copy: as without staging, below */
+                staging_give_locked(t, st);
+            } else {
+                t->staged_bytes += (double)bytes;
+                c->send_state = 5;
+                c->offer_src = st->p;
+                c->offer_bytes = bytes;
+                c->offer_staged = st;
+                c->offer_done = NULL;
+                c->offer_done_arg = NULL;
+                pthread_mutex_unlock(&t->mutex);
+                if (done)
+                    done(done_arg);
+                return 0;
+            }
+        } else { /* kept by reference, the caller could free what the post will read */
+            pthread_mutex_unlock(&t->mutex);
+            return bsipipe_error_set(-ENOMEM, "SEND %s on device %d: out of memory for a staging copy of %zu bytes "
+                                     "(channel %ld)", what ? what : "?", device, bytes, ch);
+        }
+    }
     if (t->failed) {
         c->send_state = 3;
         int rc = failed_error(t, ch, device, what);
@@ -681,6 +797,8 @@ int bsipipe_transport_reset(bsipipe_transport_t *t)
         }
     }
     if (rc == 0) {
+        for (long i = 0; i < t->n; i++) /* offers no RECV took: their copies are spare again */
+            staging_give_locked(t, t->ch[i].offer_staged);
         memset(t->ch, 0, (size_t)t->n * sizeof *t->ch);
         free(t->report);
         t->report = NULL;

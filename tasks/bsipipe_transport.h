@@ -91,6 +91,17 @@ typedef void (*bsipipe_transport_done_fn)(void *arg);
 int bsipipe_transport_offer(bsipipe_transport_t *t, long ch, const void *src, size_t bytes, int device,
                             const char *what, bsipipe_transport_done_fn done, void *done_arg);
 
+/* With staging on, an offer made before its RECV posted copies src into a
+ * buffer of the transport's (kept and reused for later offers) and calls
+ * done before returning: src is free once bsipipe_transport_offer returns,
+ * whatever the receiver does (MPI's eager protocol). Offers that meet a
+ * posted receive copy straight into it as before; an offer that finds no
+ * memory for its copy returns -ENOMEM (done not called). Off by default.
+ * 0, or -EINVAL without a transport. */
+int bsipipe_transport_set_offer_staging(bsipipe_transport_t *t, int on);
+/* Bytes copied into staging buffers since the transport was created. */
+double bsipipe_transport_staged_bytes(bsipipe_transport_t *t);
+
 /* Fails the transport by hand, as the watchdog would (same effects: every
  * posted receive is released without data, waiting and later sends return
  * -ETIMEDOUT, later posts are released at once, _failed() is 1), with a

@@ -174,7 +174,8 @@ void bsipipe_engine_destroy(bsipipe_engine_t *e)
     free(e->h_x_out); free(e->h_stash); free(e->h_dx); free(e->h_dy); free(e->h_kv); free(e->h_dkv);
     floor_free(e);
     free(e->post_notified); free(e->send_tagged);
-    free(e->h_recv); free(e->uses); free(e->use_counts); free(e->live_bytes); free(e->peak_bytes);
+    engine_buffers_free(e); /* before StarPU stops: the pool's handles */
+    free(e->h_recv); free(e->live_bytes); free(e->peak_bytes);
     free(e->tokens); free(e->targets); free(e->h_tokens); free(e->h_targets);
     free(e->loss); free(e->h_loss);
     for (int d = 0; e->args && d < e->W; d++) {
@@ -270,7 +271,7 @@ static int create_buffers(bsipipe_engine_t *e)
         !ALLOC(e->n_wstash, n_act) || !ALLOC(e->h_wstash, n_act) ||
         !ALLOC(e->h_x_out, n_act) || !ALLOC(e->h_stash, n_act) || !ALLOC(e->h_dx, n_act) || !ALLOC(e->h_dy, n_act) ||
         !ALLOC(e->n_kv, n_kv) || !ALLOC(e->n_dkv, n_kv) || !ALLOC(e->h_kv, n_kv) || !ALLOC(e->h_dkv, n_kv) || !ALLOC(e->n_recv, nch) ||
-        !ALLOC(e->h_recv, nch) || !ALLOC(e->uses, 5 * n_act + 2 * n_kv + nch) || !ALLOC(e->live_bytes, e->W) ||
+        !ALLOC(e->h_recv, nch) || engine_buffers_init(e) < 0 || !ALLOC(e->live_bytes, e->W) ||
         !ALLOC(e->peak_bytes, e->W) || !ALLOC(e->busy, e->W) || !ALLOC(e->post_notified, nch) ||
         !ALLOC(e->send_tagged, nch)) {
         free(init);
@@ -694,6 +695,7 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
         return rc == -ENOMEM ? bsipipe_error_set(-ENOMEM, "engine: out of memory for the plan's buffers") : rc;
     }
     e->eager_send = eager_allowed(e, 0) == 0; /* no error detail: not asked for */
+    e->reuse_buffers = !e->mpi && e->T == 1 && !e->o.unchecked_plan;
     *out = e;
     return 0;
 }
@@ -762,68 +764,6 @@ static starpu_data_handle_t input_handle(bsipipe_engine_t *e, const op_args_t *a
                                     : e->h_dx[act_index(e, op->mb, op->sub, from)];
 }
 
-/* Registers the iteration's buffers (StarPU allocates each at its first
- * write); each handle's user data is its count of remaining uses. */
-static void register_iteration(bsipipe_engine_t *e)
-{
-    long u = 0, n_act = (long)e->m * e->k * e->C * e->T, n_kv = (long)e->m * e->C * e->T;
-    int nch = bsipipe_schedule_n_channels(e->sched) * e->T;
-#define REG(h, n)                                                                 \
-    do {                                                                          \
-        (h) = NULL;                                                               \
-        if (n) {                                                                  \
-            e->uses[u].left = 0;                                                  \
-            e->uses[u].slot = &(h);                                               \
-            if (!e->use_counts || e->use_counts[u] > 0) { /* unused: not at all */ \
-                starpu_vector_data_register(&(h), -1, 0, (n), sizeof(float));     \
-                starpu_data_set_user_data((h), &e->uses[u]);                      \
-            }                                                                     \
-            u++;                                                                  \
-        }                                                                         \
-    } while (0)
-    for (long i = 0; i < n_act; i++) {
-        REG(e->h_x_out[i], e->n_x_out[i]);
-        REG(e->h_stash[i], e->n_stash[i]);
-        REG(e->h_dx[i], e->n_dx[i]);
-        REG(e->h_dy[i], e->n_dy[i]);
-        REG(e->h_wstash[i], e->n_wstash[i]);
-    }
-    for (long i = 0; i < n_kv; i++) {
-        REG(e->h_kv[i], e->n_kv[i]);
-        REG(e->h_dkv[i], e->n_dkv[i]);
-    }
-    for (int i = 0; i < nch; i++)
-        REG(e->h_recv[i], e->n_recv[i]);
-#undef REG
-    e->n_uses = u;
-}
-
-/* Unregisters the iteration's buffers: with `all`, every one still
- * registered; else those no submitted task will use (no uses counted). */
-static void release_iteration(bsipipe_engine_t *e, int all)
-{
-    long n_act = (long)e->m * e->k * e->C * e->T, n_kv = (long)e->m * e->C * e->T;
-    int nch = bsipipe_schedule_n_channels(e->sched) * e->T;
-    starpu_data_handle_t *lists[] = {e->h_x_out, e->h_stash, e->h_dx, e->h_dy, e->h_wstash, e->h_kv, e->h_dkv,
-                                     e->h_recv};
-    long lens[] = {n_act, n_act, n_act, n_act, n_act, n_kv, n_kv, nch};
-    for (int l = 0; l < 8; l++)
-        for (long i = 0; i < lens[l]; i++) {
-            /* With `all` (every task has ended) the handle is taken before it
-             * is read; without, nothing has been submitted yet. */
-            starpu_data_handle_t h = all ? __atomic_exchange_n(&lists[l][i], NULL, __ATOMIC_ACQ_REL) : lists[l][i];
-            struct buffer_use *use = h ? starpu_data_get_user_data(h) : NULL;
-            if (!use) { /* not a per-iteration buffer: left in place */
-                lists[l][i] = h;
-                continue;
-            }
-            if (!all && use->left != 0)
-                continue;
-            lists[l][i] = NULL;
-            starpu_data_unregister_submit(h);
-        }
-}
-
 /* Builds and submits the task of op i of device d; with dry_run only checks
  * that every buffer it needs exists. */
 static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
@@ -842,12 +782,14 @@ static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
     struct starpu_codelet *cl;
     replica_t *r = op->chunk >= 0 ? &e->rep[op->pipe * e->C + op->chunk] : NULL;
     long ai = op->sub >= 0 ? act_index(e, op->mb, op->sub, op->chunk) : 0;
-#define ADD(h, md) (descr[n].handle = (h), descr[n].mode = (md), n++)
+    /* A buffer's first writer takes its handle (engine_buffer_bind). */
+#define ADD(h, md) (descr[n].handle = engine_buffer_bind(e, &(h), d, (md)), descr[n].mode = (md), n++)
+#define ADD_READ(h) (descr[n].handle = (h), descr[n].mode = STARPU_R, n++)
     switch (op->kind) {
     case BSIPIPE_OP_F:
         cl = op->chunk == e->C - 1 ? &bsipipe_cl_forward_head : &bsipipe_cl_forward;
         ADD(r->h_params, STARPU_R);
-        ADD(op->chunk == 0 ? e->h_tokens[op->mb] : input_handle(e, a), STARPU_R);
+        ADD_READ(op->chunk == 0 ? e->h_tokens[op->mb] : input_handle(e, a));
         ADD(e->h_x_out[ai], STARPU_W);
         if (e->eager && a->send_op >= 0 && !dry_run) /* its SEND goes out at its end (engine_send_eager) */
             e->args[d][a->send_op].send_handle = e->h_x_out[ai];
@@ -866,7 +808,7 @@ static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
         cl = &bsipipe_cl_backward;
         ADD(r->h_params, STARPU_R);
         ADD(r->h_grads, STARPU_RW);
-        ADD(op->chunk == e->C - 1 ? e->h_dy[ai] : input_handle(e, a), STARPU_R);
+        ADD_READ(op->chunk == e->C - 1 ? e->h_dy[ai] : input_handle(e, a));
         if (op->chunk == 0)
             ADD(e->h_tokens[op->mb], STARPU_R);
         else
@@ -890,10 +832,12 @@ static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
     case BSIPIPE_OP_SEND:
         if (e->eager && !dry_run) { /* sent by its producer, which may have freed the buffer already */
             e->act_bytes_local += (double)piece_len(e, op->sub) * e->d * sizeof(float);
+            if (e->pool_active && a->send_handle) /* staged if need be: the buffer is free once its producer ends */
+                engine_buffer_use(e, a->send_handle, 0);
             return 0;
         }
         cl = &bsipipe_cl_send;
-        ADD(op->tensor == BSIPIPE_TENSOR_ACT ? e->h_x_out[ai] : e->h_dx[ai], STARPU_R);
+        ADD_READ(op->tensor == BSIPIPE_TENSOR_ACT ? e->h_x_out[ai] : e->h_dx[ai]);
         break;
     case BSIPIPE_OP_RECV:
         cl = &bsipipe_cl_recv;
@@ -937,6 +881,7 @@ static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
         return bsipipe_error_set(-EINVAL, "engine: unknown op kind %d", op->kind);
     }
 #undef ADD
+#undef ADD_READ
     for (int j = 0; j < n; j++)
         if (!descr[j].handle)
             return bsipipe_error_set(-EINVAL, "engine: %s has no input buffer (plan and transfers disagree)",
@@ -951,23 +896,6 @@ static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
     else if (op->kind == BSIPIPE_OP_SYNC && op->pipe == 0) /* each side sends its replica once */
         e->sync_bytes_local += 2.0 * (double)starpu_vector_get_nx(descr[0].handle) * sizeof(float);
     return engine_task_submit(e, d, i, cl, descr, n);
-}
-
-void engine_buffer_use(bsipipe_engine_t *e, starpu_data_handle_t h, int dry_run)
-{
-    struct buffer_use *use = starpu_data_get_user_data(h);
-    if (!use)
-        return;
-    long left;
-    if (dry_run) {
-        use->left++;
-    } else if ((left = __atomic_sub_fetch(&use->left, 1, __ATOMIC_ACQ_REL)) == 0) { /* freed once its tasks end */
-        if ((h = __atomic_exchange_n(use->slot, NULL, __ATOMIC_ACQ_REL)))
-            starpu_data_unregister_submit(h);
-    } else if (left < 0) { /* a use the dry run did not count: it would follow the unregistration */
-        fprintf(stderr, "bsipipe engine: internal error: a buffer was used after its counted last use\n");
-        engine_fail(e, -EFAULT);
-    }
 }
 
 /* An eager send settled (copied, or given up after a failure): its record,
@@ -988,6 +916,8 @@ static void eager_done(void *arg)
      * a third of a task's termination: docs/benchmarks.md, seventh pass). */
     struct starpu_task *cur = starpu_task_get_current();
     op_args_t *host = cur ? cur->cl_arg : NULL;
+    if (s->e->pool_active) /* its use was consumed at its submission: the transport stages what it keeps */
+        return;
     if (host && host->task == cur && cur->callback_func == record_profile && !host->settled)
         host->settled = s;
     else
@@ -1185,6 +1115,8 @@ int engine_task_submit(bsipipe_engine_t *e, int d, int i, struct starpu_codelet 
     int rc = starpu_task_submit(t);
     if (rc != 0)
         return bsipipe_error_set(-EIO, "engine: StarPU refused the task of %s (%d)", name, rc);
+    if (e->inorder && a) /* its worker may spin for it (and not for slots beyond the iteration's) */
+        bsipipe_policy_note_submitted(e->workerid[d], e->pos[d][i].slot);
     __atomic_fetch_add(&e->tasks_submitted, 1, __ATOMIC_SEQ_CST);
     /* A buffer whose last use is now submitted is freed once that task ends. */
     for (int j = 0; j < n; j++)
@@ -1391,10 +1323,11 @@ int bsipipe_engine_floor_iteration(bsipipe_engine_t *e, int flags, bsipipe_engin
     starpu_profiling_status_set(flags & BSIPIPE_FLOOR_PROFILE ? STARPU_PROFILING_ENABLE : STARPU_PROFILING_DISABLE);
     starpu_data_handle_t *saved[8] = {e->h_x_out, e->h_stash, e->h_dx, e->h_dy, e->h_wstash, e->h_kv, e->h_dkv,
                                       e->h_recv};
-    int fresh = flags & BSIPIPE_FLOOR_FRESH;
+    int fresh = flags & (BSIPIPE_FLOOR_FRESH | BSIPIPE_FLOOR_POOLED); /* the engine's buffers */
     sends_begin(e);
     if (fresh) {
-        register_iteration(e);
+        engine_buffers_begin(e, (flags & BSIPIPE_FLOOR_POOLED) != 0);
+        bsipipe_transport_set_offer_staging(e->transport, e->pool_active);
     } else {
         e->h_x_out = e->fl_x_out; e->h_stash = e->fl_stash; e->h_dx = e->fl_dx; e->h_dy = e->fl_dy;
         e->h_wstash = e->fl_wstash; e->h_kv = e->fl_kv; e->h_dkv = e->fl_dkv; e->h_recv = e->fl_recv;
@@ -1408,7 +1341,7 @@ int bsipipe_engine_floor_iteration(bsipipe_engine_t *e, int flags, bsipipe_engin
     if (fresh)
         rc = count_uses(e, 0);
     if (fresh && rc == 0)
-        release_iteration(e, 0);
+        engine_buffers_counted(e);
     for (long j = 0; j < e->n_order && rc == 0; j++) {
         int d = e->order_device[j], i = e->order_index[j];
         if (e->args[d][i].op.kind != BSIPIPE_OP_STEP)
@@ -1424,7 +1357,7 @@ int bsipipe_engine_floor_iteration(bsipipe_engine_t *e, int flags, bsipipe_engin
         engine_tags_abort(e); /* half submitted: its SENDs must not wait for ever */
     starpu_task_wait_for_all();
     if (fresh) /* after the tasks: an eager send's callback may still use a buffer */
-        release_iteration(e, 1);
+        engine_buffers_end(e);
     double t1 = starpu_timing_now();
     if (flags & BSIPIPE_FLOOR_STARPU_POLL)
         engine_starpu_poll_set(!e->mpi && e->o.devices == BSIPIPE_DEVICES_CPU);
@@ -1479,7 +1412,8 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
     for (int d = 0; d < e->W; d++)
         e->live_bytes[d] = e->peak_bytes[d] = 0;
     sends_begin(e);
-    register_iteration(e);
+    engine_buffers_begin(e, e->reuse_buffers);
+    bsipipe_transport_set_offer_staging(e->transport, e->pool_active); /* no producer's buffer read after it ends */
     engine_tags_begin(e);
     overhead_begin(e);
     double t0 = starpu_timing_now();
@@ -1488,7 +1422,7 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
      * they all go on, or all stop). */
     rc = count_uses(e, step);
     if ((rc = engine_mpi_agree(e, rc)) < 0) {
-        release_iteration(e, 1);
+        engine_buffers_end(e);
         starpu_task_wait_for_all();
         engine_tags_end(e);
         return rc;
@@ -1496,7 +1430,7 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
     int wd_rc = engine_watchdog_start(e);
     if (wd_rc < 0)
         fprintf(stderr, "bsipipe engine: %s; a deadlock would hang\n", bsipipe_error_detail());
-    release_iteration(e, 0); /* buffers no op uses */
+    engine_buffers_counted(e); /* buffers no op uses; with reuse, the dry run's */
     engine_mpi_iteration_begin(e);
     /* Every op but STEP in dependency order, then the STEPs (each reads every
      * chunk's gradient, so it must follow every SYNC). */
@@ -1536,7 +1470,7 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
      * way) or whose eager send never met its RECV: freed now that no task
      * can touch them (an eager send's copy may run after its producer). */
     sends_settle(e);
-    release_iteration(e, 1);
+    engine_buffers_end(e);
     engine_watchdog_stop(e);
     engine_tags_end(e);
     if (e->T > 1)

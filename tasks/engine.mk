@@ -1,6 +1,6 @@
 # tasks/engine.mk: the engine — every op of a plan a StarPU task (codelets
 # one file per op kind), and its tests.
-libbsipipe_la_SOURCES += tasks/engine.c tasks/engine_tp.c tasks/engine_devices.c tasks/engine_emulate.c tasks/engine_watchdog.c tasks/engine_policy.c tasks/engine_perfmodel.c tasks/cl_forward.c \
+libbsipipe_la_SOURCES += tasks/engine.c tasks/engine_tp.c tasks/engine_devices.c tasks/engine_emulate.c tasks/engine_buffers.c tasks/engine_watchdog.c tasks/engine_policy.c tasks/engine_perfmodel.c tasks/cl_forward.c \
 	tasks/cl_backward.c tasks/cl_transfer.c \
 	tasks/cl_sync.c tasks/cl_step.c tasks/cl_wgrad.c
 nobase_pkginclude_HEADERS += tasks/bsipipe_engine.h

@@ -66,11 +66,15 @@ struct bsipipe_engine {
     uint32_t *n_x_out, *n_stash, *n_dx, *n_dy, *n_wstash, *n_kv, *n_dkv, *n_recv;
     starpu_data_handle_t *h_x_out, *h_stash, *h_dx, *h_dy, *h_wstash, *h_kv, *h_dkv, *h_recv;
     int split;                         /* backward split into B and W (ZB-H1) */
-    struct buffer_use {                /* user data of each per-iteration handle */
+    struct buffer_use {                /* user data of each per-iteration handle (engine_buffers.c) */
         long left;                     /* uses not yet submitted */
-        starpu_data_handle_t *slot;    /* where the handle is kept; NULL once unregistered */
-    } *uses;
+        starpu_data_handle_t *slot;    /* where the handle is kept; NULL once unregistered or pooled */
+        int device;                    /* reused: the pool it came from; -1 when registered for the iteration */
+    } *uses;                           /* per buffer, in the order of engine_buffers.c's lists */
     long n_uses;
+    struct engine_pool *pool;          /* per device: reusable handles by size (engine_buffers.c) */
+    int reuse_buffers;                 /* bsipipe_engine_set_buffer_reuse */
+    int pool_active;                   /* this iteration binds its buffers from the pool */
     long *use_counts;                  /* per use slot: uses per iteration (the first iteration's dry run) */
     /* Live activation bytes per device, as the planner counts them (stash from
      * forward start to backward end, KV cache and its gradient per micro-batch
@@ -236,6 +240,22 @@ int engine_task_submit(struct bsipipe_engine *e, int d, int i, struct starpu_cod
  * buffer is unregistered after its last use). Other handles: nothing.
  * Consuming is thread safe: an eager send consumes its use on a worker. */
 void engine_buffer_use(struct bsipipe_engine *e, starpu_data_handle_t h, int dry_run);
+
+/* The per-iteration buffers (engine_buffers.c). init: their use records and
+ * pools (at create); free: the pools' handles unregistered (before StarPU
+ * stops). begin: an iteration's buffers, bound from the pools (reuse) or
+ * registered now; counted: after the uses are counted, the handles no op
+ * uses (and, reusing, the dry run's) dropped; end: after every task, what
+ * is still held given back. bind: the handle of a buffer slot for an
+ * access of device's task, taken from its pool by the first writer. */
+int engine_buffers_init(struct bsipipe_engine *e);
+void engine_buffers_free(struct bsipipe_engine *e);
+long engine_buffers_count(const struct bsipipe_engine *e);
+void engine_buffers_begin(struct bsipipe_engine *e, int reuse);
+void engine_buffers_counted(struct bsipipe_engine *e);
+void engine_buffers_end(struct bsipipe_engine *e);
+starpu_data_handle_t engine_buffer_bind(struct bsipipe_engine *e, starpu_data_handle_t *slot, int device,
+                                        enum starpu_data_access_mode mode);
 /* Eager sends (cl_forward.c, cl_backward.c): at the end of an F or B whose
  * output goes to another device, offer it to the transport in place of a
  * SEND task (bsipipe_transport_offer): copied at once if its RECV has

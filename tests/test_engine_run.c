@@ -165,6 +165,59 @@ static void check_eager(const int *tokens, const int *targets)
     }
 }
 
+/* Buffers reused from per-device pools (the default) against buffers
+ * registered each iteration, with eager sends and with SEND tasks: the same
+ * bits; the pools stop growing after the first iteration (the second
+ * reuses every handle); an unchecked plan registers its buffers anew. */
+static void check_reuse(const int *tokens, const int *targets)
+{
+    bsipipe_engine_t *e = make(BSIPIPE_COMM_BSIPIPE, 20);
+    if (!e)
+        return;
+    CHECK(bsipipe_engine_buffer_reuse(e) == 1, "buffers are reused by default in one process");
+    long n = bsipipe_engine_n_params(e);
+    float *g_ref = malloc(sizeof(float) * (size_t)n), *g = malloc(sizeof(float) * (size_t)n);
+    double l_ref = 0, bytes1[4], bytes2[4];
+    CHECK(bsipipe_engine_forward_backward(e, tokens, targets, &l_ref) == 0, "reused: %s", bsipipe_error_detail());
+    bsipipe_engine_grads(e, g_ref);
+    bsipipe_engine_buffer_bytes(e, bytes1);
+    const char *names[3] = {"reused, second iteration", "reused, SEND tasks", "registered each iteration"};
+    for (int v = 0; v < 3; v++) {
+        if (v == 1)
+            CHECK(bsipipe_engine_set_eager_send(e, 0) == 0, "SEND tasks: %s", bsipipe_error_detail());
+        if (v == 2)
+            CHECK(bsipipe_engine_set_buffer_reuse(e, 0) == 0, "reuse off: %s", bsipipe_error_detail());
+        double l = -1;
+        CHECK(bsipipe_engine_forward_backward(e, tokens, targets, &l) == 0, "%s: %s", names[v],
+              bsipipe_error_detail());
+        bsipipe_engine_grads(e, g);
+        long diff = 0;
+        for (long j = 0; j < n; j++)
+            diff += g[j] != g_ref[j];
+        printf("%s against the first reused iteration: loss %.9f / %.9f, %ld of %ld gradients differ\n", names[v], l,
+               l_ref, diff, n);
+        CHECK(l == l_ref && diff == 0, "%s changes the results", names[v]);
+        if (v == 0) {
+            bsipipe_engine_buffer_bytes(e, bytes2);
+            for (int d = 0; d < 4; d++) {
+                printf("device %d: pool %.0f bytes after one iteration, %.0f after two\n", d, bytes1[d], bytes2[d]);
+                CHECK(bytes1[d] > 0 && bytes2[d] == bytes1[d], "device %d: the pool grew in its second iteration", d);
+            }
+        }
+    }
+    free(g_ref);
+    free(g);
+    bsipipe_engine_destroy(e);
+
+    e = make(BSIPIPE_COMM_NAIVE, 1.0);
+    if (e) {
+        CHECK(bsipipe_engine_buffer_reuse(e) == 0, "an unchecked plan registers its buffers each iteration");
+        CHECK(bsipipe_engine_set_buffer_reuse(e, 1) == -ENOTSUP, "reuse on an unchecked plan is refused");
+        CHECK_CONTAINS(bsipipe_error_detail(), "unchecked");
+        bsipipe_engine_destroy(e);
+    }
+}
+
 int main(void)
 {
     int m = 4, S = gpt.seq_len;
@@ -266,6 +319,7 @@ int main(void)
 
     check_memory();
     check_eager(tokens, targets);
+    check_reuse(tokens, targets);
 
     /* 2. The naive order deadlocks; the watchdog names it and the run ends. */
     e = make(BSIPIPE_COMM_NAIVE, 1.0);

@@ -11,7 +11,13 @@
  * 3. Failure: an offer kept while the transport is aborted is named in the
  *    report; a RECV posting afterwards is released at once and settles the
  *    offer (done once); an offer after the failure returns -ETIMEDOUT and
- *    calls done; reset then succeeds. */
+ *    calls done; reset then succeeds.
+ * 4. Staging (bsipipe_transport_set_offer_staging): round 1 again, but an
+ *    offer ahead of its post calls done before it returns and its source
+ *    is overwritten right after: the consumers must still see the offered
+ *    data (the transport's copy), and the staged bytes are counted. A
+ *    staged offer left by an abort is settled once; one no RECV takes is
+ *    given back by reset (no leak under ASan / valgrind). */
 #include <string.h>
 
 #include "tests/check.h"
@@ -34,13 +40,15 @@ static void wait_posted(bsipipe_transport_t *t, long ch)
         usleep(100);
 }
 
-static void check_data(bsipipe_transport_t *t)
+static void check_data(bsipipe_transport_t *t, int staging)
 {
     static double *src[NCH], *dst[NCH];
     static starpu_data_handle_t hd[NCH];
     static struct tt_arg ra[NCH];
     static struct tt_consumer ca[NCH];
-    double bytes0 = bsipipe_transport_bytes(t), want = 0;
+    double bytes0 = bsipipe_transport_bytes(t), want = 0, staged0 = bsipipe_transport_staged_bytes(t), want_staged = 0;
+    memset(done_calls, 0, sizeof done_calls);
+    CHECK(bsipipe_transport_set_offer_staging(t, staging) == 0, "staging %d", staging);
     for (long c = 0; c < NCH; c++) {
         long n = nelem(c);
         src[c] = malloc((size_t)n * sizeof(double));
@@ -62,7 +70,15 @@ static void check_data(bsipipe_transport_t *t)
         if (early) {
             CHECK(bsipipe_transport_offer(t, c, src[c], bytes, 9, "send early", count_done, (void *)(intptr_t)c) ==
                       0, "offer before the post: %s", bsipipe_error_detail());
-            CHECK(done_calls[c] == 0, "channel %ld: done before any post", c);
+            if (staging) { /* src is free at once: scribble over it before the post copies */
+                CHECK(done_calls[c] == 1, "channel %ld: a staged offer is settled before it returns (done %d)", c,
+                      done_calls[c]);
+                for (long i = 0; i < nelem(c); i++)
+                    src[c][i] = -7;
+                want_staged += (double)bytes;
+            } else {
+                CHECK(done_calls[c] == 0, "channel %ld: done before any post", c);
+            }
         }
         CHECK(tt_submit_recv(&ra[c], hd[c], (int)(c % TT_NWORKERS)) == 0, "submit RECV %ld", c);
         struct starpu_task *task = starpu_task_create();
@@ -90,9 +106,11 @@ static void check_data(bsipipe_transport_t *t)
         free(src[c]);
         free(dst[c]);
     }
-    printf("data: %d channels offered before their post, %d after; %d consumers saw wrong data, %d offers not "
-           "settled exactly once; %.0f bytes moved\n", offered_first, posted_first, bad, twice,
-           bsipipe_transport_bytes(t) - bytes0);
+    double staged = bsipipe_transport_staged_bytes(t) - staged0;
+    printf("data%s: %d channels offered before their post, %d after; %d consumers saw wrong data, %d offers not "
+           "settled exactly once; %.0f bytes moved, %.0f staged\n", staging ? " (staging)" : "", offered_first,
+           posted_first, bad, twice, bsipipe_transport_bytes(t) - bytes0, staged);
+    CHECK(staged == want_staged, "staged bytes: %.0f, want %.0f", staged, want_staged);
     CHECK(bad == 0, "consumers must see the offered data");
     CHECK(twice == 0, "done once per offer");
     CHECK(bsipipe_transport_bytes(t) - bytes0 == want, "bytes counted");
@@ -153,6 +171,33 @@ static void check_failure(bsipipe_transport_t *t)
     CHECK(!bsipipe_transport_failed(t), "reset clears the failure");
 }
 
+static void check_staging_failure(bsipipe_transport_t *t)
+{
+    double x[4] = {1, 2, 3, 4}, y[4] = {0};
+    memset(done_calls, 0, sizeof done_calls);
+    CHECK(bsipipe_transport_set_offer_staging(t, 1) == 0, "staging on");
+    CHECK(bsipipe_transport_offer(t, 7, x, sizeof x, 3, "staged send", count_done, (void *)(intptr_t)7) == 0,
+          "staged offer");
+    CHECK(bsipipe_transport_offer(t, 8, x, sizeof x, 3, "never taken", count_done, (void *)(intptr_t)8) == 0,
+          "staged offer no RECV takes");
+    CHECK(done_calls[7] == 1 && done_calls[8] == 1, "staged offers settled at once");
+    CHECK(bsipipe_transport_abort(t, "test") == 0, "abort");
+    CHECK_CONTAINS(bsipipe_transport_report(t), "offered SEND staged send on channel 7");
+    starpu_data_handle_t h;
+    starpu_vector_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)y, 4, sizeof(double));
+    struct tt_arg ra = {.t = t, .ch = 7, .device = 1, .rc = 99};
+    snprintf(ra.what, sizeof ra.what, "late recv");
+    CHECK(tt_submit_recv(&ra, h, 1) == 0, "submit RECV");
+    starpu_task_wait_for_all(); /* released at once */
+    CHECK(done_calls[7] == 1, "a staged offer is not settled twice (%d)", done_calls[7]);
+    CHECK(y[0] == 0, "nothing copied after the failure");
+    starpu_data_unregister(h);
+    CHECK(bsipipe_transport_reset(t) == 0, "reset gives the untaken copy back: %s", bsipipe_error_detail());
+    CHECK(bsipipe_transport_offer(t, 8, x, sizeof x, 3, "again", count_done, (void *)(intptr_t)8) == 0,
+          "the channel is free again after reset");
+    /* left staged: bsipipe_transport_destroy frees it */
+}
+
 int main(void)
 {
     int rc = tt_init(120);
@@ -161,9 +206,11 @@ int main(void)
     bsipipe_transport_t *t = NULL;
     CHECK(bsipipe_transport_create(NCH, 5.0, &t) == 0, "create");
     if (t) {
-        check_data(t);
+        check_data(t, 0);
         check_errors(t);
         check_failure(t);
+        check_data(t, 1);
+        check_staging_failure(t);
     }
     bsipipe_transport_destroy(t);
     starpu_shutdown();

@@ -1,0 +1,297 @@
+/* engine_buffers.c: the engine's per-iteration buffers (activations, stashes,
+ * K/V caches, their gradients, receive buffers): how each gets a StarPU
+ * handle for an iteration and gives it back after its last use.
+ *
+ * Two ways (bsipipe_engine_set_buffer_reuse):
+ * - registered each iteration: StarPU allocates a buffer at its first write,
+ *   and the handle is unregistered once the task of its last use ends;
+ * - reused (the default in one process without tensor parallelism, for a
+ *   plan proven free of deadlock): each
+ *   device keeps a pool of handles, by size, registered once. At submission
+ *   a buffer's first writer takes a handle of its size from its device's
+ *   pool (a new one when the pool has none), and the submission of its last
+ *   use puts it back for the next first writer. StarPU's sequential
+ *   consistency orders that writer after every task submitted before it on
+ *   the handle, so the reuse holds whatever order the workers run in, and
+ *   the memory StarPU allocated at the handle's first write is never freed
+ *   and allocated again (a third of the engine's cost per task at w = 2
+ *   without device time: docs/benchmarks.md, tenth pass). Every access must
+ *   then be a task's: an eager send that finds no posted receive copies its
+ *   data aside (bsipipe_transport_set_offer_staging), so its producer's
+ *   buffer is free when the producer ends.
+ *
+ * The pool is as large as the buffers live at once in submission order
+ * (the simulator's), per device and size: bsipipe_engine_buffer_bytes.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/bsipipe_error.h"
+#include "tasks/engine_internal.h"
+
+struct pool_class { /* a device's spare handles of one size */
+    uint32_t nx;
+    long n, cap;
+    starpu_data_handle_t *spare;
+};
+
+struct engine_pool { /* per device */
+    struct pool_class *cls;
+    int n_cls, cap_cls;
+    double bytes; /* of every handle it ever registered */
+};
+
+/* The buffer lists in use-record order: record u of list l, element i is
+ * base + i, with base the summed lengths of the lists before l. */
+enum { N_LISTS = 8 };
+
+static int buffer_lists(const bsipipe_engine_t *e, starpu_data_handle_t *lists[N_LISTS], const uint32_t *sizes[N_LISTS],
+                        long lens[N_LISTS])
+{
+    long n_act = (long)e->m * e->k * e->C * e->T, n_kv = (long)e->m * e->C * e->T;
+    long nch = (long)bsipipe_schedule_n_channels(e->sched) * e->T;
+    starpu_data_handle_t *l[N_LISTS] = {e->h_x_out, e->h_stash, e->h_dx, e->h_dy, e->h_wstash, e->h_kv, e->h_dkv,
+                                        e->h_recv};
+    const uint32_t *s[N_LISTS] = {e->n_x_out, e->n_stash, e->n_dx, e->n_dy, e->n_wstash, e->n_kv, e->n_dkv, e->n_recv};
+    long n[N_LISTS] = {n_act, n_act, n_act, n_act, n_act, n_kv, n_kv, nch};
+    for (int i = 0; i < N_LISTS; i++) {
+        lists[i] = l[i];
+        if (sizes)
+            sizes[i] = s[i];
+        lens[i] = n[i];
+    }
+    return N_LISTS;
+}
+
+long engine_buffers_count(const bsipipe_engine_t *e)
+{
+    starpu_data_handle_t *lists[N_LISTS];
+    long lens[N_LISTS], total = 0;
+    buffer_lists(e, lists, NULL, lens);
+    for (int l = 0; l < N_LISTS; l++)
+        total += lens[l];
+    return total;
+}
+
+/* The use record of a handle slot of the engine's lists, or NULL. */
+static struct buffer_use *use_of_slot(bsipipe_engine_t *e, starpu_data_handle_t *slot, uint32_t *nx)
+{
+    starpu_data_handle_t *lists[N_LISTS];
+    const uint32_t *sizes[N_LISTS];
+    long lens[N_LISTS], base = 0;
+    buffer_lists(e, lists, sizes, lens);
+    for (int l = 0; l < N_LISTS; base += lens[l], l++)
+        if (slot >= lists[l] && slot < lists[l] + lens[l]) {
+            *nx = sizes[l][slot - lists[l]];
+            return &e->uses[base + (slot - lists[l])];
+        }
+    return NULL;
+}
+
+static starpu_data_handle_t pool_take(bsipipe_engine_t *e, int device, uint32_t nx)
+{
+    struct engine_pool *p = &e->pool[device];
+    struct pool_class *c = NULL;
+    for (int i = 0; i < p->n_cls && !c; i++)
+        if (p->cls[i].nx == nx)
+            c = &p->cls[i];
+    if (c && c->n > 0)
+        return c->spare[--c->n];
+    starpu_data_handle_t h;
+    starpu_vector_data_register(&h, -1, 0, nx, sizeof(float)); /* allocated by StarPU at its first write */
+    p->bytes += (double)nx * sizeof(float);
+    return h;
+}
+
+/* Keeps h for the device's next buffer of its size; 0, or -ENOMEM (then
+ * it is unregistered once its tasks end). */
+static int pool_put(bsipipe_engine_t *e, int device, starpu_data_handle_t h)
+{
+    struct engine_pool *p = &e->pool[device];
+    uint32_t nx = (uint32_t)starpu_vector_get_nx(h);
+    struct pool_class *c = NULL;
+    for (int i = 0; i < p->n_cls && !c; i++)
+        if (p->cls[i].nx == nx)
+            c = &p->cls[i];
+    if (!c) {
+        if (p->n_cls == p->cap_cls) {
+            int cap = p->cap_cls ? 2 * p->cap_cls : 8;
+            struct pool_class *grown = realloc(p->cls, (size_t)cap * sizeof *grown);
+            if (!grown)
+                goto no_memory;
+            p->cls = grown;
+            p->cap_cls = cap;
+        }
+        c = &p->cls[p->n_cls++];
+        memset(c, 0, sizeof *c);
+        c->nx = nx;
+    }
+    if (c->n == c->cap) {
+        long cap = c->cap ? 2 * c->cap : 8;
+        starpu_data_handle_t *grown = realloc(c->spare, (size_t)cap * sizeof *grown);
+        if (!grown)
+            goto no_memory;
+        c->spare = grown;
+        c->cap = cap;
+    }
+    starpu_data_set_user_data(h, NULL); /* a spare handle is no buffer's */
+    c->spare[c->n++] = h;
+    return 0;
+no_memory:
+    starpu_data_unregister_submit(h);
+    p->bytes -= (double)nx * sizeof(float);
+    return -ENOMEM;
+}
+
+int engine_buffers_init(bsipipe_engine_t *e)
+{
+    long n = engine_buffers_count(e);
+    e->uses = calloc((size_t)(n > 0 ? n : 1), sizeof *e->uses);
+    e->pool = calloc((size_t)e->W, sizeof *e->pool);
+    return e->uses && e->pool ? 0 : -ENOMEM;
+}
+
+void engine_buffers_free(bsipipe_engine_t *e)
+{
+    for (int d = 0; e->pool && d < e->W; d++) {
+        struct engine_pool *p = &e->pool[d];
+        for (int i = 0; i < p->n_cls; i++) {
+            for (long j = 0; j < p->cls[i].n; j++)
+                starpu_data_unregister(p->cls[i].spare[j]);
+            free(p->cls[i].spare);
+        }
+        free(p->cls);
+    }
+    free(e->pool);
+    e->pool = NULL;
+    free(e->uses);
+    free(e->use_counts);
+    e->uses = NULL;
+    e->use_counts = NULL;
+}
+
+void engine_buffers_begin(bsipipe_engine_t *e, int reuse)
+{
+    starpu_data_handle_t *lists[N_LISTS];
+    const uint32_t *sizes[N_LISTS];
+    long lens[N_LISTS], u = 0;
+    buffer_lists(e, lists, sizes, lens);
+    /* Reused handles are bound at their first writer's submission; the
+     * first iteration's dry run still needs one handle per buffer to count
+     * its uses (engine_buffers_counted drops them, never allocated). */
+    e->pool_active = reuse && e->pool;
+    int each = !e->pool_active || !e->use_counts;
+    for (int l = 0; l < N_LISTS; l++)
+        for (long i = 0; i < lens[l]; i++, u++) {
+            starpu_data_handle_t *h = &lists[l][i];
+            *h = NULL;
+            e->uses[u].left = 0;
+            e->uses[u].slot = h;
+            e->uses[u].device = -1;
+            if (each && sizes[l][i] && (!e->use_counts || e->use_counts[u] > 0)) { /* unused: not at all */
+                starpu_vector_data_register(h, -1, 0, sizes[l][i], sizeof(float));
+                starpu_data_set_user_data(*h, &e->uses[u]);
+            }
+        }
+    e->n_uses = u;
+}
+
+void engine_buffers_counted(bsipipe_engine_t *e)
+{
+    for (long u = 0; u < e->n_uses; u++) {
+        starpu_data_handle_t h = *e->uses[u].slot;
+        if (!h || (e->pool_active ? 0 : e->uses[u].left != 0))
+            continue;
+        *e->uses[u].slot = NULL; /* no task has it yet: unregistered at once */
+        starpu_data_unregister_submit(h);
+    }
+}
+
+void engine_buffers_end(bsipipe_engine_t *e)
+{
+    for (long u = 0; u < e->n_uses; u++) {
+        /* Every task has ended: the handle is taken before it is read. */
+        starpu_data_handle_t h = __atomic_exchange_n(e->uses[u].slot, NULL, __ATOMIC_ACQ_REL);
+        if (!h)
+            continue;
+        if (!starpu_data_get_user_data(h)) { /* not a per-iteration buffer: left in place */
+            *e->uses[u].slot = h;
+            continue;
+        }
+        if (e->pool_active && e->uses[u].device >= 0)
+            pool_put(e, e->uses[u].device, h); /* uses left: the iteration stopped half way */
+        else
+            starpu_data_unregister_submit(h);
+    }
+    e->pool_active = 0;
+}
+
+starpu_data_handle_t engine_buffer_bind(bsipipe_engine_t *e, starpu_data_handle_t *slot, int device,
+                                        enum starpu_data_access_mode mode)
+{
+    if (*slot || !e->pool_active || !(mode & STARPU_W))
+        return *slot;
+    uint32_t nx;
+    struct buffer_use *use = use_of_slot(e, slot, &nx);
+    if (!use || nx == 0 || use->left <= 0) /* not a pooled buffer, or one no op uses */
+        return *slot;
+    starpu_data_handle_t h = pool_take(e, device, nx);
+    starpu_data_set_user_data(h, use);
+    use->device = device;
+    *slot = h;
+    return h;
+}
+
+void engine_buffer_use(bsipipe_engine_t *e, starpu_data_handle_t h, int dry_run)
+{
+    struct buffer_use *use = starpu_data_get_user_data(h);
+    if (!use)
+        return;
+    long left;
+    if (dry_run) {
+        use->left++;
+    } else if ((left = __atomic_sub_fetch(&use->left, 1, __ATOMIC_ACQ_REL)) == 0) {
+        /* Reused: back to the pool for later first writers (StarPU orders
+         * them after this use). Else freed once its tasks end. */
+        if ((h = __atomic_exchange_n(use->slot, NULL, __ATOMIC_ACQ_REL))) {
+            if (e->pool_active && use->device >= 0)
+                pool_put(e, use->device, h);
+            else
+                starpu_data_unregister_submit(h);
+        }
+    } else if (left < 0) { /* a use the dry run did not count: it would follow the unregistration */
+        fprintf(stderr, "bsipipe engine: internal error: a buffer was used after its counted last use\n");
+        engine_fail(e, -EFAULT);
+    }
+}
+
+int bsipipe_engine_set_buffer_reuse(bsipipe_engine_t *e, int on)
+{
+    if (!e)
+        return bsipipe_error_set(-EINVAL, "engine: no engine");
+    if (on && (e->mpi || e->T > 1))
+        return bsipipe_error_set(-ENOTSUP, "engine: buffers are reused in one process without tensor parallelism "
+                                           "only (StarPU-MPI and the TP path register theirs each iteration)");
+    if (on && e->o.unchecked_plan) /* its submission order need not be one the devices can run */
+        return bsipipe_error_set(-ENOTSUP, "engine: buffers are reused only for a plan proven free of deadlock "
+                                           "(reuse adds dependencies in submission order, which for an unchecked "
+                                           "plan could turn its transfer deadlock into a stall elsewhere)");
+    e->reuse_buffers = on != 0;
+    return 0;
+}
+
+int bsipipe_engine_buffer_reuse(const bsipipe_engine_t *e)
+{
+    return e ? e->reuse_buffers : 0;
+}
+
+int bsipipe_engine_buffer_bytes(const bsipipe_engine_t *e, double *bytes)
+{
+    if (!e || !bytes)
+        return bsipipe_error_set(-EINVAL, "engine: no engine or no output");
+    for (int d = 0; d < e->W; d++)
+        bytes[d] = e->pool ? e->pool[d].bytes : 0;
+    return 0;
+}
