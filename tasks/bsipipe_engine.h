@@ -192,6 +192,8 @@ typedef struct bsipipe_engine_overhead {
     long n_xfer;            /* SEND and RECV tasks among them */
     double xfer_body_us;    /* their summed codelet time: the worker time transfers occupy */
     double send_wait_us;    /* of which SENDs spent waiting for their receive's post (the transport's count) */
+    double staged_bytes;    /* eager sends copied aside because their receive had not posted yet
+                               (bsipipe_transport_set_offer_staging; with buffers reused) */
 } bsipipe_engine_overhead_t;
 int bsipipe_engine_last_overhead(const bsipipe_engine_t *e, bsipipe_engine_overhead_t *out);
 
@@ -250,9 +252,12 @@ int bsipipe_engine_set_blocking_recv(bsipipe_engine_t *e, int on);
  * on = 0: registered each iteration, allocated by StarPU at the first
  * write and unregistered after the last use (the engine before). 0;
  * -ENOTSUP for MPI, TP or unchecked-plan engines; -EINVAL for no engine.
+ * Switching it off frees the pools' memory. A receive posted ahead takes
+ * only a handle given back before the first slot it may run at, so reuse
+ * never makes it wait for the ops in front of it.
  * bsipipe_engine_buffer_reuse: 1 when on. bsipipe_engine_buffer_bytes:
- * per device (bytes has W entries), the bytes of the handles its pool has
- * registered, what reuse keeps allocated between iterations (0 without). */
+ * per device (bytes has W entries), the bytes of the handles its pool
+ * holds, what reuse keeps allocated between iterations (0 without). */
 int bsipipe_engine_set_buffer_reuse(bsipipe_engine_t *e, int on);
 int bsipipe_engine_buffer_reuse(const bsipipe_engine_t *e);
 int bsipipe_engine_buffer_bytes(const bsipipe_engine_t *e, double *bytes);

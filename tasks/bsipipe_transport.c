@@ -677,10 +677,15 @@ int bsipipe_transport_offer(bsipipe_transport_t *t, long ch, const void *src, si
                     done(done_arg);
                 return 0;
             }
-        } else { /* kept by reference, the caller could free what the post will read */
+        } else { /* not kept by reference (the caller may reuse src): the transport fails, so that no
+                  * receive waits for ever on this channel */
+            c->send_state = 3;
             pthread_mutex_unlock(&t->mutex);
+            char why[160];
+            snprintf(why, sizeof why, "out of memory for a staging copy of %zu bytes", bytes);
+            bsipipe_transport_abort(t, why);
             return bsipipe_error_set(-ENOMEM, "SEND %s on device %d: out of memory for a staging copy of %zu bytes "
-                                     "(channel %ld)", what ? what : "?", device, bytes, ch);
+                                     "(channel %ld); the transport is failed", what ? what : "?", device, bytes, ch);
         }
     }
     if (t->failed) {

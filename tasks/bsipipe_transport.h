@@ -96,7 +96,10 @@ int bsipipe_transport_offer(bsipipe_transport_t *t, long ch, const void *src, si
  * done before returning: src is free once bsipipe_transport_offer returns,
  * whatever the receiver does (MPI's eager protocol). Offers that meet a
  * posted receive copy straight into it as before; an offer that finds no
- * memory for its copy returns -ENOMEM (done not called). Off by default.
+ * memory for its copy fails the transport (as bsipipe_transport_abort, so
+ * no receive waits for it) and returns -ENOMEM (done not called). A staged
+ * offer's done means its source is free, not that the data has landed.
+ * Off by default.
  * 0, or -EINVAL without a transport. */
 int bsipipe_transport_set_offer_staging(bsipipe_transport_t *t, int on);
 /* Bytes copied into staging buffers since the transport was created. */

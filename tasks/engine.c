@@ -5,6 +5,7 @@
 #include "graph/bsipipe_sim.h"
 
 #include <dlfcn.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -782,8 +783,13 @@ static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
     struct starpu_codelet *cl;
     replica_t *r = op->chunk >= 0 ? &e->rep[op->pipe * e->C + op->chunk] : NULL;
     long ai = op->sub >= 0 ? act_index(e, op->mb, op->sub, op->chunk) : 0;
-    /* A buffer's first writer takes its handle (engine_buffer_bind). */
-#define ADD(h, md) (descr[n].handle = engine_buffer_bind(e, &(h), d, (md)), descr[n].mode = (md), n++)
+    /* A buffer's first writer takes its handle (engine_buffer_bind) from
+     * those given back before the first slot it may run at (a receive
+     * posted ahead runs before the ops in front of it). */
+    long earliest = e->slot_of[d][i];
+    if (op->kind == BSIPIPE_OP_RECV)
+        earliest = e->slot_of[d][i - engine_recv_ahead(e, d, i)];
+#define ADD(h, md) (descr[n].handle = engine_buffer_bind(e, &(h), d, earliest, (md)), descr[n].mode = (md), n++)
 #define ADD_READ(h) (descr[n].handle = (h), descr[n].mode = STARPU_R, n++)
     switch (op->kind) {
     case BSIPIPE_OP_F:
@@ -833,7 +839,7 @@ static int submit_op(bsipipe_engine_t *e, int d, int i, int step, int dry_run)
         if (e->eager && !dry_run) { /* sent by its producer, which may have freed the buffer already */
             e->act_bytes_local += (double)piece_len(e, op->sub) * e->d * sizeof(float);
             if (e->pool_active && a->send_handle) /* staged if need be: the buffer is free once its producer ends */
-                engine_buffer_use(e, a->send_handle, 0);
+                engine_buffer_used(e, a->send_handle, d, e->slot_of[d][i]);
             return 0;
         }
         cl = &bsipipe_cl_send;
@@ -1118,9 +1124,10 @@ int engine_task_submit(bsipipe_engine_t *e, int d, int i, struct starpu_codelet 
     if (e->inorder && a) /* its worker may spin for it (and not for slots beyond the iteration's) */
         bsipipe_policy_note_submitted(e->workerid[d], e->pos[d][i].slot);
     __atomic_fetch_add(&e->tasks_submitted, 1, __ATOMIC_SEQ_CST);
-    /* A buffer whose last use is now submitted is freed once that task ends. */
+    /* A buffer whose last use is now submitted is freed once that task
+     * ends, or given back to its device's pool at this op's slot. */
     for (int j = 0; j < n; j++)
-        engine_buffer_use(e, descr[j].handle, 0);
+        engine_buffer_used(e, descr[j].handle, a ? d : -1, a ? e->slot_of[d][i] : LONG_MAX);
     return 0;
 }
 
@@ -1185,6 +1192,7 @@ static void overhead_begin(bsipipe_engine_t *e)
 {
     memset(&e->ovh, 0, sizeof e->ovh);
     e->ovh.send_wait_us = -bsipipe_transport_wait_seconds(e->transport) * 1e6;
+    e->ovh.staged_bytes = -bsipipe_transport_staged_bytes(e->transport);
     for (int d = 0; d < e->W; d++) {
         int n;
         bsipipe_schedule_device_ops(e->sched, d, &n);
@@ -1198,6 +1206,7 @@ static void overhead_end(bsipipe_engine_t *e, double t0, double t_sub, double t1
     bsipipe_engine_overhead_t *o = &e->ovh;
     o->submit_s = (t_sub - t0) * 1e-6;
     o->send_wait_us += bsipipe_transport_wait_seconds(e->transport) * 1e6;
+    o->staged_bytes += bsipipe_transport_staged_bytes(e->transport);
     o->wall_s = (t1 - t0) * 1e-6;
     for (int d = 0; d < e->W; d++) {
         int n;
@@ -1323,6 +1332,9 @@ int bsipipe_engine_floor_iteration(bsipipe_engine_t *e, int flags, bsipipe_engin
     starpu_profiling_status_set(flags & BSIPIPE_FLOOR_PROFILE ? STARPU_PROFILING_ENABLE : STARPU_PROFILING_DISABLE);
     starpu_data_handle_t *saved[8] = {e->h_x_out, e->h_stash, e->h_dx, e->h_dy, e->h_wstash, e->h_kv, e->h_dkv,
                                       e->h_recv};
+    if ((flags & BSIPIPE_FLOOR_POOLED) && e->o.unchecked_plan)
+        return bsipipe_error_set(-ENOTSUP, "engine: the floor reuses buffers only for a plan proven free of deadlock "
+                                           "(as bsipipe_engine_set_buffer_reuse)");
     int fresh = flags & (BSIPIPE_FLOOR_FRESH | BSIPIPE_FLOOR_POOLED); /* the engine's buffers */
     sends_begin(e);
     if (fresh) {

@@ -24,6 +24,7 @@
  * (the simulator's), per device and size: bsipipe_engine_buffer_bytes.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,10 +32,15 @@
 #include "graph/bsipipe_error.h"
 #include "tasks/engine_internal.h"
 
+struct pool_spare {
+    starpu_data_handle_t h;
+    long released; /* slot of the op whose submission gave it back, this iteration (LONG_MIN: earlier) */
+};
+
 struct pool_class { /* a device's spare handles of one size */
     uint32_t nx;
     long n, cap;
-    starpu_data_handle_t *spare;
+    struct pool_spare *spare;
 };
 
 struct engine_pool { /* per device */
@@ -90,24 +96,40 @@ static struct buffer_use *use_of_slot(bsipipe_engine_t *e, starpu_data_handle_t 
     return NULL;
 }
 
-static starpu_data_handle_t pool_take(bsipipe_engine_t *e, int device, uint32_t nx)
+/* A spare handle of nx floats given back before slot `earliest` (the
+ * first slot the taker may run at: a receive posted ahead runs before the
+ * ops in front of it, and a handle of one of those would make it wait for
+ * them), the last given back first; else a new one. */
+static starpu_data_handle_t pool_take(bsipipe_engine_t *e, int device, uint32_t nx, long earliest)
 {
     struct engine_pool *p = &e->pool[device];
     struct pool_class *c = NULL;
     for (int i = 0; i < p->n_cls && !c; i++)
         if (p->cls[i].nx == nx)
             c = &p->cls[i];
-    if (c && c->n > 0)
-        return c->spare[--c->n];
+    for (long j = c ? c->n - 1 : -1; j >= 0; j--)
+        if (c->spare[j].released < earliest) {
+            starpu_data_handle_t h = c->spare[j].h;
+            memmove(&c->spare[j], &c->spare[j + 1], (size_t)(c->n - j - 1) * sizeof *c->spare);
+            c->n--;
+            return h;
+        }
     starpu_data_handle_t h;
     starpu_vector_data_register(&h, -1, 0, nx, sizeof(float)); /* allocated by StarPU at its first write */
     p->bytes += (double)nx * sizeof(float);
     return h;
 }
 
+/* A pool's handle that goes out of the pool: unregistered once its tasks end. */
+static void pool_forget(bsipipe_engine_t *e, int device, starpu_data_handle_t h)
+{
+    e->pool[device].bytes -= (double)starpu_vector_get_nx(h) * sizeof(float);
+    starpu_data_unregister_submit(h);
+}
+
 /* Keeps h for the device's next buffer of its size; 0, or -ENOMEM (then
  * it is unregistered once its tasks end). */
-static int pool_put(bsipipe_engine_t *e, int device, starpu_data_handle_t h)
+static int pool_put(bsipipe_engine_t *e, int device, starpu_data_handle_t h, long released)
 {
     struct engine_pool *p = &e->pool[device];
     uint32_t nx = (uint32_t)starpu_vector_get_nx(h);
@@ -130,18 +152,17 @@ static int pool_put(bsipipe_engine_t *e, int device, starpu_data_handle_t h)
     }
     if (c->n == c->cap) {
         long cap = c->cap ? 2 * c->cap : 8;
-        starpu_data_handle_t *grown = realloc(c->spare, (size_t)cap * sizeof *grown);
+        struct pool_spare *grown = realloc(c->spare, (size_t)cap * sizeof *grown);
         if (!grown)
             goto no_memory;
         c->spare = grown;
         c->cap = cap;
     }
     starpu_data_set_user_data(h, NULL); /* a spare handle is no buffer's */
-    c->spare[c->n++] = h;
+    c->spare[c->n++] = (struct pool_spare){h, released};
     return 0;
 no_memory:
-    starpu_data_unregister_submit(h);
-    p->bytes -= (double)nx * sizeof(float);
+    pool_forget(e, device, h);
     return -ENOMEM;
 }
 
@@ -153,17 +174,24 @@ int engine_buffers_init(bsipipe_engine_t *e)
     return e->uses && e->pool ? 0 : -ENOMEM;
 }
 
-void engine_buffers_free(bsipipe_engine_t *e)
+/* Every spare handle unregistered (its memory freed), the pools empty. */
+static void pools_drop(bsipipe_engine_t *e)
 {
     for (int d = 0; e->pool && d < e->W; d++) {
         struct engine_pool *p = &e->pool[d];
         for (int i = 0; i < p->n_cls; i++) {
             for (long j = 0; j < p->cls[i].n; j++)
-                starpu_data_unregister(p->cls[i].spare[j]);
+                starpu_data_unregister(p->cls[i].spare[j].h);
             free(p->cls[i].spare);
         }
         free(p->cls);
+        memset(p, 0, sizeof *p);
     }
+}
+
+void engine_buffers_free(bsipipe_engine_t *e)
+{
+    pools_drop(e);
     free(e->pool);
     e->pool = NULL;
     free(e->uses);
@@ -221,14 +249,19 @@ void engine_buffers_end(bsipipe_engine_t *e)
             continue;
         }
         if (e->pool_active && e->uses[u].device >= 0)
-            pool_put(e, e->uses[u].device, h); /* uses left: the iteration stopped half way */
+            pool_put(e, e->uses[u].device, h, LONG_MIN); /* uses left: the iteration stopped half way */
         else
             starpu_data_unregister_submit(h);
     }
+    /* Every task has ended: a spare may go to any op of the next iteration. */
+    for (int d = 0; e->pool && d < e->W; d++)
+        for (int i = 0; i < e->pool[d].n_cls; i++)
+            for (long j = 0; j < e->pool[d].cls[i].n; j++)
+                e->pool[d].cls[i].spare[j].released = LONG_MIN;
     e->pool_active = 0;
 }
 
-starpu_data_handle_t engine_buffer_bind(bsipipe_engine_t *e, starpu_data_handle_t *slot, int device,
+starpu_data_handle_t engine_buffer_bind(bsipipe_engine_t *e, starpu_data_handle_t *slot, int device, long earliest,
                                         enum starpu_data_access_mode mode)
 {
     if (*slot || !e->pool_active || !(mode & STARPU_W))
@@ -237,7 +270,7 @@ starpu_data_handle_t engine_buffer_bind(bsipipe_engine_t *e, starpu_data_handle_
     struct buffer_use *use = use_of_slot(e, slot, &nx);
     if (!use || nx == 0 || use->left <= 0) /* not a pooled buffer, or one no op uses */
         return *slot;
-    starpu_data_handle_t h = pool_take(e, device, nx);
+    starpu_data_handle_t h = pool_take(e, device, nx, earliest);
     starpu_data_set_user_data(h, use);
     use->device = device;
     *slot = h;
@@ -246,18 +279,31 @@ starpu_data_handle_t engine_buffer_bind(bsipipe_engine_t *e, starpu_data_handle_
 
 void engine_buffer_use(bsipipe_engine_t *e, starpu_data_handle_t h, int dry_run)
 {
+    if (dry_run) {
+        struct buffer_use *use = starpu_data_get_user_data(h);
+        if (use)
+            use->left++;
+    } else {
+        engine_buffer_used(e, h, -1, LONG_MAX);
+    }
+}
+
+void engine_buffer_used(bsipipe_engine_t *e, starpu_data_handle_t h, int device, long slot)
+{
     struct buffer_use *use = starpu_data_get_user_data(h);
     if (!use)
         return;
     long left;
-    if (dry_run) {
-        use->left++;
-    } else if ((left = __atomic_sub_fetch(&use->left, 1, __ATOMIC_ACQ_REL)) == 0) {
-        /* Reused: back to the pool for later first writers (StarPU orders
-         * them after this use). Else freed once its tasks end. */
+    if ((left = __atomic_sub_fetch(&use->left, 1, __ATOMIC_ACQ_REL)) == 0) {
+        /* Reused: back to its device's pool for later first writers
+         * (StarPU orders them after this use), unless another device's op
+         * used it last (never in the engine's plans: that would order two
+         * devices' ops). Else freed once its tasks end. */
         if ((h = __atomic_exchange_n(use->slot, NULL, __ATOMIC_ACQ_REL))) {
-            if (e->pool_active && use->device >= 0)
-                pool_put(e, use->device, h);
+            if (e->pool_active && use->device >= 0 && (device < 0 || device == use->device))
+                pool_put(e, use->device, h, slot);
+            else if (e->pool_active && use->device >= 0)
+                pool_forget(e, use->device, h);
             else
                 starpu_data_unregister_submit(h);
         }
@@ -278,7 +324,11 @@ int bsipipe_engine_set_buffer_reuse(bsipipe_engine_t *e, int on)
         return bsipipe_error_set(-ENOTSUP, "engine: buffers are reused only for a plan proven free of deadlock "
                                            "(reuse adds dependencies in submission order, which for an unchecked "
                                            "plan could turn its transfer deadlock into a stall elsewhere)");
+    if (!on && e->pool_active)
+        return bsipipe_error_set(-EBUSY, "engine: buffer reuse switched during an iteration");
     e->reuse_buffers = on != 0;
+    if (!on)
+        pools_drop(e); /* their memory goes back */
     return 0;
 }
 

@@ -254,8 +254,13 @@ long engine_buffers_count(const struct bsipipe_engine *e);
 void engine_buffers_begin(struct bsipipe_engine *e, int reuse);
 void engine_buffers_counted(struct bsipipe_engine *e);
 void engine_buffers_end(struct bsipipe_engine *e);
-starpu_data_handle_t engine_buffer_bind(struct bsipipe_engine *e, starpu_data_handle_t *slot, int device,
+starpu_data_handle_t engine_buffer_bind(struct bsipipe_engine *e, starpu_data_handle_t *slot, int device, long earliest,
                                         enum starpu_data_access_mode mode);
+/* A submitted use of a per-iteration buffer by the op at `slot` (this
+ * iteration's, engine slot_of) of `device` (-1, LONG_MAX: unknown): its
+ * last use unregisters it once its tasks end, or gives it back to its
+ * device's pool for first writers that run after that slot. */
+void engine_buffer_used(struct bsipipe_engine *e, starpu_data_handle_t h, int device, long slot);
 /* Eager sends (cl_forward.c, cl_backward.c): at the end of an F or B whose
  * output goes to another device, offer it to the transport in place of a
  * SEND task (bsipipe_transport_offer): copied at once if its RECV has

@@ -168,7 +168,8 @@ static void check_eager(const int *tokens, const int *targets)
 /* Buffers reused from per-device pools (the default) against buffers
  * registered each iteration, with eager sends and with SEND tasks: the same
  * bits; the pools stop growing after the first iteration (the second
- * reuses every handle); an unchecked plan registers its buffers anew. */
+ * reuses every handle) and are freed when reuse is switched off; an
+ * unchecked plan registers its buffers anew. */
 static void check_reuse(const int *tokens, const int *targets)
 {
     bsipipe_engine_t *e = make(BSIPIPE_COMM_BSIPIPE, 20);
@@ -185,8 +186,13 @@ static void check_reuse(const int *tokens, const int *targets)
     for (int v = 0; v < 3; v++) {
         if (v == 1)
             CHECK(bsipipe_engine_set_eager_send(e, 0) == 0, "SEND tasks: %s", bsipipe_error_detail());
-        if (v == 2)
+        if (v == 2) {
             CHECK(bsipipe_engine_set_buffer_reuse(e, 0) == 0, "reuse off: %s", bsipipe_error_detail());
+            double held[4];
+            bsipipe_engine_buffer_bytes(e, held);
+            CHECK(held[0] == 0 && held[1] == 0 && held[2] == 0 && held[3] == 0,
+                  "reuse off gives the pools' memory back (%.0f bytes left on device 0)", held[0]);
+        }
         double l = -1;
         CHECK(bsipipe_engine_forward_backward(e, tokens, targets, &l) == 0, "%s: %s", names[v],
               bsipipe_error_detail());
