@@ -149,6 +149,7 @@ void bsipipe_engine_destroy(bsipipe_engine_t *e)
      * build crashed there on every early configuration error). */
     if (e->started)
         starpu_task_wait_for_all();
+    engine_watchdog_free(e);
     engine_tp_free(e);
     int n_rep = e->sched ? bsipipe_schedule_n_pipes(e->sched) * e->C : 0;
     for (int i = 0; e->rep && i < n_rep; i++) {

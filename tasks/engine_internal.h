@@ -128,7 +128,8 @@ struct bsipipe_engine {
     int n_channels;
     int *post_notified;                /* per channel, __atomic: post tag notified */
     unsigned char *send_tagged;        /* per channel: its SEND waits for the post tag */
-    struct engine_watchdog *wd;        /* the iteration's watchdog thread (engine.c) */
+    struct engine_watchdog *wd;        /* the watchdog while it watches an iteration, else NULL */
+    struct engine_watchdog *wd_thread; /* the engine's watchdog thread, parked between iterations */
     /* Overhead measurement (bsipipe_engine_last_overhead, _floor_iteration). */
     bsipipe_engine_overhead_t ovh;
     int no_poll;                       /* StarPU's last awake worker does not poll (engine_starpu_poll_set) */
@@ -191,9 +192,13 @@ int engine_transfer_tagged(const struct bsipipe_engine *e, int a, int b);
 void engine_tags_begin(struct bsipipe_engine *e);
 void engine_tags_abort(struct bsipipe_engine *e);
 void engine_tags_end(struct bsipipe_engine *e);
-/* The watchdog thread of an iteration (held SENDs, see engine_watchdog.c). */
+/* The watchdog thread (held SENDs, see engine_watchdog.c): started at the
+ * first iteration and armed for each (start), parked after it (stop: the
+ * thread touches nothing of the iteration once it returns), ended and
+ * freed with the engine (free; left as it is when the engine hung). */
 int engine_watchdog_start(struct bsipipe_engine *e);
 void engine_watchdog_stop(struct bsipipe_engine *e);
+void engine_watchdog_free(struct bsipipe_engine *e);
 /* Waits until every task of the iteration has ended (then as
  * starpu_task_wait_for_all), or until the watchdog found the policy stalled:
  * then -ETIMEDOUT with the detail naming the policy, and StarPU is left

@@ -13,7 +13,9 @@
  * the device idles exactly where its worker used to block, and the naive
  * order (every device sends first) still deadlocks. Nothing waits in a
  * codelet any more, so the transport's own send-side watchdog cannot see it:
- * a thread per iteration (this file) looks every timeout/4 at each device's
+ * a thread of the engine's (this file), armed for each iteration and parked
+ * between them (creating and joining one per iteration cost 150 µs of the
+ * iteration, a third of StarPU's own floor at w = 2), looks every timeout/4 at each device's
  * next slot; a device held at a SEND whose receive is not posted for the
  * transport's timeout fires the watchdog (bsipipe_transport_expire) with
  * the same report as before, naming every held device and posted receive.
@@ -46,7 +48,9 @@ struct engine_watchdog {
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t cond; /* CLOCK_MONOTONIC */
-    int stop;
+    int armed;           /* an iteration is being watched (engine_watchdog_start .. _stop) */
+    int parked;          /* the thread saw armed = 0 and touches nothing of the iteration */
+    int quit;            /* the engine is going: the thread ends */
     long *held_slot;     /* per device: the slot seen held at, -1 none */
     double *held_since;  /* per device: when first seen there */
     pthread_cond_t done; /* the engine waits on it for the iteration's end */
@@ -136,9 +140,9 @@ static void fire(struct bsipipe_engine *e, long ch)
     release_all_posts(e);
 }
 
-static void *watchdog_main(void *arg)
+/* Watches one iteration, from arming to parking; lock held. */
+static void watch_iteration(struct engine_watchdog *w)
 {
-    struct engine_watchdog *w = arg;
     struct bsipipe_engine *e = w->e;
     double timeout = bsipipe_transport_timeout(e->transport);
     double period = timeout / 4 < 0.25 ? timeout / 4 : 0.25;
@@ -146,13 +150,12 @@ static void *watchdog_main(void *arg)
     long ended = __atomic_load_n(&e->tasks_ended, __ATOMIC_SEQ_CST);
     double last_progress = mono_s();
     const op_args_t *warned = NULL; /* the slow op already reported */
-    pthread_mutex_lock(&w->lock);
     int stalled = 0;
-    while (!w->stop) {
+    while (w->armed && !w->quit) {
         double until = mono_s() + period;
         struct timespec ts = {(time_t)until, (long)((until - (double)(time_t)until) * 1e9)};
         pthread_cond_timedwait(&w->cond, &w->lock, &ts);
-        if (w->stop)
+        if (!w->armed || w->quit)
             continue;
         double now = mono_s();
         long fired = -1, now_ended = __atomic_load_n(&e->tasks_ended, __ATOMIC_SEQ_CST);
@@ -247,8 +250,41 @@ static void *watchdog_main(void *arg)
             pthread_mutex_lock(&w->lock);
         }
     }
+}
+
+static void *watchdog_main(void *arg)
+{
+    struct engine_watchdog *w = arg;
+    pthread_mutex_lock(&w->lock);
+    while (!w->quit) {
+        if (w->armed) {
+            w->parked = 0;
+            watch_iteration(w);
+        }
+        w->parked = 1; /* the engine's stop waits for this */
+        pthread_cond_broadcast(&w->done);
+        if (!w->quit && !w->armed)
+            pthread_cond_wait(&w->cond, &w->lock);
+    }
     pthread_mutex_unlock(&w->lock);
     return NULL;
+}
+
+/* The iteration's state of a watchdog about to be armed; lock held or the
+ * thread not started. */
+static void watch_reset(struct engine_watchdog *w)
+{
+    struct bsipipe_engine *e = w->e;
+    for (int d = 0; d < e->W; d++)
+        w->held_slot[d] = -1;
+    w->ended_base = __atomic_load_n(&e->tasks_ended, __ATOMIC_SEQ_CST);
+    w->target = LONG_MAX;
+    w->armed_s = 0;
+    w->stalled = 0;
+    w->stall_s = 0;
+    w->stall_left = 0;
+    w->armed = 1;
+    w->parked = 0;
 }
 
 int engine_watchdog_start(struct bsipipe_engine *e)
@@ -256,7 +292,16 @@ int engine_watchdog_start(struct bsipipe_engine *e)
     e->wd = NULL;
     if (!e->transport)
         return 0;
-    struct engine_watchdog *w = calloc(1, sizeof *w);
+    struct engine_watchdog *w = e->wd_thread;
+    if (w) { /* parked since the last iteration: armed again */
+        pthread_mutex_lock(&w->lock);
+        watch_reset(w);
+        pthread_cond_signal(&w->cond);
+        pthread_mutex_unlock(&w->lock);
+        __atomic_store_n(&e->wd, w, __ATOMIC_SEQ_CST);
+        return 0;
+    }
+    w = calloc(1, sizeof *w);
     if (!w)
         return bsipipe_error_set(-ENOMEM, "engine: out of memory for the watchdog");
     w->e = e;
@@ -281,10 +326,7 @@ int engine_watchdog_start(struct bsipipe_engine *e)
         free(w);
         return bsipipe_error_set(-ENOMEM, "engine: cannot start the watchdog");
     }
-    for (int d = 0; d < e->W; d++)
-        w->held_slot[d] = -1;
-    w->ended_base = __atomic_load_n(&e->tasks_ended, __ATOMIC_SEQ_CST);
-    w->target = LONG_MAX;
+    watch_reset(w);
     if ((rc = pthread_create(&w->thread, NULL, watchdog_main, w)) != 0) {
         pthread_mutex_destroy(&w->lock);
         pthread_cond_destroy(&w->cond);
@@ -294,6 +336,7 @@ int engine_watchdog_start(struct bsipipe_engine *e)
         free(w);
         return bsipipe_error_set(-rc, "engine: cannot start the watchdog thread");
     }
+    e->wd_thread = w;
     __atomic_store_n(&e->wd, w, __ATOMIC_SEQ_CST);
     return 0;
 }
@@ -360,21 +403,33 @@ void engine_watchdog_stop(struct bsipipe_engine *e)
     if (!w)
         return;
     pthread_mutex_lock(&w->lock);
-    w->stop = 1;
+    w->armed = 0;
+    pthread_cond_signal(&w->cond);
+    while (!w->parked) /* not in the middle of a check (fire, release_all_posts run unlocked) */
+        pthread_cond_wait(&w->done, &w->lock);
+    pthread_mutex_unlock(&w->lock);
+    /* A task StarPU still holds (e->hung) may end and call back: it finds no
+     * watchdog armed, and the parked thread is left as it is. */
+    __atomic_store_n(&e->wd, NULL, __ATOMIC_SEQ_CST);
+}
+
+void engine_watchdog_free(struct bsipipe_engine *e)
+{
+    struct engine_watchdog *w = e->wd_thread;
+    if (!w || e->hung)
+        return;
+    pthread_mutex_lock(&w->lock);
+    w->quit = 1;
     pthread_cond_signal(&w->cond);
     pthread_mutex_unlock(&w->lock);
     pthread_join(w->thread, NULL);
-    if (e->hung) { /* a task StarPU still holds may end and call back into it: kept */
-        e->wd = NULL;
-        return;
-    }
     pthread_cond_destroy(&w->done);
     pthread_mutex_destroy(&w->lock);
     pthread_cond_destroy(&w->cond);
     free(w->held_slot);
     free(w->held_since);
     free(w);
-    e->wd = NULL;
+    e->wd = e->wd_thread = NULL;
 }
 
 void engine_tags_begin(struct bsipipe_engine *e)
