@@ -1414,8 +1414,6 @@ static int run_overhead(const config_t *c, const row_t *r, const char *policy, i
 
 /* ---- main ------------------------------------------------------------------------------- */
 
-
-
 #define MAX_VARIANTS 32
 #define MAX_CONFIGS 4
 

@@ -40,6 +40,12 @@
 
 #define NAME_MAX_LEN 96
 
+/* A copy of an offered buffer kept for its post (bsipipe_transport_set_offer_staging). */
+struct staging {
+    void *p;
+    size_t cap;
+};
+
 struct channel {
     /* RECV side */
     int posted;  /* post() was called */
@@ -58,18 +64,12 @@ struct channel {
                      * 5 offered before its receive was posted (bsipipe_transport_offer) */
     const void *offer_src; /* state 5: what the post copies, and who hears of it */
     size_t offer_bytes;
-    struct staging *offer_staged; /* state 5 with staging: the transport's copy offer_src points into */
+    struct staging offer_staged; /* state 5 with staging: the transport's copy offer_src points into (p NULL: none) */
     bsipipe_transport_done_fn offer_done;
     void *offer_done_arg;
     int send_device;
     double send_start;
     char send_what[NAME_MAX_LEN];
-};
-
-/* A copy of an offered buffer kept for its post (bsipipe_transport_set_offer_staging). */
-struct staging {
-    void *p;
-    size_t cap;
 };
 
 struct bsipipe_transport {
@@ -86,7 +86,7 @@ struct bsipipe_transport {
     uint64_t bytes;  /* __atomic */
     double wait_s;   /* summed time sends spent waiting for their post (mutex) */
     int staging;     /* offers ahead of their post are copied (set_offer_staging) */
-    struct staging **spare; /* staging buffers no offer holds, reused (mutex) */
+    struct staging *spare; /* staging buffers no offer holds, reused (mutex) */
     long n_spare, cap_spare;
     double staged_bytes; /* bytes copied into staging (mutex) */
 };
@@ -159,15 +159,10 @@ void bsipipe_transport_destroy(bsipipe_transport_t *t)
         pthread_cond_destroy(&t->cond[i]);
     free(t->cond);
     pthread_mutex_destroy(&t->mutex);
-    for (long i = 0; i < t->n; i++)
-        if (t->ch[i].offer_staged) { /* an offer no post took */
-            free(t->ch[i].offer_staged->p);
-            free(t->ch[i].offer_staged);
-        }
-    for (long i = 0; i < t->n_spare; i++) {
-        free(t->spare[i]->p);
-        free(t->spare[i]);
-    }
+    for (long i = 0; i < t->n; i++) /* offers no post took */
+        free(t->ch[i].offer_staged.p);
+    for (long i = 0; i < t->n_spare; i++)
+        free(t->spare[i].p);
     free(t->spare);
     free(t->report);
     free(t->ch);
@@ -177,36 +172,28 @@ void bsipipe_transport_destroy(bsipipe_transport_t *t)
 /* ---- staging --------------------------------------------------------------------------- */
 
 /* A spare staging buffer of at least `bytes` (the last one given back
- * first), or a new one; NULL when out of memory. Mutex held. */
-static struct staging *staging_take_locked(bsipipe_transport_t *t, size_t bytes)
+ * first), or a new one; p NULL when out of memory. Mutex held. */
+static struct staging staging_take_locked(bsipipe_transport_t *t, size_t bytes)
 {
     for (long i = t->n_spare - 1; i >= 0; i--)
-        if (t->spare[i]->cap >= bytes) {
-            struct staging *s = t->spare[i];
+        if (t->spare[i].cap >= bytes) {
+            struct staging s = t->spare[i];
             t->spare[i] = t->spare[--t->n_spare];
             return s;
         }
-    struct staging *s = malloc(sizeof *s);
-    if (s && !(s->p = malloc(bytes > 0 ? bytes : 1))) {
-        free(s);
-        s = NULL;
-    }
-    if (s)
-        s->cap = bytes;
-    return s;
+    return (struct staging){malloc(bytes > 0 ? bytes : 1), bytes};
 }
 
-/* Keeps a staging buffer for a later offer. Mutex held. */
-static void staging_give_locked(bsipipe_transport_t *t, struct staging *s)
+/* Keeps a staging buffer (none when s.p is NULL) for a later offer. Mutex held. */
+static void staging_give_locked(bsipipe_transport_t *t, struct staging s)
 {
-    if (!s)
+    if (!s.p)
         return;
     if (t->n_spare == t->cap_spare) {
         long cap = t->cap_spare ? 2 * t->cap_spare : 16;
-        struct staging **grown = realloc(t->spare, (size_t)cap * sizeof *grown);
+        struct staging *grown = realloc(t->spare, (size_t)cap * sizeof *grown);
         if (!grown) { /* out of memory: not kept */
-            free(s->p);
-            free(s);
+            free(s.p);
             return;
         }
         t->spare = grown;
@@ -389,7 +376,7 @@ static int deliver_locked(bsipipe_transport_t *t, long ch, const void *src, size
         c->send_state = 3;
     }
     staging_give_locked(t, c->offer_staged); /* its copy has landed (or never will) */
-    c->offer_staged = NULL;
+    c->offer_staged.p = NULL;
     struct starpu_task *task = c->task;
     t->releasing++;
     pthread_mutex_unlock(&t->mutex);
@@ -445,7 +432,7 @@ int bsipipe_transport_post(bsipipe_transport_t *t, long ch, void *dst, size_t by
                 abandoned = c->offer_done;
                 abandoned_arg = c->offer_done_arg;
                 staging_give_locked(t, c->offer_staged);
-                c->offer_staged = NULL;
+                c->offer_staged.p = NULL;
             }
         } else if (c->send_state == 5) { /* its data came first: copy it here */
             return deliver_locked(t, ch, c->offer_src, c->offer_bytes, c->offer_done, c->offer_done_arg);
@@ -654,12 +641,12 @@ int bsipipe_transport_offer(bsipipe_transport_t *t, long ch, const void *src, si
     c->send_start = now_s();
     copy_name(c->send_what, what);
     if (!t->failed && !c->posted && t->staging) { /* copied aside, so that src is free when this returns */
-        struct staging *st = staging_take_locked(t, bytes);
-        if (st) {
+        struct staging st = staging_take_locked(t, bytes);
+        if (st.p) {
             t->copying++; /* the channel stays unoffered meanwhile: a post only records itself */
             pthread_mutex_unlock(&t->mutex);
             if (bytes > 0)
-                memcpy(st->p, src, bytes);
+                memcpy(st.p, src, bytes);
             pthread_mutex_lock(&t->mutex);
             t->copying--;
             if (t->failed || c->posted) { /* failed or posted during the copy: as without staging, below */
@@ -667,7 +654,7 @@ int bsipipe_transport_offer(bsipipe_transport_t *t, long ch, const void *src, si
             } else {
                 t->staged_bytes += (double)bytes;
                 c->send_state = 5;
-                c->offer_src = st->p;
+                c->offer_src = st.p;
                 c->offer_bytes = bytes;
                 c->offer_staged = st;
                 c->offer_done = NULL;

@@ -921,10 +921,10 @@ static void eager_done(void *arg)
      * unregistering from inside the codelet would delay the task's end, and
      * with it the hand-off to the next op (StarPU's unregistration is about
      * a third of a task's termination: docs/benchmarks.md, seventh pass). */
-    struct starpu_task *cur = starpu_task_get_current();
-    op_args_t *host = cur ? cur->cl_arg : NULL;
     if (s->e->pool_active) /* its use was consumed at its submission: the transport stages what it keeps */
         return;
+    struct starpu_task *cur = starpu_task_get_current();
+    op_args_t *host = cur ? cur->cl_arg : NULL;
     if (host && host->task == cur && cur->callback_func == record_profile && !host->settled)
         host->settled = s;
     else
@@ -1340,7 +1340,6 @@ int bsipipe_engine_floor_iteration(bsipipe_engine_t *e, int flags, bsipipe_engin
     sends_begin(e);
     if (fresh) {
         engine_buffers_begin(e, (flags & BSIPIPE_FLOOR_POOLED) != 0);
-        bsipipe_transport_set_offer_staging(e->transport, e->pool_active);
     } else {
         e->h_x_out = e->fl_x_out; e->h_stash = e->fl_stash; e->h_dx = e->fl_dx; e->h_dy = e->fl_dy;
         e->h_wstash = e->fl_wstash; e->h_kv = e->fl_kv; e->h_dkv = e->fl_dkv; e->h_recv = e->fl_recv;
@@ -1426,7 +1425,6 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
         e->live_bytes[d] = e->peak_bytes[d] = 0;
     sends_begin(e);
     engine_buffers_begin(e, e->reuse_buffers);
-    bsipipe_transport_set_offer_staging(e->transport, e->pool_active); /* no producer's buffer read after it ends */
     engine_tags_begin(e);
     overhead_begin(e);
     double t0 = starpu_timing_now();

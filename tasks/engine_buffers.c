@@ -45,7 +45,7 @@ struct pool_class { /* a device's spare handles of one size */
 
 struct engine_pool { /* per device */
     struct pool_class *cls;
-    int n_cls, cap_cls;
+    long n_cls, cap_cls;
     double bytes; /* of every handle it ever registered */
 };
 
@@ -53,8 +53,8 @@ struct engine_pool { /* per device */
  * base + i, with base the summed lengths of the lists before l. */
 enum { N_LISTS = 8 };
 
-static int buffer_lists(const bsipipe_engine_t *e, starpu_data_handle_t *lists[N_LISTS], const uint32_t *sizes[N_LISTS],
-                        long lens[N_LISTS])
+static void buffer_lists(const bsipipe_engine_t *e, starpu_data_handle_t *lists[N_LISTS],
+                         const uint32_t *sizes[N_LISTS], long lens[N_LISTS])
 {
     long n_act = (long)e->m * e->k * e->C * e->T, n_kv = (long)e->m * e->C * e->T;
     long nch = (long)bsipipe_schedule_n_channels(e->sched) * e->T;
@@ -68,17 +68,6 @@ static int buffer_lists(const bsipipe_engine_t *e, starpu_data_handle_t *lists[N
             sizes[i] = s[i];
         lens[i] = n[i];
     }
-    return N_LISTS;
-}
-
-long engine_buffers_count(const bsipipe_engine_t *e)
-{
-    starpu_data_handle_t *lists[N_LISTS];
-    long lens[N_LISTS], total = 0;
-    buffer_lists(e, lists, NULL, lens);
-    for (int l = 0; l < N_LISTS; l++)
-        total += lens[l];
-    return total;
 }
 
 /* The use record of a handle slot of the engine's lists, or NULL. */
@@ -96,6 +85,36 @@ static struct buffer_use *use_of_slot(bsipipe_engine_t *e, starpu_data_handle_t 
     return NULL;
 }
 
+/* arr (n elements used of *cap, each `size` bytes) with room for one
+ * more: arr itself, or grown; NULL when out of memory (arr unchanged). */
+static void *grow(void *arr, long n, long *cap, size_t size)
+{
+    if (n < *cap)
+        return arr;
+    long more = *cap ? 2 * *cap : 8;
+    void *grown = realloc(arr, (size_t)more * size);
+    if (grown)
+        *cap = more;
+    return grown;
+}
+
+/* The device pool's class of nx-float handles; with `add`, created when
+ * missing (NULL when out of memory). */
+static struct pool_class *pool_class(struct engine_pool *p, uint32_t nx, int add)
+{
+    for (long i = 0; i < p->n_cls; i++)
+        if (p->cls[i].nx == nx)
+            return &p->cls[i];
+    struct pool_class *cls = add ? grow(p->cls, p->n_cls, &p->cap_cls, sizeof *p->cls) : NULL;
+    if (!cls)
+        return NULL;
+    p->cls = cls;
+    struct pool_class *c = &p->cls[p->n_cls++];
+    memset(c, 0, sizeof *c);
+    c->nx = nx;
+    return c;
+}
+
 /* A spare handle of nx floats given back before slot `earliest` (the
  * first slot the taker may run at: a receive posted ahead runs before the
  * ops in front of it, and a handle of one of those would make it wait for
@@ -103,10 +122,7 @@ static struct buffer_use *use_of_slot(bsipipe_engine_t *e, starpu_data_handle_t 
 static starpu_data_handle_t pool_take(bsipipe_engine_t *e, int device, uint32_t nx, long earliest)
 {
     struct engine_pool *p = &e->pool[device];
-    struct pool_class *c = NULL;
-    for (int i = 0; i < p->n_cls && !c; i++)
-        if (p->cls[i].nx == nx)
-            c = &p->cls[i];
+    struct pool_class *c = pool_class(p, nx, 0);
     for (long j = c ? c->n - 1 : -1; j >= 0; j--)
         if (c->spare[j].released < earliest) {
             starpu_data_handle_t h = c->spare[j].h;
@@ -131,44 +147,25 @@ static void pool_forget(bsipipe_engine_t *e, int device, starpu_data_handle_t h)
  * it is unregistered once its tasks end). */
 static int pool_put(bsipipe_engine_t *e, int device, starpu_data_handle_t h, long released)
 {
-    struct engine_pool *p = &e->pool[device];
-    uint32_t nx = (uint32_t)starpu_vector_get_nx(h);
-    struct pool_class *c = NULL;
-    for (int i = 0; i < p->n_cls && !c; i++)
-        if (p->cls[i].nx == nx)
-            c = &p->cls[i];
-    if (!c) {
-        if (p->n_cls == p->cap_cls) {
-            int cap = p->cap_cls ? 2 * p->cap_cls : 8;
-            struct pool_class *grown = realloc(p->cls, (size_t)cap * sizeof *grown);
-            if (!grown)
-                goto no_memory;
-            p->cls = grown;
-            p->cap_cls = cap;
-        }
-        c = &p->cls[p->n_cls++];
-        memset(c, 0, sizeof *c);
-        c->nx = nx;
+    struct pool_class *c = pool_class(&e->pool[device], (uint32_t)starpu_vector_get_nx(h), 1);
+    struct pool_spare *spare = c ? grow(c->spare, c->n, &c->cap, sizeof *c->spare) : NULL;
+    if (!spare) {
+        pool_forget(e, device, h);
+        return -ENOMEM;
     }
-    if (c->n == c->cap) {
-        long cap = c->cap ? 2 * c->cap : 8;
-        struct pool_spare *grown = realloc(c->spare, (size_t)cap * sizeof *grown);
-        if (!grown)
-            goto no_memory;
-        c->spare = grown;
-        c->cap = cap;
-    }
+    c->spare = spare;
     starpu_data_set_user_data(h, NULL); /* a spare handle is no buffer's */
     c->spare[c->n++] = (struct pool_spare){h, released};
     return 0;
-no_memory:
-    pool_forget(e, device, h);
-    return -ENOMEM;
 }
 
 int engine_buffers_init(bsipipe_engine_t *e)
 {
-    long n = engine_buffers_count(e);
+    starpu_data_handle_t *lists[N_LISTS];
+    long lens[N_LISTS], n = 0;
+    buffer_lists(e, lists, NULL, lens);
+    for (int l = 0; l < N_LISTS; l++)
+        n += lens[l];
     e->uses = calloc((size_t)(n > 0 ? n : 1), sizeof *e->uses);
     e->pool = calloc((size_t)e->W, sizeof *e->pool);
     return e->uses && e->pool ? 0 : -ENOMEM;
@@ -179,7 +176,7 @@ static void pools_drop(bsipipe_engine_t *e)
 {
     for (int d = 0; e->pool && d < e->W; d++) {
         struct engine_pool *p = &e->pool[d];
-        for (int i = 0; i < p->n_cls; i++) {
+        for (long i = 0; i < p->n_cls; i++) {
             for (long j = 0; j < p->cls[i].n; j++)
                 starpu_data_unregister(p->cls[i].spare[j].h);
             free(p->cls[i].spare);
@@ -210,6 +207,7 @@ void engine_buffers_begin(bsipipe_engine_t *e, int reuse)
      * first iteration's dry run still needs one handle per buffer to count
      * its uses (engine_buffers_counted drops them, never allocated). */
     e->pool_active = reuse && e->pool;
+    bsipipe_transport_set_offer_staging(e->transport, e->pool_active); /* no producer's buffer read after it ends */
     int each = !e->pool_active || !e->use_counts;
     for (int l = 0; l < N_LISTS; l++)
         for (long i = 0; i < lens[l]; i++, u++) {
@@ -230,7 +228,7 @@ void engine_buffers_counted(bsipipe_engine_t *e)
 {
     for (long u = 0; u < e->n_uses; u++) {
         starpu_data_handle_t h = *e->uses[u].slot;
-        if (!h || (e->pool_active ? 0 : e->uses[u].left != 0))
+        if (!h || (!e->pool_active && e->uses[u].left != 0))
             continue;
         *e->uses[u].slot = NULL; /* no task has it yet: unregistered at once */
         starpu_data_unregister_submit(h);
@@ -255,7 +253,7 @@ void engine_buffers_end(bsipipe_engine_t *e)
     }
     /* Every task has ended: a spare may go to any op of the next iteration. */
     for (int d = 0; e->pool && d < e->W; d++)
-        for (int i = 0; i < e->pool[d].n_cls; i++)
+        for (long i = 0; i < e->pool[d].n_cls; i++)
             for (long j = 0; j < e->pool[d].cls[i].n; j++)
                 e->pool[d].cls[i].spare[j].released = LONG_MIN;
     e->pool_active = 0;

@@ -249,13 +249,13 @@ void engine_buffer_use(struct bsipipe_engine *e, starpu_data_handle_t h, int dry
 /* The per-iteration buffers (engine_buffers.c). init: their use records and
  * pools (at create); free: the pools' handles unregistered (before StarPU
  * stops). begin: an iteration's buffers, bound from the pools (reuse) or
- * registered now; counted: after the uses are counted, the handles no op
+ * registered now (the transport stages early offers when reused);
+ * counted: after the uses are counted, the handles no op
  * uses (and, reusing, the dry run's) dropped; end: after every task, what
  * is still held given back. bind: the handle of a buffer slot for an
  * access of device's task, taken from its pool by the first writer. */
 int engine_buffers_init(struct bsipipe_engine *e);
 void engine_buffers_free(struct bsipipe_engine *e);
-long engine_buffers_count(const struct bsipipe_engine *e);
 void engine_buffers_begin(struct bsipipe_engine *e, int reuse);
 void engine_buffers_counted(struct bsipipe_engine *e);
 void engine_buffers_end(struct bsipipe_engine *e);

@@ -105,6 +105,15 @@ static void check_memory(void)
     }
 }
 
+/* How many of n gradients differ in their bits. */
+static long count_differing(const float *a, const float *b, long n)
+{
+    long diff = 0;
+    for (long j = 0; j < n; j++)
+        diff += a[j] != b[j];
+    return diff;
+}
+
 /* Eager sends (the default here) against a SEND task per transfer: the same
  * bits; each eager SEND is recorded on its producer's worker, after the
  * producer started; an unchecked plan keeps its SEND tasks. */
@@ -146,9 +155,7 @@ static void check_eager(const int *tokens, const int *targets)
     CHECK(bsipipe_engine_forward_backward(e, tokens, targets, &l_tasks) == 0, "task sends: %s",
           bsipipe_error_detail());
     bsipipe_engine_grads(e, g_tasks);
-    long diff = 0;
-    for (long j = 0; j < n; j++)
-        diff += g_eager[j] != g_tasks[j];
+    long diff = count_differing(g_eager, g_tasks, n);
     printf("eager sends against SEND tasks: loss %.9f / %.9f, %ld of %ld gradients differ\n", l_eager, l_tasks, diff,
            n);
     CHECK(l_eager == l_tasks && diff == 0, "eager sends change the results");
@@ -197,9 +204,7 @@ static void check_reuse(const int *tokens, const int *targets)
         CHECK(bsipipe_engine_forward_backward(e, tokens, targets, &l) == 0, "%s: %s", names[v],
               bsipipe_error_detail());
         bsipipe_engine_grads(e, g);
-        long diff = 0;
-        for (long j = 0; j < n; j++)
-            diff += g[j] != g_ref[j];
+        long diff = count_differing(g, g_ref, n);
         printf("%s against the first reused iteration: loss %.9f / %.9f, %ld of %ld gradients differ\n", names[v], l,
                l_ref, diff, n);
         CHECK(l == l_ref && diff == 0, "%s changes the results", names[v]);
