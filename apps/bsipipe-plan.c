@@ -52,6 +52,11 @@ static void usage(FILE *out)
 "                     flops: FLOPs / --device-tflops (default 150), NVLink-class\n"
 "                     intra-node and InfiniBand-class inter-node links\n"
 "  --devices-per-node N  (link classes; default: all devices on one node)\n"
+"  --noise CV         a second table: each plan under op-time noise, every compute\n"
+"                     op's time its cost times a lognormal factor of mean 1 and\n"
+"                     coefficient of variation CV (e.g. 0.06, this VM's ops): the\n"
+"                     expected and 90th-percentile bubble and makespan\n"
+"  --noise-samples N  --noise-seed N   (defaults 200 and 1)\n"
 "  --topology SPEC    the cluster, through hwloc: NxG (N nodes of G devices),\n"
 "                     synthetic:DESC, xml:FILE or this; devices are mapped onto\n"
 "                     nodes topology-aware (mirrored pairs on one node) and the\n"
@@ -95,7 +100,20 @@ typedef struct options {
     double *tokens_s; /* per schedule kind: predicted tokens/s (FLOPs costs) */
     int naive_mapping;
     int nodes, node_devices; /* from the topology */
+    double noise;            /* --noise: coefficient of variation of op times (0: off) */
+    int noise_samples;       /* --noise-samples */
+    unsigned long long noise_seed; /* --noise-seed */
+    struct noise_row *noise_rows; /* --noise: one per schedule shown, printed after the table */
+    int n_noise_rows;
 } options_t;
+
+/* --noise: a schedule's plan under op-time noise. */
+typedef struct noise_row {
+    bsipipe_parallel_config_t pc;
+    int rc; /* 0, or the error (detail in `error`) */
+    char error[160];
+    bsipipe_sim_noise_t r;
+} noise_row_t;
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -266,6 +284,39 @@ static void print_mapping(const options_t *o, const bsipipe_schedule_t *s, const
 
 /* Simulates one schedule and prints its row (or JSON), drawings, SVG and
  * mapping. 0, or 1 when something failed (message printed). */
+/* --noise: s simulated under op-time noise on the table's cost model, kept
+ * for print_noise. */
+static void add_noise_row(options_t *o, const bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost)
+{
+    noise_row_t *row = &o->noise_rows[o->n_noise_rows++];
+    row->pc = *bsipipe_schedule_config(s);
+    row->rc = bsipipe_simulate_noise(s, cost, o->noise, o->noise_samples, o->noise_seed, &row->r);
+    if (row->rc < 0)
+        snprintf(row->error, sizeof row->error, "%s", bsipipe_error_detail());
+}
+
+/* --noise: the second table, each schedule's expected bubble and makespan
+ * when every op's time spreads by the coefficient of variation given. */
+static void print_noise(const options_t *o)
+{
+    printf("\nUnder op-time noise: each compute op's time its cost times a lognormal factor of mean 1 and\n"
+           "coefficient of variation %.3g, independent per op; %d samples, seed %llu (docs/schedules.md,\n"
+           "\"Op-time noise\"):\n\n", o->noise, o->noise_samples, o->noise_seed);
+    printf("| schedule  | p | k | bubble noiseless | bubble mean | bubble p90 | makespan mean / noiseless | p90 / noiseless |\n");
+    printf("|-----------|---|---|------------------|-------------|------------|---------------------------|-----------------|\n");
+    for (int i = 0; i < o->n_noise_rows; i++) {
+        const noise_row_t *n = &o->noise_rows[i];
+        if (n->rc < 0) {
+            printf("| %-9s | %d | %d | %s |\n", bsipipe_schedule_kind_name(n->pc.schedule), n->pc.p, n->pc.k, n->error);
+            continue;
+        }
+        printf("| %-9s | %d | %d | %15.2f%% | %10.2f%% | %9.2f%% | %25.4f | %15.4f |\n",
+               bsipipe_schedule_kind_name(n->pc.schedule), n->pc.p, n->pc.k, 100 * n->r.noiseless_bubble,
+               100 * n->r.mean_bubble, 100 * n->r.p90_bubble, n->r.mean_makespan / n->r.noiseless_makespan,
+               n->r.p90_makespan / n->r.noiseless_makespan);
+    }
+}
+
 static int show(const options_t *o, bsipipe_schedule_t *s, const bsipipe_cost_model_t *unit,
                 const bsipipe_cost_model_t *cost, optimised_note_t *note, int *first)
 {
@@ -295,6 +346,8 @@ static int show(const options_t *o, bsipipe_schedule_t *s, const bsipipe_cost_mo
         print_row(o, s, ru, r);
         if (pc.schedule == BSIPIPE_SCHED_BSIPIPE && pc.optimise)
             note_optimised(&pc, bsipipe_schedule_model(s), ru, note);
+        if (o->noise > 0)
+            add_noise_row((options_t *)o, s, &mapped);
     }
     if (rc == 0 && o->draw) {
         printf("\n%s:\n", name);
@@ -491,6 +544,8 @@ static int run(const options_t *o)
             describe_pieces(s, pieces, sizeof pieces);
         bsipipe_schedule_destroy(s);
     }
+    if (!o->json && o->noise > 0)
+        print_noise(o);
     if (!o->json && bsipipe_note.valid)
         printf("\nbsipipe under unit costs: constructed %.2f%%, optimised %.2f%% (the optimising pass; peak activations\n"
                "per device %d -> %d subsequence-chunks); the paper's (w-1)/(3N_s+w-1) = %.2f%%\n",
@@ -517,11 +572,12 @@ int main(int argc, char **argv)
 {
     options_t o = {.all = 1, .width = 100, .w = 4, .p = 2, .k = 2, .m = 8, .tp = 1, .concat = 1, .optimise = 1, .unit_cost = 1,
                    .tflops = 150, .partition = BSIPIPE_PARTITION_BALANCED, .comm = BSIPIPE_COMM_BSIPIPE,
-                   .dims = {BSIPIPE_MODEL_GPT, 16, 256, 8, 1024, 256, 1024}};
+                   .dims = {BSIPIPE_MODEL_GPT, 16, 256, 8, 1024, 256, 1024},
+                   .noise_samples = 200, .noise_seed = 1};
     int ffn_set = 0;
     enum { O_SCHED = 256, O_W, O_P, O_K, O_M, O_TP, O_PART, O_COMM, O_NOCONCAT, O_NOOPT, O_RECV, O_SEND, O_NIC, O_MODEL, O_LAYERS, O_HIDDEN,
            O_HEADS, O_FFN, O_VOCAB, O_SEQ, O_COST, O_TFLOPS, O_DPN, O_PRESET, O_DRAW, O_WIDTH, O_SVG, O_FORMAT,
-           O_TOPOLOGY, O_NAIVE_MAPPING, O_PLAN };
+           O_TOPOLOGY, O_NAIVE_MAPPING, O_PLAN, O_NOISE, O_NOISE_SAMPLES, O_NOISE_SEED };
     static const struct option longopts[] = {
         {"schedule", 1, 0, O_SCHED}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P}, {"k", 1, 0, O_K}, {"m", 1, 0, O_M},
         {"tp", 1, 0, O_TP}, {"partition", 1, 0, O_PART}, {"comm", 1, 0, O_COMM}, {"no-concat", 0, 0, O_NOCONCAT}, {"no-optimise", 0, 0, O_NOOPT}, {"recv", 1, 0, O_RECV}, {"send", 1, 0, O_SEND}, {"nic", 1, 0, O_NIC},
@@ -530,6 +586,7 @@ int main(int argc, char **argv)
         {"device-tflops", 1, 0, O_TFLOPS}, {"devices-per-node", 1, 0, O_DPN}, {"preset", 1, 0, O_PRESET},
         {"draw", 0, 0, O_DRAW}, {"width", 1, 0, O_WIDTH}, {"svg", 1, 0, O_SVG}, {"format", 1, 0, O_FORMAT},
         {"topology", 1, 0, O_TOPOLOGY}, {"naive-mapping", 0, 0, O_NAIVE_MAPPING}, {"plan", 1, 0, O_PLAN},
+        {"noise", 1, 0, O_NOISE}, {"noise-samples", 1, 0, O_NOISE_SAMPLES}, {"noise-seed", 1, 0, O_NOISE_SEED},
         {"version", 0, 0, 'V'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
@@ -609,6 +666,22 @@ int main(int argc, char **argv)
         case O_TOPOLOGY: o.topology = optarg; break;
         case O_NAIVE_MAPPING: o.naive_mapping = 1; break;
         case O_PLAN: o.plan = optarg; break;
+        case O_NOISE: {
+            char *end;
+            o.noise = strtod(optarg, &end);
+            if (end == optarg || *end || !(o.noise > 0 && o.noise <= BSIPIPE_SIM_NOISE_MAX_CV))
+                return die("--noise expects the ops' coefficient of variation, above 0 and at most 2 (e.g. 0.1)");
+            break;
+        }
+        case O_NOISE_SAMPLES:
+            bad |= cli_parse_int("bsipipe-plan", "--noise-samples", optarg, 1, 10000, &o.noise_samples);
+            break;
+        case O_NOISE_SEED: {
+            int seed;
+            bad |= cli_parse_int("bsipipe-plan", "--noise-seed", optarg, 0, 1 << 30, &seed);
+            o.noise_seed = (unsigned long long)seed;
+            break;
+        }
         case O_WIDTH: bad |= cli_parse_int("bsipipe-plan", "--width", optarg, 10, 4096, &o.width); break;
         case O_SVG: o.svg = optarg; break;
         case O_FORMAT:
@@ -646,6 +719,8 @@ int main(int argc, char **argv)
         return die("--plan and --preset paper both fix the plan: give one of them");
     if (o.json && o.all && !o.plan)
         return die("--format json exports one schedule: add --schedule NAME (or --plan FILE)");
+    if (o.noise > 0 && o.json)
+        return die("--noise prints a second table: not with --format json");
     if (o.naive_mapping && !o.topology)
         return die("--naive-mapping needs --topology");
     if (o.topology) {
@@ -659,5 +734,7 @@ int main(int argc, char **argv)
     double peak_gib[BSIPIPE_SCHED_COUNT] = {0}, tokens_s[BSIPIPE_SCHED_COUNT] = {0};
     o.peak_gib = peak_gib;
     o.tokens_s = tokens_s;
+    noise_row_t noise_rows[BSIPIPE_SCHED_COUNT + 1];
+    o.noise_rows = noise_rows;
     return run(&o);
 }

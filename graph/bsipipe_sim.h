@@ -140,6 +140,27 @@ int bsipipe_simulate(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *co
                      bsipipe_sim_result_t **out);
 void bsipipe_sim_result_destroy(bsipipe_sim_result_t *r);
 
+/* The plan under op-time noise: every compute op's duration drawn as its
+ * cost under `cost` times an independent lognormal factor of mean 1 and
+ * coefficient of variation cv (measured ops spread like that on a shared
+ * machine: docs/schedules.md, "Op-time noise"), simulated `samples` times
+ * from `seed` (the same seed, the same numbers). Makespans and bubbles as
+ * bsipipe_simulate's; the noiseless ones for reference. cv = 0 gives the
+ * noiseless plan in every sample. Errors: -EINVAL (cv outside
+ * 0..BSIPIPE_SIM_NOISE_MAX_CV, samples outside 1..BSIPIPE_SIM_NOISE_MAX_SAMPLES,
+ * NULL), those of bsipipe_simulate (a deadlock, before any sample), -ENOMEM. */
+typedef struct bsipipe_sim_noise {
+    double cv;
+    int samples;
+    double noiseless_makespan, noiseless_bubble;
+    double mean_makespan, p90_makespan; /* p90: the 90th percentile (nearest rank) */
+    double mean_bubble, p90_bubble;
+} bsipipe_sim_noise_t;
+#define BSIPIPE_SIM_NOISE_MAX_CV 2.0
+#define BSIPIPE_SIM_NOISE_MAX_SAMPLES 100000
+int bsipipe_simulate_noise(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost, double cv, int samples,
+                           unsigned long long seed, bsipipe_sim_noise_t *out);
+
 /* Cost (seconds or units) of one compute op under a cost model. */
 double bsipipe_sim_op_cost(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost,
                            const bsipipe_op_t *op);

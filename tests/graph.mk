@@ -28,3 +28,7 @@ tests_test_tp_cost_LDADD = libbsipipe.la
 check_PROGRAMS += tests/test_draw_svg
 TESTS += tests/test_draw_svg
 tests_test_draw_svg_LDADD = libbsipipe.la
+# test_sim_noise: the plan simulated under op-time noise (Monte Carlo).
+check_PROGRAMS += tests/test_sim_noise
+TESTS += tests/test_sim_noise
+tests_test_sim_noise_LDADD = libbsipipe.la

@@ -114,4 +114,17 @@ else
     echo "python3 not found: JSON/SVG content not parsed (setup installs it)" >&2
     fail "python3 missing"
 fi
+# --noise: the plans under op-time noise, a second table; a zero-bubble plan
+# gains bubble under it, and bad values are named.
+expect 0 "Under op-time noise: each compute op's time its cost times a lognormal factor" \
+    --schedule chimera --w 2 --m 8 --cost flops --device-tflops 0.09 --noise 0.1 --noise-samples 50
+"$prog" --schedule chimera --w 2 --m 8 --seq 512 --hidden 128 --heads 4 --layers 8 --cost flops --device-tflops 0.09 \
+    --noise 0.1 --noise-samples 50 >"$tmp/noise" 2>&1
+awk -F'|' '$2 ~ /chimera/ && $5 ~ /%/ { gsub(/[ %]/, "", $5); gsub(/[ %]/, "", $6); found = 1; exit !($6 > $5 + 0.5) }
+    END { if (!found) exit 1 }' "$tmp/noise" && ok || fail "--noise: Chimera's bubble did not grow: $(cat "$tmp/noise")"
+expect 2 "--noise expects the ops' coefficient of variation, above 0 and at most 2" --noise 0
+expect 2 "--noise expects the ops' coefficient of variation" --noise 3
+expect 2 "--noise expects the ops' coefficient of variation" --noise abc
+expect 2 "--noise-samples" --noise 0.1 --noise-samples 0
+expect 2 "--noise prints a second table: not with --format json" --schedule 1f1b --noise 0.1 --format json
 finish test_plan_cli
