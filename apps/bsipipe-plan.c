@@ -10,6 +10,7 @@
 #include "graph/bsipipe_builder.h"
 
 #include <getopt.h>
+#include <math.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +53,13 @@ static void usage(FILE *out)
 "                     flops: FLOPs / --device-tflops (default 150), NVLink-class\n"
 "                     intra-node and InfiniBand-class inter-node links\n"
 "  --devices-per-node N  (link classes; default: all devices on one node)\n"
+"  --k auto           sequence-level schedules: the k (1..16) whose plan the FLOPs\n"
+"                     costs predict fastest within --act-budget, chosen per\n"
+"                     schedule and listed under the table (docs/schedules.md)\n"
+"  --act-budget GIB   --k auto: the most activation memory a device may hold\n"
+"  --piece-half N     FLOPs costs: an op on a piece of len tokens runs at\n"
+"                     len / (len + N) of the device's rate (0: at the rate; this\n"
+"                     VM's CPU kernels measure about 16)\n"
 "  --noise CV         a second table: each plan under op-time noise, every compute\n"
 "                     op's time its cost times a lognormal factor of mean 1 and\n"
 "                     coefficient of variation CV (e.g. 0.06, this VM's ops): the\n"
@@ -100,6 +108,9 @@ typedef struct options {
     double *tokens_s; /* per schedule kind: predicted tokens/s (FLOPs costs) */
     int naive_mapping;
     int nodes, node_devices; /* from the topology */
+    int auto_k;              /* --k auto */
+    double act_budget_gib;   /* --act-budget (0: none) */
+    double piece_half;       /* --piece-half: the cost model's piece_half_tokens */
     double noise;            /* --noise: coefficient of variation of op times (0: off) */
     int noise_samples;       /* --noise-samples */
     unsigned long long noise_seed; /* --noise-seed */
@@ -478,6 +489,54 @@ static int print_paper_tp(const options_t *o, const bsipipe_cost_model_t *flops)
     return status;
 }
 
+/* --k auto: one schedule's choice. */
+typedef struct auto_k_row {
+    bsipipe_schedule_kind_t kind;
+    int rc;
+    bsipipe_k_choice_t ch;
+} auto_k_row_t;
+
+/* --k auto: under the table, each sequence-level schedule's k, against
+ * k = 1 and against the fastest k of all when the budget ruled it out. */
+static void print_auto_k(const options_t *o, const auto_k_row_t *rows, int n)
+{
+    int planned = 0;
+    for (int i = 0; i < n; i++)
+        planned += rows[i].rc == 0;
+    if (!planned)
+        return; /* every choice failed, each named on stderr */
+    printf("\n--k auto: each sequence-level schedule planned and simulated at every k in 1..%d, FLOPs costs%s",
+           BSIPIPE_CHOOSE_K_MAX, o->piece_half > 0 ? "" : " (every piece at the device's full rate; --piece-half N slows short ones)");
+    if (o->piece_half > 0)
+        printf(", pieces at len / (len + %g) of the device's rate", o->piece_half);
+    if (o->act_budget_gib > 0)
+        printf("; activation budget %g GiB per device", o->act_budget_gib);
+    printf(":\n\n| schedule  | k | iter (s) | act GiB | k = 1: iter (s) | act GiB | fastest k of all |\n");
+    printf("|-----------|---|----------|---------|-----------------|---------|------------------|\n");
+    for (int i = 0; i < n; i++) {
+        const bsipipe_k_choice_t *ch = &rows[i].ch;
+        if (rows[i].rc < 0)
+            continue; /* named on stderr */
+        const bsipipe_k_candidate_t *c = &ch->tried[ch->chosen], *one = NULL, *fastest = NULL;
+        for (int j = 0; j < ch->n_tried; j++) {
+            const bsipipe_k_candidate_t *t = &ch->tried[j];
+            if (t->rc < 0)
+                continue;
+            if (t->k == 1)
+                one = t;
+            if (!fastest || t->iteration_time < fastest->iteration_time * 0.999)
+                fastest = t;
+        }
+        char fast[64] = "the same";
+        if (fastest && fastest->k != c->k)
+            snprintf(fast, sizeof fast, "k = %d: %.4g s, %.2f GiB", fastest->k, fastest->iteration_time,
+                     fastest->peak_act_bytes / 1073741824.0);
+        printf("| %-9s | %d | %8.4g | %7.2f | %15.4g | %7.2f | %s |\n", bsipipe_schedule_kind_name(rows[i].kind), c->k,
+               c->iteration_time, c->peak_act_bytes / 1073741824.0, one ? one->iteration_time : NAN,
+               one ? one->peak_act_bytes / 1073741824.0 : NAN, fast);
+    }
+}
+
 static int run(const options_t *o)
 {
     bsipipe_cost_model_t unit = bsipipe_cost_model_unit();
@@ -487,8 +546,10 @@ static int run(const options_t *o)
     unit.recv_in_place = flops.recv_in_place = o->recv_in_place;
     unit.async_send = flops.async_send = o->async_send > 0;
     unit.shared_nic = flops.shared_nic = o->shared_nic;
+    flops.piece_half_tokens = o->piece_half;
     const bsipipe_cost_model_t *cost = o->unit_cost ? &unit : &flops;
-    int first = 1, status = 0;
+    int first = 1, status = 0, n_auto = 0;
+    auto_k_row_t auto_rows[BSIPIPE_SCHED_COUNT];
     optimised_note_t bsipipe_note = {0};
     bsipipe_schedule_t *imported = NULL;
     bsipipe_import_info_t info;
@@ -532,6 +593,17 @@ static int run(const options_t *o)
         if (!o->all && kind != (int)o->kind)
             continue;
         bsipipe_parallel_config_t pc = config_for(o, (bsipipe_schedule_kind_t)kind);
+        if (o->auto_k && bsipipe_schedule_kind_traits(pc.schedule).sequence_level) {
+            auto_k_row_t *a = &auto_rows[n_auto++];
+            a->kind = pc.schedule;
+            if ((a->rc = bsipipe_schedule_choose_k(&pc, &o->dims, cost, o->act_budget_gib * 1073741824.0, &a->ch)) < 0) {
+                fprintf(stderr, "bsipipe-plan: %s: --k auto: %s\n", bsipipe_schedule_kind_name(pc.schedule),
+                        bsipipe_error_detail());
+                status = 1;
+                continue;
+            }
+            pc.k = a->ch.k;
+        }
         bsipipe_schedule_t *s;
         if (bsipipe_schedule_create(&pc, &o->dims, &s) < 0) {
             fprintf(stderr, "bsipipe-plan: %s: %s\n", bsipipe_schedule_kind_name((bsipipe_schedule_kind_t)kind),
@@ -544,6 +616,8 @@ static int run(const options_t *o)
             describe_pieces(s, pieces, sizeof pieces);
         bsipipe_schedule_destroy(s);
     }
+    if (!o->json && n_auto > 0)
+        print_auto_k(o, auto_rows, n_auto);
     if (!o->json && o->noise > 0)
         print_noise(o);
     if (!o->json && bsipipe_note.valid)
@@ -577,7 +651,8 @@ int main(int argc, char **argv)
     int ffn_set = 0;
     enum { O_SCHED = 256, O_W, O_P, O_K, O_M, O_TP, O_PART, O_COMM, O_NOCONCAT, O_NOOPT, O_RECV, O_SEND, O_NIC, O_MODEL, O_LAYERS, O_HIDDEN,
            O_HEADS, O_FFN, O_VOCAB, O_SEQ, O_COST, O_TFLOPS, O_DPN, O_PRESET, O_DRAW, O_WIDTH, O_SVG, O_FORMAT,
-           O_TOPOLOGY, O_NAIVE_MAPPING, O_PLAN, O_NOISE, O_NOISE_SAMPLES, O_NOISE_SEED };
+           O_TOPOLOGY, O_NAIVE_MAPPING, O_PLAN, O_NOISE, O_NOISE_SAMPLES, O_NOISE_SEED,
+           O_ACT_BUDGET, O_PIECE_HALF };
     static const struct option longopts[] = {
         {"schedule", 1, 0, O_SCHED}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P}, {"k", 1, 0, O_K}, {"m", 1, 0, O_M},
         {"tp", 1, 0, O_TP}, {"partition", 1, 0, O_PART}, {"comm", 1, 0, O_COMM}, {"no-concat", 0, 0, O_NOCONCAT}, {"no-optimise", 0, 0, O_NOOPT}, {"recv", 1, 0, O_RECV}, {"send", 1, 0, O_SEND}, {"nic", 1, 0, O_NIC},
@@ -586,6 +661,7 @@ int main(int argc, char **argv)
         {"device-tflops", 1, 0, O_TFLOPS}, {"devices-per-node", 1, 0, O_DPN}, {"preset", 1, 0, O_PRESET},
         {"draw", 0, 0, O_DRAW}, {"width", 1, 0, O_WIDTH}, {"svg", 1, 0, O_SVG}, {"format", 1, 0, O_FORMAT},
         {"topology", 1, 0, O_TOPOLOGY}, {"naive-mapping", 0, 0, O_NAIVE_MAPPING}, {"plan", 1, 0, O_PLAN},
+        {"act-budget", 1, 0, O_ACT_BUDGET}, {"piece-half", 1, 0, O_PIECE_HALF},
         {"noise", 1, 0, O_NOISE}, {"noise-samples", 1, 0, O_NOISE_SAMPLES}, {"noise-seed", 1, 0, O_NOISE_SEED},
         {"version", 0, 0, 'V'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
@@ -602,7 +678,28 @@ int main(int argc, char **argv)
             break;
         case O_W: bad |= cli_parse_int("bsipipe-plan", "--w", optarg, 1, 4096, &o.w); o.set_w = 1; o.set |= CLI_SET_W; break;
         case O_P: bad |= cli_parse_int("bsipipe-plan", "--p", optarg, 1, 64, &o.p); o.set_p = 1; o.set |= CLI_SET_P; break;
-        case O_K: bad |= cli_parse_int("bsipipe-plan", "--k", optarg, 1, 65536, &o.k); o.set_k = 1; o.set |= CLI_SET_K; break;
+        case O_K:
+            if (strcmp(optarg, "auto") == 0)
+                o.auto_k = 1;
+            else
+                bad |= cli_parse_int("bsipipe-plan", "--k", optarg, 1, 65536, &o.k);
+            o.set_k = 1;
+            o.set |= CLI_SET_K;
+            break;
+        case O_ACT_BUDGET: {
+            char *end;
+            o.act_budget_gib = strtod(optarg, &end);
+            if (end == optarg || *end || !(o.act_budget_gib > 0 && o.act_budget_gib < 1e6))
+                return die("--act-budget expects GiB of activations per device, a positive number (e.g. 40)");
+            break;
+        }
+        case O_PIECE_HALF: {
+            char *end;
+            o.piece_half = strtod(optarg, &end);
+            if (end == optarg || *end || !(o.piece_half >= 0 && o.piece_half <= 1 << 24))
+                return die("--piece-half expects tokens, 0 or more (e.g. 16)");
+            break;
+        }
         case O_M: bad |= cli_parse_int("bsipipe-plan", "--m", optarg, 1, 1 << 20, &o.m); o.set_m = 1; o.set |= CLI_SET_M; break;
         case O_TP: bad |= cli_parse_int("bsipipe-plan", "--tp", optarg, 1, 1024, &o.tp); o.set |= CLI_SET_TP; break;
         case O_PART:
@@ -719,6 +816,15 @@ int main(int argc, char **argv)
         return die("--plan and --preset paper both fix the plan: give one of them");
     if (o.json && o.all && !o.plan)
         return die("--format json exports one schedule: add --schedule NAME (or --plan FILE)");
+    if (o.auto_k && o.unit_cost)
+        return die("--k auto compares predicted times, and unit costs charge a piece like a whole sequence: "
+                   "add --cost flops");
+    if (o.auto_k && o.plan)
+        return die("--k auto chooses k, and --plan FILE fixes it: give one of them");
+    if (o.act_budget_gib > 0 && !o.auto_k)
+        return die("--act-budget is the budget --k auto chooses within: add --k auto");
+    if (o.piece_half > 0 && o.unit_cost)
+        return die("--piece-half slows short pieces under FLOPs costs: add --cost flops");
     if (o.noise > 0 && o.json)
         return die("--noise prints a second table: not with --format json");
     if (o.naive_mapping && !o.topology)

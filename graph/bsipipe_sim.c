@@ -130,7 +130,10 @@ double bsipipe_sim_op_cost(const bsipipe_schedule_t *s, const bsipipe_cost_model
         f = layers + 3 * head;
     else if (op->kind == BSIPIPE_OP_B && !split)
         f = 2 * layers;
-    return f / s->pc.tp / c->device_flops + bsipipe_sim_tp_comm(s, c, op, NULL);
+    double rate = c->device_flops;
+    if (c->piece_half_tokens > 0) /* short pieces run below the device's rate */
+        rate *= len / (len + c->piece_half_tokens);
+    return f / s->pc.tp / rate + bsipipe_sim_tp_comm(s, c, op, NULL);
 }
 
 /* Node of pipeline device d. devices_per_node counts GPUs: with D_t > 1 a

@@ -54,6 +54,12 @@ typedef struct bsipipe_cost_model {
                                unit and FLOPs costs of compute ops; from a run, e.g.
                                bsipipe_engine_op_seconds. Borrowed: must outlive the
                                calls that use the model */
+    double piece_half_tokens; /* FLOPs costs: 0, every FLOP at device_flops whatever the
+                               piece's length; n > 0, an op on a piece of len tokens runs
+                               at len / (len + n) of it (Hockney's half-performance
+                               length: the per-call work that does not shrink with the
+                               piece, such as packing a weight or launching a kernel;
+                               docs/schedules.md, "Choosing k") */
     const double *op_replay; /* optional: every compute op's own duration, by
                                bsipipe_sim_op_index, overriding op_seconds and the
                                unit and FLOPs costs: a run replayed
@@ -160,6 +166,33 @@ typedef struct bsipipe_sim_noise {
 #define BSIPIPE_SIM_NOISE_MAX_SAMPLES 100000
 int bsipipe_simulate_noise(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost, double cv, int samples,
                            unsigned long long seed, bsipipe_sim_noise_t *out);
+
+/* Choosing k, the pieces a sequence is cut into (docs/schedules.md,
+ * "Choosing k"): pc planned and simulated under `cost` (FLOPs costs; unit
+ * costs are refused: they charge a piece like a whole sequence) at every k
+ * in 1..BSIPIPE_CHOOSE_K_MAX the config allows (k = 1 alone for schedules
+ * that do not cut sequences). out->k: the one with the shortest predicted
+ * iteration whose largest device holds at most act_budget_bytes of
+ * activations (0: no budget); within 0.1% of it, the fewer pieces. Every k
+ * tried is in out->tried, with its prediction (rc < 0: it did not plan).
+ * Errors: -ENOSPC when no k fits the budget (detail: the least memory and
+ * its k), BSIPIPE_EDEADLOCK from the plan, -EINVAL, -ENOMEM. */
+#define BSIPIPE_CHOOSE_K_MAX 16
+typedef struct bsipipe_k_candidate {
+    int k, rc;
+    int fits;               /* within the budget */
+    double iteration_time;  /* predicted, seconds */
+    double bubble_ratio;
+    double peak_act_bytes;  /* the largest device's */
+} bsipipe_k_candidate_t;
+typedef struct bsipipe_k_choice {
+    int k;                  /* the choice */
+    int chosen;             /* its index in tried */
+    int n_tried;
+    bsipipe_k_candidate_t tried[BSIPIPE_CHOOSE_K_MAX];
+} bsipipe_k_choice_t;
+int bsipipe_schedule_choose_k(const bsipipe_parallel_config_t *pc, const bsipipe_model_dims_t *dims,
+                              const bsipipe_cost_model_t *cost, double act_budget_bytes, bsipipe_k_choice_t *out);
 
 /* Cost (seconds or units) of one compute op under a cost model. */
 double bsipipe_sim_op_cost(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost,

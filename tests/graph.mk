@@ -32,3 +32,7 @@ tests_test_draw_svg_LDADD = libbsipipe.la
 check_PROGRAMS += tests/test_sim_noise
 TESTS += tests/test_sim_noise
 tests_test_sim_noise_LDADD = libbsipipe.la
+# test_choose_k: k chosen by prediction; the pieces' half-performance length.
+check_PROGRAMS += tests/test_choose_k
+TESTS += tests/test_choose_k
+tests_test_choose_k_LDADD = libbsipipe.la -lm

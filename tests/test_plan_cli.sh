@@ -127,4 +127,17 @@ expect 2 "--noise expects the ops' coefficient of variation" --noise 3
 expect 2 "--noise expects the ops' coefficient of variation" --noise abc
 expect 2 "--noise-samples" --noise 0.1 --noise-samples 0
 expect 2 "--noise prints a second table: not with --format json" --schedule 1f1b --noise 0.1 --format json
+# --k auto: per schedule the k predicted fastest, within --act-budget; with
+# this VM's half-performance length BSIPipe keeps whole sequences at w = 2
+# (no bubble to remove), and a budget under that memory makes it cut them.
+small="--w 2 --m 8 --layers 8 --hidden 128 --heads 4 --vocab 256 --seq 512 --cost flops --device-tflops 0.09"
+expect 0 "| bsipipe   | 2 | 1 |    8 |" --schedule bsipipe $small --k auto --piece-half 16
+expect 0 "| bsipipe   | 2 | 2 |   16 |" --schedule bsipipe $small --k auto --piece-half 16 --act-budget 0.05
+expect 1 "no k in 1..16 keeps the activations within 0.0001 GiB per device: the least is" \
+    --schedule bsipipe $small --k auto --act-budget 0.0001
+expect 2 "--k auto compares predicted times" --k auto
+expect 2 "--act-budget is the budget --k auto chooses within: add --k auto" --cost flops --act-budget 3
+expect 2 "--act-budget expects GiB of activations per device" --cost flops --k auto --act-budget -1
+expect 2 "--piece-half slows short pieces under FLOPs costs: add --cost flops" --piece-half 16
+expect 2 "--piece-half expects tokens" --cost flops --piece-half x
 finish test_plan_cli
