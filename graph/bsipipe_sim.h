@@ -171,13 +171,15 @@ int bsipipe_simulate_noise(const bsipipe_schedule_t *s, const bsipipe_cost_model
  * "Choosing k"): pc planned and simulated under `cost` (FLOPs costs; unit
  * costs are refused: they charge a piece like a whole sequence) at every k
  * in 1..BSIPIPE_CHOOSE_K_MAX the config allows (k = 1 alone for schedules
- * that do not cut sequences). out->k: the one with the shortest predicted
- * iteration whose largest device holds at most act_budget_bytes of
- * activations (0: no budget); within 0.1% of it, the fewer pieces. Every k
+ * that do not cut sequences). out->k: among the k whose largest device
+ * holds at most act_budget_bytes of activations (0: no budget), those
+ * predicted within BSIPIPE_CHOOSE_K_TIE of the fastest, the one holding the
+ * least (then the fewer pieces). Every k
  * tried is in out->tried, with its prediction (rc < 0: it did not plan).
  * Errors: -ENOSPC when no k fits the budget (detail: the least memory and
  * its k), BSIPIPE_EDEADLOCK from the plan, -EINVAL, -ENOMEM. */
 #define BSIPIPE_CHOOSE_K_MAX 16
+#define BSIPIPE_CHOOSE_K_TIE 0.001 /* 0.1%: below what a prediction can tell apart */
 typedef struct bsipipe_k_candidate {
     int k, rc;
     int fits;               /* within the budget */

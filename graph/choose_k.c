@@ -7,7 +7,7 @@
  * transfer's latency more often. Which k is fastest, and which fit a memory
  * budget, depends on the model, the pipeline and the device, so this pass
  * plans and simulates each candidate under the caller's cost model and
- * keeps the fastest that fits. */
+ * keeps the fastest that fits; among near ties, the one holding least. */
 #include "graph/bsipipe_sim.h"
 #include "graph/bsipipe_error.h"
 
@@ -50,7 +50,7 @@ int bsipipe_schedule_choose_k(const bsipipe_parallel_config_t *pc, const bsipipe
                                           "much as a whole sequence; use FLOPs costs");
     memset(out, 0, sizeof *out);
     int max_k = bsipipe_schedule_kind_traits(pc->schedule).sequence_level ? BSIPIPE_CHOOSE_K_MAX : 1;
-    int best = -1, least = -1;
+    int fastest = -1, least = -1;
     for (int k = 1; k <= max_k; k++) {
         bsipipe_k_candidate_t *c = &out->tried[out->n_tried];
         *c = (bsipipe_k_candidate_t){.k = k};
@@ -67,17 +67,27 @@ int bsipipe_schedule_choose_k(const bsipipe_parallel_config_t *pc, const bsipipe
         c->fits = act_budget_bytes <= 0 || c->peak_act_bytes <= act_budget_bytes;
         if (least < 0 || c->peak_act_bytes < out->tried[least].peak_act_bytes)
             least = out->n_tried - 1;
-        /* the fastest that fits; within 0.1%, the fewer pieces (larger, likelier faster, kernels) */
-        if (c->fits && (best < 0 || c->iteration_time < out->tried[best].iteration_time * 0.999))
-            best = out->n_tried - 1;
+        if (c->fits && (fastest < 0 || c->iteration_time < out->tried[fastest].iteration_time))
+            fastest = out->n_tried - 1;
     }
     if (least < 0)
         return bsipipe_error_set(-EINVAL, "choosing k: no k in 1..%d plans for this configuration", max_k);
-    if (best < 0)
+    if (fastest < 0)
         return bsipipe_error_set(-ENOSPC, "no k in 1..%d keeps the activations within %.4g GiB per device: the "
                                           "least is %.4g GiB at k = %d; raise the budget or use more devices",
                                  max_k, act_budget_bytes / 1073741824.0,
                                  out->tried[least].peak_act_bytes / 1073741824.0, out->tried[least].k);
+    /* Among those within 0.1% of the fastest, the least memory (the plans'
+     * peaks differ by up to 3x between neighbouring k), then the fewer pieces. */
+    int best = fastest;
+    double near = out->tried[fastest].iteration_time * (1 + BSIPIPE_CHOOSE_K_TIE);
+    for (int i = 0; i < out->n_tried; i++) {
+        const bsipipe_k_candidate_t *c = &out->tried[i];
+        if (c->rc == 0 && c->fits && c->iteration_time <= near &&
+            (c->peak_act_bytes < out->tried[best].peak_act_bytes ||
+             (c->peak_act_bytes == out->tried[best].peak_act_bytes && c->k < out->tried[best].k)))
+            best = i;
+    }
     out->chosen = best;
     out->k = out->tried[best].k;
     return 0;
