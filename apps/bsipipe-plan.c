@@ -113,13 +113,14 @@ typedef struct options {
     double piece_half;       /* --piece-half: the cost model's piece_half_tokens */
     double noise;            /* --noise: coefficient of variation of op times (0: off) */
     int noise_samples;       /* --noise-samples */
+    int noise_set_sampling;  /* --noise-samples or --noise-seed given */
     unsigned long long noise_seed; /* --noise-seed */
-    struct noise_row *noise_rows; /* --noise: one per schedule shown, printed after the table */
-    int n_noise_rows;
+    struct noise_row *noise_rows; /* --noise: [BSIPIPE_SCHED_COUNT], the schedules shown, printed after the table */
 } options_t;
 
 /* --noise: a schedule's plan under op-time noise. */
 typedef struct noise_row {
+    int valid; /* this schedule was shown */
     bsipipe_parallel_config_t pc;
     int rc; /* 0, or the error (detail in `error`) */
     char error[160];
@@ -144,7 +145,7 @@ static bsipipe_parallel_config_t config_for(const options_t *o, bsipipe_schedule
     pc.p = t.interleaved ? (kind == BSIPIPE_SCHED_BSIPIPE ? 2 : o->p) : 1;
     pc.k = t.sequence_level ? o->k : 1;
     if (o->set_p && !t.interleaved && !o->all) pc.p = o->p; /* let validation name the rule */
-    if (o->set_k && !t.sequence_level && !o->all) pc.k = o->k;
+    if (o->set_k && !o->auto_k && !t.sequence_level && !o->all) pc.k = o->k;
     if (o->set_p && kind == BSIPIPE_SCHED_BSIPIPE && !o->all) pc.p = o->p;
     pc.partition = o->partition;
     pc.comm = o->comm;
@@ -293,13 +294,12 @@ static void print_mapping(const options_t *o, const bsipipe_schedule_t *s, const
     }
 }
 
-/* Simulates one schedule and prints its row (or JSON), drawings, SVG and
- * mapping. 0, or 1 when something failed (message printed). */
 /* --noise: s simulated under op-time noise on the table's cost model, kept
- * for print_noise. */
-static void add_noise_row(options_t *o, const bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost)
+ * (one row per schedule kind) for print_noise. */
+static void add_noise_row(const options_t *o, const bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost)
 {
-    noise_row_t *row = &o->noise_rows[o->n_noise_rows++];
+    noise_row_t *row = &o->noise_rows[bsipipe_schedule_config(s)->schedule];
+    row->valid = 1;
     row->pc = *bsipipe_schedule_config(s);
     row->rc = bsipipe_simulate_noise(s, cost, o->noise, o->noise_samples, o->noise_seed, &row->r);
     if (row->rc < 0)
@@ -315,8 +315,10 @@ static void print_noise(const options_t *o)
            "\"Op-time noise\"):\n\n", o->noise, o->noise_samples, o->noise_seed);
     printf("| schedule  | p | k | bubble noiseless | bubble mean | bubble p90 | makespan mean / noiseless | p90 / noiseless |\n");
     printf("|-----------|---|---|------------------|-------------|------------|---------------------------|-----------------|\n");
-    for (int i = 0; i < o->n_noise_rows; i++) {
+    for (int i = 0; i < BSIPIPE_SCHED_COUNT; i++) {
         const noise_row_t *n = &o->noise_rows[i];
+        if (!n->valid)
+            continue;
         if (n->rc < 0) {
             printf("| %-9s | %d | %d | %s |\n", bsipipe_schedule_kind_name(n->pc.schedule), n->pc.p, n->pc.k, n->error);
             continue;
@@ -328,6 +330,8 @@ static void print_noise(const options_t *o)
     }
 }
 
+/* Simulates one schedule and prints its row (or JSON), drawings, SVG and
+ * mapping. 0, or 1 when something failed (message printed). */
 static int show(const options_t *o, bsipipe_schedule_t *s, const bsipipe_cost_model_t *unit,
                 const bsipipe_cost_model_t *cost, optimised_note_t *note, int *first)
 {
@@ -358,7 +362,7 @@ static int show(const options_t *o, bsipipe_schedule_t *s, const bsipipe_cost_mo
         if (pc.schedule == BSIPIPE_SCHED_BSIPIPE && pc.optimise)
             note_optimised(&pc, bsipipe_schedule_model(s), ru, note);
         if (o->noise > 0)
-            add_noise_row((options_t *)o, s, &mapped);
+            add_noise_row(o, s, &mapped);
     }
     if (rc == 0 && o->draw) {
         printf("\n%s:\n", name);
@@ -417,8 +421,10 @@ static void print_paper_memory(const options_t *o)
            bsi, bsi / si, si, s1, bsi < s1 ? "below" : "above", tera, bsi < tera ? "below" :  "above");
     printf("  paper:   bsipipe %.1f GiB = %.2fx seq1f1b-i; below seq1f1b and terapipe (%s)\n",
            llama ? 67.9 : 60.1, llama ? 1.27 : 1.24, llama ? "LLaMA3" : "GPT");
-    printf("  the planner counts fp32 stashes of every layer input (no recomputation) and keeps the same k for\n"
-           "  seq1f1b as for the other sequence-level schedules; docs/schedules.md (Memory against the paper)\n");
+    printf("  the planner counts fp32 stashes of every layer input (no recomputation) and %s;\n"
+           "  docs/schedules.md (Memory against the paper)\n",
+           o->auto_k ? "runs each sequence-level\n  schedule at the k --k auto chose for it (below)"
+                     : "keeps the same k for\n  seq1f1b as for the other sequence-level schedules");
     const double *t = o->tokens_s;
     if (t && t[BSIPIPE_SCHED_SEQ1F1B_I] > 0 && t[BSIPIPE_SCHED_SEQ1F1B] > 0)
         printf("\nthroughput, BSIPipe over the sequence-level baselines (paper Table 2, 16 GPUs, 20K: %s):\n"
@@ -440,8 +446,8 @@ static int print_paper_tp(const options_t *o, const bsipipe_cost_model_t *flops)
     static const double paper_gib_gpt[3] = {60.1, -1, 18.4};
     const double gib = 1024.0 * 1024 * 1024;
     int gpus = o->w * o->tp, status = 0;
-    printf("\nTable 3 (BSIPipe x tensor parallelism, Megatron-SP collectives charged per layer on the TP ranks'\n"
-           "timeline, %d GPUs, %d per node):\n\n", gpus, o->dpn ? o->dpn : gpus);
+    printf("\nTable 3 (BSIPipe at k = %d x tensor parallelism, Megatron-SP collectives charged per layer on the TP\n"
+           "ranks' timeline, %d GPUs, %d per node):\n\n", o->k, gpus, o->dpn ? o->dpn : gpus);
     printf("| (w, D_t) | bubble | iter (s) | tokens/s | vs (16,1) | TP comm | TP GB/iter | TP links   | peak GiB | paper GiB |\n");
     printf("|----------|--------|----------|----------|-----------|---------|------------|------------|----------|-----------|\n");
     double base = 0;
@@ -496,8 +502,8 @@ typedef struct auto_k_row {
     bsipipe_k_choice_t ch;
 } auto_k_row_t;
 
-/* --k auto: under the table, each sequence-level schedule's k, against
- * k = 1 and against the fastest k of all when the budget ruled it out. */
+/* --k auto: under the table, each schedule's k, against k = 1 and against
+ * the fastest k when the budget ruled it out. */
 static void print_auto_k(const options_t *o, const auto_k_row_t *rows, int n)
 {
     int planned = 0;
@@ -505,33 +511,27 @@ static void print_auto_k(const options_t *o, const auto_k_row_t *rows, int n)
         planned += rows[i].rc == 0;
     if (!planned)
         return; /* every choice failed, each named on stderr */
-    printf("\n--k auto: each sequence-level schedule planned and simulated at every k in 1..%d, FLOPs costs%s",
+    printf("\n--k auto: each schedule planned and simulated at every k in 1..%d it allows, FLOPs costs%s",
            BSIPIPE_CHOOSE_K_MAX, o->piece_half > 0 ? "" : " (every piece at the device's full rate; --piece-half N slows short ones)");
     if (o->piece_half > 0)
         printf(", pieces at len / (len + %g) of the device's rate", o->piece_half);
     if (o->act_budget_gib > 0)
         printf("; activation budget %g GiB per device", o->act_budget_gib);
-    printf(":\n\n| schedule  | k | iter (s) | act GiB | k = 1: iter (s) | act GiB | fastest k of all |\n");
-    printf("|-----------|---|----------|---------|-----------------|---------|------------------|\n");
+    printf(":\n\n| schedule  |  k | iter (s) | act GiB | k = 1: iter (s) | act GiB | fastest k, budget aside |\n");
+    printf("|-----------|----|----------|---------|-----------------|---------|-------------------------|\n");
     for (int i = 0; i < n; i++) {
         const bsipipe_k_choice_t *ch = &rows[i].ch;
         if (rows[i].rc < 0)
             continue; /* named on stderr */
-        const bsipipe_k_candidate_t *c = &ch->tried[ch->chosen], *one = NULL, *fastest = NULL;
-        for (int j = 0; j < ch->n_tried; j++) {
-            const bsipipe_k_candidate_t *t = &ch->tried[j];
-            if (t->rc < 0)
-                continue;
-            if (t->k == 1)
-                one = t;
-            if (!fastest || t->iteration_time < fastest->iteration_time * 0.999)
-                fastest = t;
-        }
+        const bsipipe_k_candidate_t *c = &ch->tried[ch->chosen], *one = NULL, *fastest = &ch->tried[ch->fastest];
+        for (int j = 0; j < ch->n_tried; j++)
+            if (ch->tried[j].rc == 0 && ch->tried[j].k == 1)
+                one = &ch->tried[j];
         char fast[64] = "the same";
-        if (fastest && fastest->k != c->k)
+        if (!fastest->fits) /* only a budget tells them apart by more than a tie */
             snprintf(fast, sizeof fast, "k = %d: %.4g s, %.2f GiB", fastest->k, fastest->iteration_time,
                      fastest->peak_act_bytes / 1073741824.0);
-        printf("| %-9s | %d | %8.4g | %7.2f | %15.4g | %7.2f | %s |\n", bsipipe_schedule_kind_name(rows[i].kind), c->k,
+        printf("| %-9s | %2d | %8.4g | %7.2f | %15.4g | %7.2f | %s |\n", bsipipe_schedule_kind_name(rows[i].kind), c->k,
                c->iteration_time, c->peak_act_bytes / 1073741824.0, one ? one->iteration_time : NAN,
                one ? one->peak_act_bytes / 1073741824.0 : NAN, fast);
     }
@@ -593,10 +593,15 @@ static int run(const options_t *o)
         if (!o->all && kind != (int)o->kind)
             continue;
         bsipipe_parallel_config_t pc = config_for(o, (bsipipe_schedule_kind_t)kind);
-        if (o->auto_k && bsipipe_schedule_kind_traits(pc.schedule).sequence_level) {
+        if (o->auto_k) { /* k = 1 alone for schedules that keep sequences whole: the budget still holds */
             auto_k_row_t *a = &auto_rows[n_auto++];
+            bsipipe_cost_model_t mapped = *cost;
+            int map[4096];
             a->kind = pc.schedule;
-            if ((a->rc = bsipipe_schedule_choose_k(&pc, &o->dims, cost, o->act_budget_gib * 1073741824.0, &a->ch)) < 0) {
+            if (o->topology && bsipipe_map_devices(&pc, o->nodes, o->node_devices, !o->naive_mapping, map) == 0)
+                mapped.device_node = map; /* as show() maps them (it names a mapping that fails) */
+            if ((a->rc = bsipipe_schedule_choose_k(&pc, &o->dims, &mapped, o->act_budget_gib * 1073741824.0,
+                                                   &a->ch)) < 0) {
                 fprintf(stderr, "bsipipe-plan: %s: --k auto: %s\n", bsipipe_schedule_kind_name(pc.schedule),
                         bsipipe_error_detail());
                 status = 1;
@@ -772,11 +777,13 @@ int main(int argc, char **argv)
         }
         case O_NOISE_SAMPLES:
             bad |= cli_parse_int("bsipipe-plan", "--noise-samples", optarg, 1, 10000, &o.noise_samples);
+            o.noise_set_sampling = 1;
             break;
         case O_NOISE_SEED: {
             int seed;
             bad |= cli_parse_int("bsipipe-plan", "--noise-seed", optarg, 0, 1 << 30, &seed);
             o.noise_seed = (unsigned long long)seed;
+            o.noise_set_sampling = 1;
             break;
         }
         case O_WIDTH: bad |= cli_parse_int("bsipipe-plan", "--width", optarg, 10, 4096, &o.width); break;
@@ -825,6 +832,8 @@ int main(int argc, char **argv)
         return die("--act-budget is the budget --k auto chooses within: add --k auto");
     if (o.piece_half > 0 && o.unit_cost)
         return die("--piece-half slows short pieces under FLOPs costs: add --cost flops");
+    if (o.noise_set_sampling && !(o.noise > 0))
+        return die("--noise-samples and --noise-seed set how --noise samples: add --noise CV");
     if (o.noise > 0 && o.json)
         return die("--noise prints a second table: not with --format json");
     if (o.naive_mapping && !o.topology)
@@ -840,7 +849,7 @@ int main(int argc, char **argv)
     double peak_gib[BSIPIPE_SCHED_COUNT] = {0}, tokens_s[BSIPIPE_SCHED_COUNT] = {0};
     o.peak_gib = peak_gib;
     o.tokens_s = tokens_s;
-    noise_row_t noise_rows[BSIPIPE_SCHED_COUNT + 1];
+    noise_row_t noise_rows[BSIPIPE_SCHED_COUNT] = {{0}};
     o.noise_rows = noise_rows;
     return run(&o);
 }

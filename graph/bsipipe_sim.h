@@ -54,16 +54,16 @@ typedef struct bsipipe_cost_model {
                                unit and FLOPs costs of compute ops; from a run, e.g.
                                bsipipe_engine_op_seconds. Borrowed: must outlive the
                                calls that use the model */
+    const double *op_replay; /* optional: every compute op's own duration, by
+                               bsipipe_sim_op_index, overriding op_seconds and the
+                               unit and FLOPs costs: a run replayed
+                               (bsipipe_engine_op_durations). Borrowed, like op_seconds */
     double piece_half_tokens; /* FLOPs costs: 0, every FLOP at device_flops whatever the
                                piece's length; n > 0, an op on a piece of len tokens runs
                                at len / (len + n) of it (Hockney's half-performance
                                length: the per-call work that does not shrink with the
                                piece, such as packing a weight or launching a kernel;
                                docs/schedules.md, "Choosing k") */
-    const double *op_replay; /* optional: every compute op's own duration, by
-                               bsipipe_sim_op_index, overriding op_seconds and the
-                               unit and FLOPs costs: a run replayed
-                               (bsipipe_engine_op_durations). Borrowed, like op_seconds */
 } bsipipe_cost_model_t;
 
 /* Measured op times (cost->op_seconds): the slot of compute op `op` and the
@@ -190,6 +190,7 @@ typedef struct bsipipe_k_candidate {
 typedef struct bsipipe_k_choice {
     int k;                  /* the choice */
     int chosen;             /* its index in tried */
+    int fastest;            /* index in tried of the fastest k, budget aside */
     int n_tried;
     bsipipe_k_candidate_t tried[BSIPIPE_CHOOSE_K_MAX];
 } bsipipe_k_choice_t;

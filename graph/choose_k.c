@@ -50,37 +50,53 @@ int bsipipe_schedule_choose_k(const bsipipe_parallel_config_t *pc, const bsipipe
                                           "much as a whole sequence; use FLOPs costs");
     memset(out, 0, sizeof *out);
     int max_k = bsipipe_schedule_kind_traits(pc->schedule).sequence_level ? BSIPIPE_CHOOSE_K_MAX : 1;
-    int fastest = -1, least = -1;
+    int fastest_fit = -1, least = -1;
+    char first_error[256] = "";
+    out->fastest = -1;
     for (int k = 1; k <= max_k; k++) {
         bsipipe_k_candidate_t *c = &out->tried[out->n_tried];
         *c = (bsipipe_k_candidate_t){.k = k};
         bsipipe_parallel_config_t trial = *pc;
         trial.k = k;
-        if (bsipipe_parallel_config_validate(&trial, dims) < 0)
-            continue; /* e.g. pieces shorter than the alignment: not a candidate */
+        if (bsipipe_parallel_config_validate(&trial, dims) < 0) { /* e.g. pieces below the alignment */
+            if (!first_error[0])
+                snprintf(first_error, sizeof first_error, "k = %d: %s", k, bsipipe_error_detail());
+            continue;
+        }
         out->n_tried++;
         int rc = try_k(pc, dims, cost, c);
         if (rc == BSIPIPE_EDEADLOCK || rc == -ENOMEM)
             return rc; /* the plan's own problem, or the machine's: not k's */
-        if (rc < 0)
+        if (rc < 0) {
+            if (!first_error[0])
+                snprintf(first_error, sizeof first_error, "k = %d: %s", k, bsipipe_error_detail());
             continue;
+        }
+        if (out->fastest < 0 || c->iteration_time < out->tried[out->fastest].iteration_time)
+            out->fastest = out->n_tried - 1;
         c->fits = act_budget_bytes <= 0 || c->peak_act_bytes <= act_budget_bytes;
         if (least < 0 || c->peak_act_bytes < out->tried[least].peak_act_bytes)
             least = out->n_tried - 1;
-        if (c->fits && (fastest < 0 || c->iteration_time < out->tried[fastest].iteration_time))
-            fastest = out->n_tried - 1;
+        if (c->fits && (fastest_fit < 0 || c->iteration_time < out->tried[fastest_fit].iteration_time))
+            fastest_fit = out->n_tried - 1;
     }
     if (least < 0)
-        return bsipipe_error_set(-EINVAL, "choosing k: no k in 1..%d plans for this configuration", max_k);
-    if (fastest < 0)
+        return bsipipe_error_set(-EINVAL, "choosing k: no k in 1..%d plans for this configuration (%s)", max_k,
+                                 first_error);
+    if (fastest_fit < 0 && max_k == 1)
+        return bsipipe_error_set(-ENOSPC, "%s keeps sequences whole, and at k = 1 its activations need %.4g GiB "
+                                          "per device, over the budget of %.4g GiB; raise the budget or use more "
+                                          "devices", bsipipe_schedule_kind_name(pc->schedule),
+                                 out->tried[least].peak_act_bytes / 1073741824.0, act_budget_bytes / 1073741824.0);
+    if (fastest_fit < 0)
         return bsipipe_error_set(-ENOSPC, "no k in 1..%d keeps the activations within %.4g GiB per device: the "
                                           "least is %.4g GiB at k = %d; raise the budget or use more devices",
                                  max_k, act_budget_bytes / 1073741824.0,
                                  out->tried[least].peak_act_bytes / 1073741824.0, out->tried[least].k);
     /* Among those within 0.1% of the fastest, the least memory (the plans'
      * peaks differ by up to 3x between neighbouring k), then the fewer pieces. */
-    int best = fastest;
-    double near = out->tried[fastest].iteration_time * (1 + BSIPIPE_CHOOSE_K_TIE);
+    int best = fastest_fit;
+    double near = out->tried[fastest_fit].iteration_time * (1 + BSIPIPE_CHOOSE_K_TIE);
     for (int i = 0; i < out->n_tried; i++) {
         const bsipipe_k_candidate_t *c = &out->tried[i];
         if (c->rc == 0 && c->fits && c->iteration_time <= near &&

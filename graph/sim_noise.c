@@ -73,6 +73,11 @@ int bsipipe_simulate_noise(const bsipipe_schedule_t *s, const bsipipe_cost_model
     *out = (bsipipe_sim_noise_t){.cv = cv, .samples = samples, .noiseless_makespan = r->makespan,
                                  .noiseless_bubble = r->bubble_ratio};
     bsipipe_sim_result_destroy(r);
+    if (cv == 0) { /* every sample is the noiseless plan: exactly, and without simulating it again */
+        out->mean_makespan = out->p90_makespan = out->noiseless_makespan;
+        out->mean_bubble = out->p90_bubble = out->noiseless_bubble;
+        return 0;
+    }
 
     long n = bsipipe_sim_op_count(s);
     double *base = calloc((size_t)n, sizeof *base), *drawn = calloc((size_t)n, sizeof *drawn);
@@ -95,15 +100,17 @@ int bsipipe_simulate_noise(const bsipipe_schedule_t *s, const bsipipe_cost_model
     noisy.op_replay = drawn;
     for (int t = 0; t < samples; t++) {
         for (long i = 0; i < n; i++)
-            drawn[i] = cv > 0 ? base[i] * exp(mu + sigma * next_normal(&state)) : base[i];
+            drawn[i] = base[i] * exp(mu + sigma * next_normal(&state));
         if ((rc = bsipipe_simulate(s, &noisy, &r)) < 0)
             goto out;
         makespan[t] = r->makespan;
         bubble[t] = r->bubble_ratio;
-        out->mean_makespan += r->makespan / samples;
-        out->mean_bubble += r->bubble_ratio / samples;
+        out->mean_makespan += r->makespan;
+        out->mean_bubble += r->bubble_ratio;
         bsipipe_sim_result_destroy(r);
     }
+    out->mean_makespan /= samples;
+    out->mean_bubble /= samples;
     qsort(makespan, (size_t)samples, sizeof *makespan, cmp_double);
     qsort(bubble, (size_t)samples, sizeof *bubble, cmp_double);
     out->p90_makespan = quantile(makespan, samples, 0.9);

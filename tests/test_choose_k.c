@@ -87,6 +87,12 @@ static void check_choice(const char *what, const bsipipe_parallel_config_t *pc, 
         bsipipe_sim_result_destroy(r);
         bsipipe_schedule_destroy(s);
     }
+    double any = INFINITY;
+    for (int i = 0; i < ch->n_tried; i++)
+        if (ch->tried[i].rc == 0)
+            any = fmin(any, ch->tried[i].iteration_time);
+    CHECK(ch->fastest >= 0 && ch->tried[ch->fastest].iteration_time == any, "%s: fastest index %d, expected %g s",
+          what, ch->fastest, any);
     double near = fastest * (1 + BSIPIPE_CHOOSE_K_TIE);
     CHECK(best->iteration_time <= near, "%s: chosen k %d predicts %g s, the fastest that fits %g s", what, ch->k,
           best->iteration_time, fastest);
@@ -134,6 +140,12 @@ static void check_edges(void)
     bsipipe_parallel_config_t pc = config(BSIPIPE_SCHED_1F1B, 2, 8);
     CHECK(bsipipe_schedule_choose_k(&pc, &small, &cost, 0, &ch) == 0, "1f1b: %s", bsipipe_error_detail());
     CHECK(ch.k == 1 && ch.n_tried == 1, "1f1b: k = %d, %d tried", ch.k, ch.n_tried);
+    CHECK(bsipipe_schedule_choose_k(&pc, &small, &cost, 1024, &ch) == -ENOSPC, "1f1b: a 1 KiB budget was met");
+    CHECK(strstr(bsipipe_error_detail(), "1f1b keeps sequences whole"), "detail: %s", bsipipe_error_detail());
+
+    pc = config(BSIPIPE_SCHED_BSIPIPE, 2, 3); /* odd m: no k plans; the rule that refuses it is named */
+    CHECK(bsipipe_schedule_choose_k(&pc, &small, &cost, 0, &ch) == -EINVAL, "bsipipe m = 3 planned");
+    CHECK(strstr(bsipipe_error_detail(), "m must be even"), "detail: %s", bsipipe_error_detail());
 
     pc = config(BSIPIPE_SCHED_BSIPIPE, 2, 8);
     CHECK(bsipipe_schedule_choose_k(&pc, &small, &cost, 1024, &ch) == -ENOSPC, "a 1 KiB budget was met");
@@ -151,6 +163,5 @@ int main(void)
     check_piece_half();
     check_small_model();
     check_edges();
-    printf("test_choose_k: ok\n");
-    return 0;
+    return check_finish("test_choose_k");
 }

@@ -140,4 +140,9 @@ expect 2 "--act-budget is the budget --k auto chooses within: add --k auto" --co
 expect 2 "--act-budget expects GiB of activations per device" --cost flops --k auto --act-budget -1
 expect 2 "--piece-half slows short pieces under FLOPs costs: add --cost flops" --piece-half 16
 expect 2 "--piece-half expects tokens" --cost flops --piece-half x
+expect 0 "| 1f1b      |  1 |" --schedule 1f1b --cost flops --k auto
+expect 1 "gpipe keeps sequences whole, and at k = 1 its activations need" --schedule gpipe --cost flops --k auto --act-budget 0.01
+expect 1 "no k in 1..16 plans for this configuration (k = 1: bsipipe splits micro-batches between two pipes: m must be even" \
+    --schedule bsipipe --m 3 --cost flops --k auto
+expect 2 "--noise-samples and --noise-seed set how --noise samples: add --noise CV" --noise-seed 3
 finish test_plan_cli

@@ -1,5 +1,7 @@
 /* test_sim_noise: bsipipe_simulate_noise, the plan under op-time noise.
- *  - cv = 0: every sample is the noiseless plan (mean = p90 = noiseless).
+ *  - cv = 0: every sample is the noiseless plan (mean = p90 = noiseless,
+ *    exactly, under unit and FLOPs costs); one sample is its own mean and
+ *    90th percentile.
  *  - The same seed gives the same numbers, another seed other ones.
  *  - A makespan is the longest chain of op durations (a convex function of
  *    them) and the noise has mean 1, so noise cannot shorten the expected
@@ -38,6 +40,14 @@ static void check_zero_and_seed(void)
           "cv 0: mean %.17g p90 %.17g noiseless %.17g", a.mean_makespan, a.p90_makespan, a.noiseless_makespan);
     CHECK(fabs(a.mean_bubble - a.noiseless_bubble) < 1e-12, "cv 0 bubble: %g vs %g", a.mean_bubble,
           a.noiseless_bubble);
+    bsipipe_cost_model_t flops = bsipipe_cost_model_flops(1e11);
+    CHECK(bsipipe_simulate_noise(s, &flops, 0, 7, 1, &a) == 0, "cv 0, FLOPs: %s", bsipipe_error_detail());
+    CHECK(a.mean_makespan == a.noiseless_makespan && a.p90_bubble == a.noiseless_bubble,
+          "cv 0, FLOPs: mean %.17g noiseless %.17g", a.mean_makespan, a.noiseless_makespan);
+    /* one sample: its own mean and 90th percentile */
+    CHECK(bsipipe_simulate_noise(s, &flops, 0.3, 1, 5, &a) == 0, "1 sample: %s", bsipipe_error_detail());
+    CHECK(a.p90_makespan == a.mean_makespan && a.p90_bubble == a.mean_bubble && a.mean_makespan != a.noiseless_makespan,
+          "1 sample: mean %.17g p90 %.17g noiseless %.17g", a.mean_makespan, a.p90_makespan, a.noiseless_makespan);
     CHECK(bsipipe_simulate_noise(s, &unit, 0.1, 20, 7, &a) == 0, "cv 0.1: %s", bsipipe_error_detail());
     CHECK(bsipipe_simulate_noise(s, &unit, 0.1, 20, 7, &b) == 0, "cv 0.1 again: %s", bsipipe_error_detail());
     CHECK(bsipipe_simulate_noise(s, &unit, 0.1, 20, 8, &c) == 0, "cv 0.1 seed 8: %s", bsipipe_error_detail());
@@ -127,6 +137,5 @@ int main(void)
     check_every_schedule();
     check_zero_bubble_plans();
     check_errors();
-    printf("test_sim_noise: ok\n");
-    return 0;
+    return check_finish("test_sim_noise");
 }
