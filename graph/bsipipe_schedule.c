@@ -207,30 +207,54 @@ static int subunit_candidates(const bsipipe_schedule_t *s, int *out, int max)
     return n;
 }
 
-/* Swaps the op lists of a and b (same placement). */
-static void swap_op_lists(bsipipe_schedule_t *a, bsipipe_schedule_t *b)
-{
-    bsipipe_op_t **ops = a->ops;
-    int *n = a->n_ops, *cap = a->cap_ops;
-    a->ops = b->ops;
-    a->n_ops = b->n_ops;
-    a->cap_ops = b->cap_ops;
-    b->ops = ops;
-    b->n_ops = n;
-    b->cap_ops = cap;
-}
-
 /* Compute ops BSIPipe's construction may place over all its candidates: the
  * largest plans (millions of ops) try fewer sub-unit sizes. */
 enum { CONSTRUCTION_BUDGET = 24 << 20 };
 
-/* BSIPipe's constructed order: the list schedule of gen_greedy.c for each
- * candidate sub-unit size (at k = 1 with even w also BitPipe's order),
- * keeping the shortest under unit costs; all hold one basic unit of
- * activations at most. Deterministic: the same plan in every process. */
-static int generate_bsipipe(bsipipe_schedule_t *s)
+/* Most subsequence-chunks one device of s holds at once: forwards started
+ * minus backwards run, over each device's order (a device runs one op at a
+ * time, so its order is its timeline). */
+static int peak_live(const bsipipe_schedule_t *s)
 {
-    int W = s->n_devices, cand[24], n_cand = subunit_candidates(s, cand, 24), rc = 0;
+    int peak = 0;
+    for (int d = 0; d < s->n_devices; d++) {
+        int live = 0;
+        for (int j = 0; j < s->n_ops[d]; j++) {
+            live += s->ops[d][j].kind == BSIPIPE_OP_F ? 1 : s->ops[d][j].kind == BSIPIPE_OP_B ? -1 : 0;
+            if (live > peak)
+                peak = live;
+        }
+    }
+    return peak;
+}
+
+/* Within this share of the shortest candidate's makespan, a candidate
+ * holding fewer activations wins: the sub-unit sizes often tie or nearly
+ * tie in time and differ up to 4x in memory (paper preset, k = 16: 512
+ * subsequence-chunks at the shortest span, 172 at 0.016% longer). */
+#define CONSTRUCTION_TIME_TIE 0.001
+/* Candidates carried to the optimising pass (each optimised in full). */
+#define CONSTRUCTION_SHORTLIST 4
+/* A candidate's code: a sub-unit size for gen_greedy.c (0: the whole
+ * basic unit), or BITPIPE_CODE for BitPipe's order. */
+#define BITPIPE_CODE (-1)
+
+static int build_candidate(bsipipe_schedule_t *s, int code)
+{
+    return code == BITPIPE_CODE ? generate_bitpipe(s) : generate_greedy(s, code);
+}
+
+/* BSIPipe's candidate orders: the list schedule of gen_greedy.c for each
+ * candidate sub-unit size (at k = 1 with even w also BitPipe's order), each
+ * built once in scratch lists and timed under unit costs. Those within
+ * CONSTRUCTION_TIME_TIE of the shortest go to code[0..*n) (at most max),
+ * fewest activations first, then shortest, then in candidate order. All
+ * hold one basic unit of activations at most. Deterministic. */
+static int bsipipe_shortlist(bsipipe_schedule_t *s, int *code, int max, int *n)
+{
+    int W = s->n_devices, cand[24], n_cand = subunit_candidates(s, cand, 24), rc = 0, n_tried = 0;
+    int codes[25], peak[25];
+    double span[25];
     bsipipe_schedule_t alt = *s;
     alt.ops = calloc((size_t)W, sizeof *alt.ops);
     alt.n_ops = calloc((size_t)W, sizeof(int));
@@ -240,23 +264,38 @@ static int generate_bsipipe(bsipipe_schedule_t *s)
         rc = bsipipe_error_set(-ENOMEM, "out of memory");
     int bitpipe = s->pc.k == 1 && s->pc.w % 2 == 0 && s->pc.m % s->pc.w == 0 && schedule_mb_group(s) == s->pc.w;
     long placed = 0, per_plan = 2L * compute_index_count(s) / 3; /* F and B */
-    double best = -1;
     for (int i = 0; rc == 0 && i < n_cand + bitpipe; i++) {
         if (i > 0 && placed + per_plan > CONSTRUCTION_BUDGET)
             break;
-        bsipipe_schedule_t *into = i == 0 ? s : &alt;
         for (int d = 0; d < W; d++)
-            into->n_ops[d] = 0;
-        rc = i < n_cand ? generate_greedy(into, cand[i]) : generate_bitpipe(into);
-        placed += per_plan;
-        if (rc < 0)
+            alt.n_ops[d] = 0;
+        codes[i] = i < n_cand ? cand[i] : BITPIPE_CODE;
+        if ((rc = build_candidate(&alt, codes[i])) < 0)
             break;
-        double span = unit_makespan(into, end);
-        if (i == 0 || (span >= 0 && (best < 0 || span < best))) {
-            if (i > 0)
-                swap_op_lists(s, &alt);
-            best = span;
-        }
+        placed += per_plan;
+        span[i] = unit_makespan(&alt, end);
+        peak[i] = peak_live(&alt);
+        n_tried = i + 1;
+    }
+    double shortest = -1;
+    for (int i = 0; i < n_tried; i++)
+        if (span[i] >= 0 && (shortest < 0 || span[i] < shortest))
+            shortest = span[i];
+    *n = 0;
+    while (rc == 0 && *n < max) { /* selection by (peak, span, order) among the near-shortest */
+        int best = -1;
+        for (int i = 0; i < n_tried; i++)
+            if (span[i] >= 0 && span[i] <= shortest * (1 + CONSTRUCTION_TIME_TIE) &&
+                (best < 0 || peak[i] < peak[best] || (peak[i] == peak[best] && span[i] < span[best])))
+                best = i;
+        if (best < 0)
+            break;
+        code[(*n)++] = codes[best];
+        span[best] = -1; /* taken */
+    }
+    if (rc == 0 && *n == 0) { /* no timeline (cannot happen for a valid plan): the first, as constructed */
+        code[0] = codes[0];
+        *n = 1;
     }
     for (int d = 0; alt.ops && d < W; d++)
         free(alt.ops[d]);
@@ -264,6 +303,50 @@ static int generate_bsipipe(bsipipe_schedule_t *s)
     free(alt.n_ops);
     free(alt.cap_ops);
     free(end);
+    return rc;
+}
+
+/* BSIPipe's plan: with the optimising pass off, the first of the
+ * shortlist; with it on, each shortlisted order optimised in full and, of
+ * those within CONSTRUCTION_TIME_TIE of the shortest optimised plan, the
+ * one holding fewest activations (the pass keeps every device within its
+ * constructed peak, so a leaner construction can end longer). *io is
+ * replaced by the plan kept. */
+static int generate_bsipipe(bsipipe_schedule_t **io)
+{
+    bsipipe_schedule_t *s = *io;
+    int code[CONSTRUCTION_SHORTLIST], n = 0, rc = bsipipe_shortlist(s, code, CONSTRUCTION_SHORTLIST, &n);
+    if (rc == 0)
+        rc = build_candidate(s, code[0]);
+    if (rc < 0 || !s->pc.optimise)
+        return rc;
+    if ((rc = schedule_optimise(s, NULL, 0, NULL)) < 0 || n == 1)
+        return rc;
+    bsipipe_schedule_t *plan[CONSTRUCTION_SHORTLIST] = {s};
+    double span[CONSTRUCTION_SHORTLIST], shortest = -1, *end = malloc(sizeof(double) * (size_t)compute_index_count(s));
+    int peak[CONSTRUCTION_SHORTLIST], built = 1, best = -1;
+    if (!end)
+        rc = bsipipe_error_set(-ENOMEM, "out of memory");
+    for (; rc == 0 && built < n; built++)
+        if ((rc = schedule_alloc(&s->pc, &s->dims, &plan[built])) == 0 &&
+            (rc = build_candidate(plan[built], code[built])) == 0)
+            rc = schedule_optimise(plan[built], NULL, 0, NULL);
+    for (int i = 0; rc == 0 && i < built; i++) {
+        span[i] = unit_makespan(plan[i], end);
+        peak[i] = peak_live(plan[i]);
+        if (span[i] >= 0 && (shortest < 0 || span[i] < shortest))
+            shortest = span[i];
+    }
+    for (int i = 0; rc == 0 && i < built; i++) /* the leanest near the shortest; the shortlist's order on ties */
+        if (span[i] >= 0 && span[i] <= shortest * (1 + CONSTRUCTION_TIME_TIE) && (best < 0 || peak[i] < peak[best]))
+            best = i;
+    if (best < 0)
+        best = 0;
+    for (int i = 0; i < built && i < n; i++)
+        if (i != best)
+            bsipipe_schedule_destroy(plan[i]);
+    free(end);
+    *io = plan[best]; /* on an error: the first (s), the others freed */
     return rc;
 }
 
@@ -347,12 +430,11 @@ int bsipipe_schedule_create(const bsipipe_parallel_config_t *pc, const bsipipe_m
     *out = NULL;
     if (rc < 0)
         return rc;
-    rc = pc->schedule == BSIPIPE_SCHED_BSIPIPE   ? generate_bsipipe(s)
+    /* BSIPipe's includes the optimising pass; the baselines stay exactly as
+     * their references build them. */
+    rc = pc->schedule == BSIPIPE_SCHED_BSIPIPE   ? generate_bsipipe(&s)
          : pc->schedule == BSIPIPE_SCHED_BITPIPE ? generate_bitpipe(s)
                                                  : generate_fixed(s);
-    /* The baselines stay exactly as their references build them. */
-    if (rc == 0 && pc->schedule == BSIPIPE_SCHED_BSIPIPE && pc->optimise)
-        rc = schedule_optimise(s, NULL, 0, NULL);
     if (rc == 0)
         rc = comm_insert(s, NULL);
     if (rc == 0)
