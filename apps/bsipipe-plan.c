@@ -85,6 +85,14 @@ static void usage(FILE *out)
 "  -h, --help\n", out);
 }
 
+/* 1 when arg, all of it, is a finite number (into *out). */
+static int whole_number(const char *arg, double *out)
+{
+    char *end;
+    *out = strtod(arg, &end);
+    return end != arg && *end == '\0' && isfinite(*out);
+}
+
 static int die(const char *what)
 {
     fprintf(stderr, "bsipipe-plan: %s\n", what);
@@ -294,6 +302,21 @@ static void print_mapping(const options_t *o, const bsipipe_schedule_t *s, const
     }
 }
 
+/* cost with pc's devices mapped onto the nodes of --topology (map: room for
+ * 4096 devices), into *mapped; unmapped without --topology. -1 (detail set,
+ * *mapped unmapped) when the mapping fails. */
+static int map_cost(const options_t *o, const bsipipe_parallel_config_t *pc, const bsipipe_cost_model_t *cost,
+                    int *map, bsipipe_cost_model_t *mapped)
+{
+    *mapped = *cost;
+    if (!o->topology)
+        return 0;
+    if (bsipipe_map_devices(pc, o->nodes, o->node_devices, !o->naive_mapping, map) < 0)
+        return -1;
+    mapped->device_node = map;
+    return 0;
+}
+
 /* --noise: s simulated under op-time noise on the table's cost model, kept
  * (one row per schedule kind) for print_noise. */
 static void add_noise_row(const options_t *o, const bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost)
@@ -340,13 +363,10 @@ static int show(const options_t *o, bsipipe_schedule_t *s, const bsipipe_cost_mo
     int status = 0;
     bsipipe_sim_result_t *ru = NULL, *r = NULL;
     int map[4096];
-    bsipipe_cost_model_t mapped = *cost;
-    if (o->topology) {
-        if (bsipipe_map_devices(&pc, o->nodes, o->node_devices, !o->naive_mapping, map) < 0) {
-            fprintf(stderr, "bsipipe-plan: %s: %s\n", name, bsipipe_error_detail());
-            return 1;
-        }
-        mapped.device_node = map;
+    bsipipe_cost_model_t mapped;
+    if (map_cost(o, &pc, cost, map, &mapped) < 0) {
+        fprintf(stderr, "bsipipe-plan: %s: %s\n", name, bsipipe_error_detail());
+        return 1;
     }
     int rc = bsipipe_simulate(s, unit, &ru);
     if (rc == 0)
@@ -595,11 +615,10 @@ static int run(const options_t *o)
         bsipipe_parallel_config_t pc = config_for(o, (bsipipe_schedule_kind_t)kind);
         if (o->auto_k) { /* k = 1 alone for schedules that keep sequences whole: the budget still holds */
             auto_k_row_t *a = &auto_rows[n_auto++];
-            bsipipe_cost_model_t mapped = *cost;
+            bsipipe_cost_model_t mapped;
             int map[4096];
             a->kind = pc.schedule;
-            if (o->topology && bsipipe_map_devices(&pc, o->nodes, o->node_devices, !o->naive_mapping, map) == 0)
-                mapped.device_node = map; /* as show() maps them (it names a mapping that fails) */
+            map_cost(o, &pc, cost, map, &mapped); /* as show() maps them (it names a mapping that fails) */
             if ((a->rc = bsipipe_schedule_choose_k(&pc, &o->dims, &mapped, o->act_budget_gib * 1073741824.0,
                                                    &a->ch)) < 0) {
                 fprintf(stderr, "bsipipe-plan: %s: --k auto: %s\n", bsipipe_schedule_kind_name(pc.schedule),
@@ -691,20 +710,14 @@ int main(int argc, char **argv)
             o.set_k = 1;
             o.set |= CLI_SET_K;
             break;
-        case O_ACT_BUDGET: {
-            char *end;
-            o.act_budget_gib = strtod(optarg, &end);
-            if (end == optarg || *end || !(o.act_budget_gib > 0 && o.act_budget_gib < 1e6))
+        case O_ACT_BUDGET:
+            if (!whole_number(optarg, &o.act_budget_gib) || !(o.act_budget_gib > 0 && o.act_budget_gib < 1e6))
                 return die("--act-budget expects GiB of activations per device, a positive number (e.g. 40)");
             break;
-        }
-        case O_PIECE_HALF: {
-            char *end;
-            o.piece_half = strtod(optarg, &end);
-            if (end == optarg || *end || !(o.piece_half >= 0 && o.piece_half <= 1 << 24))
+        case O_PIECE_HALF:
+            if (!whole_number(optarg, &o.piece_half) || !(o.piece_half >= 0 && o.piece_half <= 1 << 24))
                 return die("--piece-half expects tokens, 0 or more (e.g. 16)");
             break;
-        }
         case O_M: bad |= cli_parse_int("bsipipe-plan", "--m", optarg, 1, 1 << 20, &o.m); o.set_m = 1; o.set |= CLI_SET_M; break;
         case O_TP: bad |= cli_parse_int("bsipipe-plan", "--tp", optarg, 1, 1024, &o.tp); o.set |= CLI_SET_TP; break;
         case O_PART:
@@ -753,12 +766,10 @@ int main(int argc, char **argv)
             else if (strcmp(optarg, "flops") == 0) o.unit_cost = 0;
             else return die("--cost expects 'unit' or 'flops'");
             break;
-        case O_TFLOPS: {
-            char *end;
-            o.tflops = strtod(optarg, &end);
-            if (*end || !(o.tflops > 0 && o.tflops < 1e6)) return die("--device-tflops expects a positive number");
+        case O_TFLOPS:
+            if (!whole_number(optarg, &o.tflops) || !(o.tflops > 0 && o.tflops < 1e6))
+                return die("--device-tflops expects a positive number");
             break;
-        }
         case O_DPN: bad |= cli_parse_int("bsipipe-plan", "--devices-per-node", optarg, 1, 4096, &o.dpn); break;
         case O_PRESET:
             if (strcmp(optarg, "paper") != 0) return die("--preset expects 'paper'");
@@ -768,13 +779,10 @@ int main(int argc, char **argv)
         case O_TOPOLOGY: o.topology = optarg; break;
         case O_NAIVE_MAPPING: o.naive_mapping = 1; break;
         case O_PLAN: o.plan = optarg; break;
-        case O_NOISE: {
-            char *end;
-            o.noise = strtod(optarg, &end);
-            if (end == optarg || *end || !(o.noise > 0 && o.noise <= BSIPIPE_SIM_NOISE_MAX_CV))
+        case O_NOISE:
+            if (!whole_number(optarg, &o.noise) || !(o.noise > 0 && o.noise <= BSIPIPE_SIM_NOISE_MAX_CV))
                 return die("--noise expects the ops' coefficient of variation, above 0 and at most 2 (e.g. 0.1)");
             break;
-        }
         case O_NOISE_SAMPLES:
             bad |= cli_parse_int("bsipipe-plan", "--noise-samples", optarg, 1, 10000, &o.noise_samples);
             o.noise_set_sampling = 1;

@@ -320,32 +320,28 @@ static int generate_bsipipe(bsipipe_schedule_t **io)
         rc = build_candidate(s, code[0]);
     if (rc < 0 || !s->pc.optimise)
         return rc;
-    if ((rc = schedule_optimise(s, NULL, 0, NULL)) < 0 || n == 1)
+    bsipipe_optimise_report_t got[CONSTRUCTION_SHORTLIST]; /* each plan's optimised makespan and peak */
+    if ((rc = schedule_optimise(s, NULL, 0, &got[0])) < 0 || n == 1)
         return rc;
     bsipipe_schedule_t *plan[CONSTRUCTION_SHORTLIST] = {s};
-    double span[CONSTRUCTION_SHORTLIST], shortest = -1, *end = malloc(sizeof(double) * (size_t)compute_index_count(s));
-    int peak[CONSTRUCTION_SHORTLIST], built = 1, best = -1;
-    if (!end)
-        rc = bsipipe_error_set(-ENOMEM, "out of memory");
+    int built = 1, best = -1;
     for (; rc == 0 && built < n; built++)
         if ((rc = schedule_alloc(&s->pc, &s->dims, &plan[built])) == 0 &&
             (rc = build_candidate(plan[built], code[built])) == 0)
-            rc = schedule_optimise(plan[built], NULL, 0, NULL);
-    for (int i = 0; rc == 0 && i < built; i++) {
-        span[i] = unit_makespan(plan[i], end);
-        peak[i] = peak_live(plan[i]);
-        if (span[i] >= 0 && (shortest < 0 || span[i] < shortest))
-            shortest = span[i];
-    }
+            rc = schedule_optimise(plan[built], NULL, 0, &got[built]);
+    double shortest = got[0].makespan_after;
+    for (int i = 1; rc == 0 && i < built; i++)
+        if (got[i].makespan_after < shortest)
+            shortest = got[i].makespan_after;
     for (int i = 0; rc == 0 && i < built; i++) /* the leanest near the shortest; the shortlist's order on ties */
-        if (span[i] >= 0 && span[i] <= shortest * (1 + CONSTRUCTION_TIME_TIE) && (best < 0 || peak[i] < peak[best]))
+        if (got[i].makespan_after <= shortest * (1 + CONSTRUCTION_TIME_TIE) &&
+            (best < 0 || got[i].peak_units_after < got[best].peak_units_after))
             best = i;
     if (best < 0)
-        best = 0;
-    for (int i = 0; i < built && i < n; i++)
+        best = 0; /* an error: the first */
+    for (int i = 0; i < built; i++)
         if (i != best)
             bsipipe_schedule_destroy(plan[i]);
-    free(end);
     *io = plan[best]; /* on an error: the first (s), the others freed */
     return rc;
 }
