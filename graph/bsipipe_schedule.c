@@ -248,8 +248,9 @@ static int build_candidate(bsipipe_schedule_t *s, int code)
  * candidate sub-unit size (at k = 1 with even w also BitPipe's order), each
  * built once in scratch lists and timed under unit costs. Those within
  * CONSTRUCTION_TIME_TIE of the shortest go to code[0..*n) (at most max),
- * fewest activations first, then shortest, then in candidate order. All
- * hold one basic unit of activations at most. Deterministic. */
+ * fewest activations first, then shortest, then in candidate order, and
+ * the first shortest among them in any case. All hold one basic unit of
+ * activations at most. Deterministic. */
 static int bsipipe_shortlist(bsipipe_schedule_t *s, int *code, int max, int *n)
 {
     int W = s->n_devices, cand[24], n_cand = subunit_candidates(s, cand, 24), rc = 0, n_tried = 0;
@@ -278,9 +279,12 @@ static int bsipipe_shortlist(bsipipe_schedule_t *s, int *code, int max, int *n)
         n_tried = i + 1;
     }
     double shortest = -1;
+    int first_shortest = -1;
     for (int i = 0; i < n_tried; i++)
-        if (span[i] >= 0 && (shortest < 0 || span[i] < shortest))
+        if (span[i] >= 0 && (shortest < 0 || span[i] < shortest)) {
             shortest = span[i];
+            first_shortest = i;
+        }
     *n = 0;
     while (rc == 0 && *n < max) { /* selection by (peak, span, order) among the near-shortest */
         int best = -1;
@@ -293,6 +297,10 @@ static int bsipipe_shortlist(bsipipe_schedule_t *s, int *code, int max, int *n)
         code[(*n)++] = codes[best];
         span[best] = -1; /* taken */
     }
+    /* The shortest always goes on (the last place, if the leaner ones filled
+     * them): the optimising pass may take it further than any leaner one. */
+    if (rc == 0 && first_shortest >= 0 && span[first_shortest] >= 0)
+        code[*n < max ? (*n)++ : max - 1] = codes[first_shortest];
     if (rc == 0 && *n == 0) { /* no timeline (cannot happen for a valid plan): the first, as constructed */
         code[0] = codes[0];
         *n = 1;
