@@ -24,7 +24,8 @@ static void usage(FILE *out)
 "Plans pipeline schedules, simulates them and compares them side by side.\n\n"
 "Schedule:\n"
 "  --schedule NAME    gpipe 1f1b 1f1b-i zb-h1 chimera terapipe seq1f1b seq1f1b-i\n"
-"                     bsipipe bitpipe, or 'all' (default: all)\n"
+"                     bsipipe bitpipe zb-v dualpipev seq-zbv bsipipe-zb, or 'all'\n"
+"                     (default: all)\n"
 "  --plan FILE        a plan from JSON (--format json's output, or written by\n"
 "                     hand: docs/plan-json.md) instead of --schedule: validated,\n"
 "                     simulated and printed like a preset\n"
@@ -150,11 +151,11 @@ static bsipipe_parallel_config_t config_for(const options_t *o, bsipipe_schedule
     pc.w = o->w;
     pc.m = o->m;
     pc.tp = o->tp;
-    pc.p = t.interleaved ? (kind == BSIPIPE_SCHED_BSIPIPE ? 2 : o->p) : 1;
+    pc.p = t.interleaved ? (t.v_shape ? 2 : o->p) : 1;
     pc.k = t.sequence_level ? o->k : 1;
     if (o->set_p && !t.interleaved && !o->all) pc.p = o->p; /* let validation name the rule */
     if (o->set_k && !o->auto_k && !t.sequence_level && !o->all) pc.k = o->k;
-    if (o->set_p && kind == BSIPIPE_SCHED_BSIPIPE && !o->all) pc.p = o->p;
+    if (o->set_p && t.v_shape && !o->all) pc.p = o->p;
     pc.partition = o->partition;
     pc.comm = o->comm;
     pc.concat = o->concat;

@@ -8,7 +8,7 @@
 
 static const char *const schedule_names[BSIPIPE_SCHED_COUNT] = {
     "gpipe", "1f1b", "1f1b-i", "zb-h1", "chimera",
-    "terapipe", "seq1f1b", "seq1f1b-i", "bsipipe", "bitpipe",
+    "terapipe", "seq1f1b", "seq1f1b-i", "bsipipe", "bitpipe", "zb-v", "dualpipev", "seq-zbv", "bsipipe-zb",
 };
 
 const char *bsipipe_schedule_kind_name(bsipipe_schedule_kind_t kind)
@@ -37,12 +37,12 @@ int bsipipe_schedule_kind_parse(const char *name, bsipipe_schedule_kind_t *kind)
         }
     return bsipipe_error_set(-EINVAL,
         "unknown schedule '%s'; valid: gpipe, 1f1b, 1f1b-i, zb-h1, chimera, terapipe, "
-        "seq1f1b, seq1f1b-i, bsipipe, bitpipe", name ? name : "(null)");
+        "seq1f1b, seq1f1b-i, bsipipe, bitpipe, zb-v, dualpipev, seq-zbv, bsipipe-zb", name ? name : "(null)");
 }
 
 bsipipe_schedule_traits_t bsipipe_schedule_kind_traits(bsipipe_schedule_kind_t kind)
 {
-    bsipipe_schedule_traits_t t = {0, 0, 0, 0};
+    bsipipe_schedule_traits_t t = {0, 0, 0, 0, 0};
     switch (kind) {
     case BSIPIPE_SCHED_1F1B_I: t.interleaved = 1; break;
     case BSIPIPE_SCHED_ZB_H1: t.split_backward = 1; break;
@@ -51,8 +51,14 @@ bsipipe_schedule_traits_t bsipipe_schedule_kind_traits(bsipipe_schedule_kind_t k
     case BSIPIPE_SCHED_SEQ1F1B: t.sequence_level = 1; break;
     case BSIPIPE_SCHED_SEQ1F1B_I: t.sequence_level = 1; t.interleaved = 1; break;
     case BSIPIPE_SCHED_BSIPIPE:
-        t.sequence_level = 1; t.interleaved = 1; t.bidirectional = 1; break;
-    case BSIPIPE_SCHED_BITPIPE: t.interleaved = 1; t.bidirectional = 1; break;
+        t.sequence_level = 1; t.interleaved = 1; t.bidirectional = 1; t.v_shape = 1; break;
+    case BSIPIPE_SCHED_BITPIPE: t.interleaved = 1; t.bidirectional = 1; t.v_shape = 1; break;
+    case BSIPIPE_SCHED_ZB_V:
+    case BSIPIPE_SCHED_DUALPIPEV: t.interleaved = 1; t.split_backward = 1; t.v_shape = 1; break;
+    case BSIPIPE_SCHED_SEQ_ZBV:
+        t.sequence_level = 1; t.interleaved = 1; t.split_backward = 1; t.v_shape = 1; break;
+    case BSIPIPE_SCHED_BSIPIPE_ZB:
+        t.sequence_level = 1; t.interleaved = 1; t.bidirectional = 1; t.split_backward = 1; t.v_shape = 1; break;
     default: break;
     }
     return t;
@@ -151,8 +157,8 @@ int bsipipe_parallel_config_validate(const bsipipe_parallel_config_t *pc, const 
     int ns = pc->m * pc->k;
     RULE(t.sequence_level || pc->k == 1,
          "%s schedules whole micro-batches: k must be 1 (got k=%d); use terapipe, seq1f1b, "
-         "seq1f1b-i or bsipipe to split sequences", name, pc->k);
-    if (pc->schedule == BSIPIPE_SCHED_BSIPIPE || pc->schedule == BSIPIPE_SCHED_BITPIPE) {
+         "seq1f1b-i, bsipipe, seq-zbv or bsipipe-zb to split sequences", name, pc->k);
+    if (t.v_shape) {
         RULE(pc->p == 2, "%s uses the V-shaped layout: p must be 2 (got p=%d)", name, pc->p);
     } else if (t.interleaved) {
         RULE(pc->p >= 2, "%s interleaves chunks: p must be >= 2 (got p=%d; p=1 is %s)", name, pc->p,
@@ -177,6 +183,10 @@ int bsipipe_parallel_config_validate(const bsipipe_parallel_config_t *pc, const 
              "m=%d); nearest valid m: %s", pc->k * pc->w, ns, pc->m,
              either(near, sizeof near, mult_below(ns, unit) / pc->k, mult_above(ns, unit) / pc->k));
     }
+    if (pc->schedule == BSIPIPE_SCHED_DUALPIPEV)
+        RULE(pc->m >= 2 * pc->w, "dualpipev (DeepSeek's and torch's order) needs at least as many micro-batches as "
+             "stages, m >= 2w = %d (got m=%d); nearest valid m: %d, or use zb-v, which runs any m",
+             2 * pc->w, pc->m, 2 * pc->w);
     if (pc->schedule == BSIPIPE_SCHED_BITPIPE) {
         RULE(pc->w % 2 == 0, "bitpipe splits each basic unit of w micro-batches evenly between its two pipes: "
              "w must be even (got w=%d); nearest valid w: %d or %d", pc->w, pc->w - 1, pc->w + 1);

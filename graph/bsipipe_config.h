@@ -24,11 +24,15 @@ typedef enum bsipipe_schedule_kind {
     BSIPIPE_SCHED_SEQ1F1B_I,  /* interleaved Seq1F1B */
     BSIPIPE_SCHED_BSIPIPE,    /* two opposing V-shaped pipelines at subsequence level */
     BSIPIPE_SCHED_BITPIPE,    /* two opposing V-shaped pipelines, micro-batch level (BitPipe) */
+    BSIPIPE_SCHED_ZB_V,       /* ZeroBubble's ZB-V: one V-shaped pipe, split backward (torch's order) */
+    BSIPIPE_SCHED_DUALPIPEV,  /* DeepSeek's DualPipeV: one V-shaped pipe, F&B pairs (torch's order) */
+    BSIPIPE_SCHED_SEQ_ZBV,    /* ZB-V at subsequence level: one V pipe, split backward, pieces */
+    BSIPIPE_SCHED_BSIPIPE_ZB, /* BSIPipe with split backward: two mirrored V pipes of pieces */
     BSIPIPE_SCHED_COUNT
 } bsipipe_schedule_kind_t;
 
 /* Canonical lower-case names: gpipe 1f1b 1f1b-i zb-h1 chimera terapipe
- * seq1f1b seq1f1b-i bsipipe bitpipe. */
+ * seq1f1b seq1f1b-i bsipipe bitpipe zb-v dualpipev seq-zbv bsipipe-zb. */
 const char *bsipipe_schedule_kind_name(bsipipe_schedule_kind_t kind);
 /* Parses a name (case-insensitive, '_' accepted for '-'); -EINVAL if unknown. */
 int bsipipe_schedule_kind_parse(const char *name, bsipipe_schedule_kind_t *kind);
@@ -39,6 +43,8 @@ typedef struct bsipipe_schedule_traits {
     int interleaved;     /* p > 1 chunks per device per pipe allowed */
     int sequence_level;  /* k > 1 subsequences allowed */
     int split_backward;  /* backward split into B (input grad) and W (weight grad) */
+    int v_shape;         /* p = 2 chunks per device in a V: chunks 0..w-1 down the devices,
+                            w..2w-1 back up (device d holds d and 2w-1-d) */
 } bsipipe_schedule_traits_t;
 bsipipe_schedule_traits_t bsipipe_schedule_kind_traits(bsipipe_schedule_kind_t kind);
 

@@ -107,7 +107,7 @@ static void place_chunks(bsipipe_schedule_t *s)
     int w = s->pc.w, C = s->n_chunks;
     for (int c = 0; c < C; c++) {
         int down;
-        if (s->pc.schedule == BSIPIPE_SCHED_BSIPIPE || s->pc.schedule == BSIPIPE_SCHED_BITPIPE)
+        if (bsipipe_schedule_kind_traits(s->pc.schedule).v_shape)
             down = c < w ? c : 2 * w - 1 - c;      /* V-shape */
         else
             down = c % w;                          /* sequential (p=1) or interleaved */
@@ -438,6 +438,7 @@ int bsipipe_schedule_create(const bsipipe_parallel_config_t *pc, const bsipipe_m
      * their references build them. */
     rc = pc->schedule == BSIPIPE_SCHED_BSIPIPE   ? generate_bsipipe(&s)
          : pc->schedule == BSIPIPE_SCHED_BITPIPE ? generate_bitpipe(s)
+         : bsipipe_schedule_kind_traits(pc->schedule).v_shape ? generate_zb(s)
                                                  : generate_fixed(s);
     if (rc == 0)
         rc = comm_insert(s, NULL);

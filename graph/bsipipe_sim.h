@@ -236,7 +236,9 @@ int bsipipe_schedule_validate(const bsipipe_schedule_t *s);
 int bsipipe_schedule_validate_ex(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost);
 
 /* Closed-form bubble ratio of the schedule's configuration under unit costs
- * (docs/schedules.md derives each): F = 1, B = 2 (ZB-H1: B = W = 1), except
+ * (docs/schedules.md derives each): F = 1, B = 2 (split backward: B = W = 1;
+ * zb-v and dualpipev (w-1)/(6N+w-1), seq-zbv the same as a bound, bsipipe-zb
+ * floor((w-1)/2)/(6N_s+floor((w-1)/2)), the floor its plans meet), except
  * Chimera's, which holds for F = B and m >= w: (w-2)/(2N+w-2) for even w,
  * (w-1)/(2N+w-1) for odd w. For BSIPipe it is the paper's formula, an upper
  * bound. Negative if none is known. */

@@ -197,6 +197,16 @@ double bsipipe_bubble_closed_form(const bsipipe_parallel_config_t *pc)
         double idle = (pc->m / pc->w + 1) * (w - 2);
         return idle / (6 * ns + idle);
     }
+    case BSIPIPE_SCHED_ZB_V: case BSIPIPE_SCHED_DUALPIPEV:
+        /* w-1 idle units per device (start-up), the cooldown filled with W;
+         * zb-v below 2w-1 micro-batches has no formula (torch leaves slots empty). */
+        return pc->m >= 2 * pc->w - 1 ? (w - 1) / (6 * ns + w - 1) : -1;
+    case BSIPIPE_SCHED_SEQ_ZBV: /* the same over pieces: an upper bound the list schedule meets or beats */
+        return (w - 1) / (6 * ns + w - 1);
+    case BSIPIPE_SCHED_BSIPIPE_ZB: { /* the mirrored pipes' start-up floor: floor((w-1)/2) idle units */
+        double half = (pc->w - 1) / 2;
+        return half / (6 * ns + half);
+    }
     case BSIPIPE_SCHED_CHIMERA:
         /* F = B, m >= w; odd w: the middle device is the same stage of both
          * pipes, so it starts and drains (w-1)/2 late (docs/schedules.md). */

@@ -72,11 +72,14 @@ static inline int schedule_mb_pipe(const bsipipe_schedule_t *s, int mb)
 }
 
 /* Compute-order generators: fill the per-device lists with F/B/W ops. */
-int generate_fixed(bsipipe_schedule_t *s);  /* every schedule but bsipipe */
+int generate_fixed(bsipipe_schedule_t *s);  /* the unidirectional and chimera */
 /* BSIPipe's list schedule with sub-units of `subunit` subsequences per pipe
  * (0: the whole basic unit); gen_greedy.c. */
 int generate_greedy(bsipipe_schedule_t *s, int subunit);
 int generate_bitpipe(bsipipe_schedule_t *s); /* bitpipe; bsipipe at k = 1 when shorter */
+/* The split-backward V schedules: zb-v, dualpipev (the peers' orders),
+ * seq-zbv and bsipipe-zb (a list schedule); gen_zb.c. */
+int generate_zb(bsipipe_schedule_t *s);
 
 /* Inserts SEND/RECV ops for every cross-device dependency, ordered per
  * s->pc.comm from the timeline of the compute ops under `cost` (NULL: unit

@@ -36,3 +36,7 @@ tests_test_sim_noise_LDADD = libbsipipe.la
 check_PROGRAMS += tests/test_choose_k
 TESTS += tests/test_choose_k
 tests_test_choose_k_LDADD = libbsipipe.la -lm
+# test_zero_bubble: the split-backward V schedules against their bounds (sweep).
+check_PROGRAMS += tests/test_zero_bubble
+TESTS += tests/test_zero_bubble
+tests_test_zero_bubble_LDADD = libbsipipe.la

@@ -1,6 +1,7 @@
 /* test_schedules: every generator over the paper's grid (w in {2,4,8,16},
  * N_s from k·w to 8·k·w) under unit costs: valid plans, the closed-form
- * bubble ratios, BSIPipe the lowest, memory bounded by basic units. */
+ * bubble ratios, BSIPipe the lowest of the fused-backward schedules and
+ * bsipipe-zb of all, memory bounded by basic units. */
 #include "graph/bsipipe_sim.h"
 #include "graph/bsipipe_error.h"
 #include "tests/check.h"
@@ -185,11 +186,14 @@ int main(void)
     for (int wi = 0; wi < 4; wi++) {
         int w = ws[wi];
         for (int j = 1; j <= 8; j++) {
-            double best_other = 1, bsi = 1;
+            double best_other = 1, bsi = 1, best_split = 1, bsi_zb = 1;
             for (int kind = 0; kind < BSIPIPE_SCHED_COUNT; kind++) {
                 bsipipe_parallel_config_t pc = bsipipe_parallel_config_default((bsipipe_schedule_kind_t)kind);
                 pc.w = w;
                 pc.m = w * j; /* N_s = k·w·j: one to eight basic units */
+                if (kind == BSIPIPE_SCHED_DUALPIPEV && pc.m < 2 * w)
+                    continue; /* its rule (test_zero_bubble checks the refusal) */
+                int split = bsipipe_schedule_kind_traits(pc.schedule).split_backward;
                 run_t r;
                 if (simulate(pc, &r))
                     continue;
@@ -197,7 +201,20 @@ int main(void)
                 if (j == 1 || j == 8)
                     printf("%-10s %3d %4d %10.6f %10.6f\n", bsipipe_schedule_kind_name(pc.schedule), w, pc.m * pc.k,
                            r.bubble, closed);
-                if (kind == BSIPIPE_SCHED_BSIPIPE) {
+                if (split && kind != BSIPIPE_SCHED_ZB_H1) {
+                    /* The split-backward V schedules: at their bound, bsipipe-zb
+                     * at its floor (test_zero_bubble sweeps them wider). */
+                    if (closed >= 0)
+                        CHECK(r.bubble <= closed + 1e-9, "%s w=%d N_s=%d: bubble %.9f above %.9f",
+                              bsipipe_schedule_kind_name(pc.schedule), w, pc.m * pc.k, r.bubble, closed);
+                    double params = kind == BSIPIPE_SCHED_BSIPIPE_ZB ? 2.0 : 1.0;
+                    CHECK(r.param_max == params, "%s holds %g M_theta per device (got %g)",
+                          bsipipe_schedule_kind_name(pc.schedule), params, r.param_max);
+                    if (kind == BSIPIPE_SCHED_BSIPIPE_ZB)
+                        bsi_zb = r.bubble;
+                    else if (r.bubble < best_split)
+                        best_split = r.bubble;
+                } else if (kind == BSIPIPE_SCHED_BSIPIPE) {
                     /* The paper's closed form is an upper bound (see
                      * docs/schedules.md): the constructed schedule may beat it. */
                     CHECK(r.bubble <= closed + 1e-12, "bsipipe w=%d N_s=%d: bubble %.6f above (w-1)/(3N_s+w-1) = %.6f",
@@ -233,10 +250,16 @@ int main(void)
                     if (r.bubble < best_other) best_other = r.bubble;
                 }
             }
-            /* Lowest of all; at w = 2 both bidirectional schedules are
-             * bubble-free under unit costs, so there it ties at zero. */
+            /* BSIPipe the lowest of the fused-backward schedules, bsipipe-zb
+             * the lowest of all; at w = 2 the bidirectional schedules are
+             * bubble-free under unit costs, so there they tie at zero. */
             CHECK(bsi < best_other || (bsi == 0 && best_other == 0),
                   "w=%d m=%d: bsipipe (%.6f) is not the lowest bubble (best other %.6f)", w, w * j, bsi, best_other);
+            double best_all = best_other < best_split ? best_other : best_split;
+            best_all = bsi < best_all ? bsi : best_all;
+            CHECK(bsi_zb < best_all || (bsi_zb == 0 && best_all == 0),
+                  "w=%d m=%d: bsipipe-zb (%.6f) is not the lowest bubble (best other %.6f)", w, w * j, bsi_zb,
+                  best_all);
         }
         /* Basic-unit concatenation keeps the peak within one unit as N_s grows; without
          * it the forwards of the whole iteration pile up: the peak grows by

@@ -1,0 +1,370 @@
+/* gen_zb.c: compute order of the split-backward V schedules. B is the input
+ * gradient, W the weight gradient; device d holds chunks d and 2w-1-d.
+ *
+ *   zb-v      : ZeroBubble's handcrafted ZB-V, in the order torch's
+ *               ScheduleZBVZeroBubble writes it (sail-sg's). torch plans
+ *               max(m, 2w-1) micro-batches and leaves the slots of the ones
+ *               past m empty; here they are left out, so each device runs
+ *               the rest of its order as early as its inputs allow.
+ *   dualpipev : DeepSeek's DualPipeV, in the order torch's ScheduleDualPipeV
+ *               writes it (op for op DeepSeek's dualpipev.py). A full
+ *               backward is B then W; an overlapped pair F&B is its halves in
+ *               sequence, F, then B, then W (as torch runs a pair by default).
+ *   seq-zbv,
+ *   bsipipe-zb: a list schedule in time under unit costs (F = B = W = 1) over
+ *               the pieces of one V pipe (seq-zbv) or two mirrored ones
+ *               (bsipipe-zb): a free device starts a ready B first (it
+ *               unblocks the devices upstream), else a ready F, else a W
+ *               (W waits on nothing but its own B, so it fills what would be
+ *               idle), earliest piece first; at most `cap` stashes (an F's
+ *               activations, held until its W) on a device, so a device at
+ *               the cap runs W instead of F. generate_zb_list tries caps from
+ *               2k (below which no micro-batch can start its backward) up and
+ *               keeps the smallest that reaches the shortest makespan found
+ *               with no cap.
+ * Within a (pipe, chunk), forwards run pieces in order (KV prefix),
+ * backwards micro-batches in order with pieces reversed, and W in the
+ * order of the B's. */
+#include "graph/schedule_internal.h"
+#include "graph/bsipipe_error.h"
+
+#include <stdlib.h>
+
+/* ---- zb-v and dualpipev: the peers' orders -------------------------------- */
+
+/* Pushes kind of micro-batch mb on chunk c unless mb is past the plan's m
+ * (zb-v's empty slots). */
+static int push_mb(bsipipe_schedule_t *s, bsipipe_op_kind_t kind, int mb, int chunk)
+{
+    return mb < s->pc.m ? schedule_push_compute(s, kind, mb, 0, chunk) : 0;
+}
+
+static int generate_zbv(bsipipe_schedule_t *s)
+{
+    int w = s->pc.w, count = s->pc.m > 2 * w - 1 ? s->pc.m : 2 * w - 1, rc = 0;
+    for (int r = 0; r < w && rc == 0; r++) {
+        int c0 = r, c1 = 2 * w - 1 - r;
+        int f0 = 0, f1 = 0, b0 = 0, b1 = 0;
+#define PUSH(K, MB, C) do { if (rc == 0) rc = push_mb(s, (K), (MB), (C)); } while (0)
+        for (int i = 0; i < 2 * (w - r) - 1; i++)      /* warmup: chunk 0's forwards */
+            PUSH(BSIPIPE_OP_F, f0++, c0);
+        for (int i = 0; i < r; i++) {                  /* both chunks' forwards */
+            PUSH(BSIPIPE_OP_F, f1++, c1);
+            PUSH(BSIPIPE_OP_F, f0++, c0);
+        }
+        for (int i = 0; i < w - r; i++) {              /* chunk 1: F, B, W */
+            PUSH(BSIPIPE_OP_F, f1++, c1);
+            PUSH(BSIPIPE_OP_B, b1, c1);
+            PUSH(BSIPIPE_OP_W, b1++, c1);
+        }
+        while (f1 < f0 || f0 < count) {                /* steady state */
+            if (f0 < count)
+                PUSH(BSIPIPE_OP_F, f0++, c0);
+            PUSH(BSIPIPE_OP_B, b0, c0);
+            PUSH(BSIPIPE_OP_W, b0++, c0);
+            PUSH(BSIPIPE_OP_F, f1++, c1);
+            PUSH(BSIPIPE_OP_B, b1, c1);
+            PUSH(BSIPIPE_OP_W, b1++, c1);
+        }
+        int w0 = b0, w1 = b1;
+        for (int i = 0; i < r; i++) {                  /* cooldown: B of both chunks, W deferred */
+            PUSH(BSIPIPE_OP_B, b0++, c0);
+            PUSH(BSIPIPE_OP_B, b1++, c1);
+        }
+        for (int i = 0; i < w - r; i++) {
+            PUSH(BSIPIPE_OP_B, b0++, c0);
+            PUSH(BSIPIPE_OP_W, w0++, c0);
+        }
+        while (w1 < b1)
+            PUSH(BSIPIPE_OP_W, w1++, c1);
+        while (w0 < b0)
+            PUSH(BSIPIPE_OP_W, w0++, c0);
+#undef PUSH
+        if (rc == 0 && (f0 != count || b0 != count || w0 != count || f1 != count || w1 != count))
+            rc = bsipipe_error_set(BSIPIPE_EDEPEND, "zb-v: device %d's order counts %d/%d/%d forwards/backwards/"
+                                   "weight gradients of chunk %d, %d expected", r, f0, b0, w0, c0, count);
+    }
+    return rc;
+}
+
+/* DualPipeV's state on one device: the next micro-batch of each (kind,
+ * chunk) and the B's whose W is deferred (FIFO). */
+typedef struct dpv {
+    bsipipe_schedule_t *s;
+    int next_f[2], next_b[2];
+    int *queue_chunk, *queue_mb, q_head, q_tail;
+    int chunk[2];
+} dpv_t;
+
+static int dpv_f(dpv_t *v, int local)
+{
+    return schedule_push_compute(v->s, BSIPIPE_OP_F, v->next_f[local]++, 0, v->chunk[local]);
+}
+
+/* A full backward: B then W at once. */
+static int dpv_full_b(dpv_t *v, int local)
+{
+    int mb = v->next_b[local]++, rc = schedule_push_compute(v->s, BSIPIPE_OP_B, mb, 0, v->chunk[local]);
+    return rc ? rc : schedule_push_compute(v->s, BSIPIPE_OP_W, mb, 0, v->chunk[local]);
+}
+
+/* An input gradient whose W waits in the queue. */
+static int dpv_b(dpv_t *v, int local)
+{
+    int mb = v->next_b[local]++;
+    v->queue_chunk[v->q_tail] = v->chunk[local];
+    v->queue_mb[v->q_tail++] = mb;
+    return schedule_push_compute(v->s, BSIPIPE_OP_B, mb, 0, v->chunk[local]);
+}
+
+static int dpv_pending_w(dpv_t *v)
+{
+    if (v->q_head == v->q_tail)
+        return 0;
+    int i = v->q_head++;
+    return schedule_push_compute(v->s, BSIPIPE_OP_W, v->queue_mb[i], 0, v->queue_chunk[i]);
+}
+
+static int generate_dualpipev(bsipipe_schedule_t *s)
+{
+    int w = s->pc.w, m = s->pc.m, rc = 0;
+    dpv_t v = {.s = s};
+    v.queue_chunk = malloc(sizeof(int) * (size_t)(2 * m));
+    v.queue_mb = malloc(sizeof(int) * (size_t)(2 * m));
+    if (!v.queue_chunk || !v.queue_mb) {
+        free(v.queue_chunk);
+        free(v.queue_mb);
+        return bsipipe_error_set(-ENOMEM, "out of memory building the dualpipev schedule");
+    }
+#define DO(call) do { if (rc == 0) rc = (call); } while (0)
+    for (int r = 0; r < w && rc == 0; r++) {
+        v.chunk[0] = r;
+        v.chunk[1] = 2 * w - 1 - r;
+        v.next_f[0] = v.next_f[1] = v.next_b[0] = v.next_b[1] = 0;
+        v.q_head = v.q_tail = 0;
+        for (int i = 0; i < 2 * (w - r - 1); i++)          /* step 1 */
+            DO(dpv_f(&v, 0));
+        for (int i = 0; i < r + 1; i++) {                  /* step 2 */
+            DO(dpv_f(&v, 0));
+            DO(dpv_f(&v, 1));
+        }
+        for (int i = 0; i < w - r - 1; i++) {              /* step 3 */
+            DO(dpv_b(&v, 1));
+            DO(dpv_pending_w(&v));
+            DO(dpv_f(&v, 1));
+        }
+        for (int i = 0; i < m - 2 * w + r + 1; i++) {      /* step 4: pairs */
+            DO(dpv_f(&v, 0));                              /* (the last device's first: F, then B alone) */
+            DO(dpv_full_b(&v, 1));
+            DO(dpv_f(&v, 1));
+            DO(dpv_full_b(&v, 0));
+        }
+        for (int i = 0; i < w - r - 1; i++) {              /* step 5 */
+            DO(dpv_full_b(&v, 1));
+            DO(dpv_f(&v, 1));
+            DO(dpv_full_b(&v, 0));
+        }
+        int zb = 0, half = (r + 1) / 2;
+        for (int i = 0; i < r + 1; i++) {                  /* step 6: W deferred from the middle on */
+            if (i == half && r % 2 == 1)
+                zb = 1;
+            DO(zb ? dpv_b(&v, 1) : dpv_full_b(&v, 1));
+            if (i == half && r % 2 == 0)
+                zb = 1;
+            DO(zb ? dpv_b(&v, 0) : dpv_full_b(&v, 0));
+        }
+        for (int i = 0; i < w - r - 1; i++) {              /* step 7 */
+            DO(dpv_pending_w(&v));
+            DO(zb ? dpv_b(&v, 0) : dpv_full_b(&v, 0));
+        }
+        for (int i = 0; i < r + 1; i++)                    /* step 8 */
+            DO(dpv_pending_w(&v));
+        if (rc == 0 && (v.q_head != v.q_tail || v.next_f[0] != m || v.next_f[1] != m || v.next_b[0] != m ||
+                        v.next_b[1] != m))
+            rc = bsipipe_error_set(BSIPIPE_EDEPEND, "dualpipev: device %d's order is incomplete (%d weight "
+                                   "gradients left); m = %d", r, v.q_tail - v.q_head, m);
+    }
+#undef DO
+    free(v.queue_chunk);
+    free(v.queue_mb);
+    return rc;
+}
+
+/* ---- seq-zbv and bsipipe-zb: the list schedule ----------------------------- */
+
+enum { ZB_MAX_SLOTS = 4 };
+
+typedef struct zb_slot {
+    int pipe, chunk;
+    int next[3]; /* next position in this slot's F, B and W orders */
+} zb_slot_t;
+
+typedef struct zb_dev {
+    zb_slot_t slot[ZB_MAX_SLOTS];
+    int n_slots, live, ops_left, free_at;
+} zb_dev_t;
+
+/* The op at position pos of kind's order in a slot: (mb, sub). */
+static void zb_slot_op(const bsipipe_schedule_t *s, int *const pipe_mbs[2], const zb_slot_t *sl, int kind, int pos,
+                       int *mb, int *sub)
+{
+    int k = s->pc.k;
+    *mb = pipe_mbs[sl->pipe][pos / k];
+    *sub = kind == BSIPIPE_OP_F ? pos % k : k - 1 - pos % k;
+}
+
+static int zb_ready(const bsipipe_schedule_t *s, const int *end, int kind, int pipe, int mb, int sub, int chunk,
+                    int t)
+{
+    bsipipe_op_t op = {.kind = (uint8_t)kind, .pipe = (uint8_t)pipe, .mb = mb, .sub = sub, .chunk = chunk};
+    bsipipe_op_t deps[3];
+    int n = compute_deps(s, &op, deps);
+    for (int i = 0; i < n; i++) {
+        int e = end[compute_index(s, deps[i].kind, deps[i].mb, deps[i].sub, deps[i].chunk)];
+        if (e < 0 || e > t)
+            return 0;
+    }
+    return 1;
+}
+
+/* One run of the list schedule with at most cap stashes per device (0: no
+ * cap). push: write the order into s (else only time it). Returns the
+ * makespan, 0 when it stalls (the cap too small), or a negative code. */
+static long zb_list_run(bsipipe_schedule_t *s, int *const pipe_mbs[2], const int pipe_n[2], int *end, zb_dev_t *dev,
+                        int cap, int push, int *peak)
+{
+    int W = s->n_devices, k = s->pc.k;
+    for (long i = 0; i < compute_index_count(s); i++)
+        end[i] = -1;
+    for (int d = 0; d < W; d++) {
+        zb_dev_t *ds = &dev[d];
+        ds->n_slots = ds->live = ds->ops_left = ds->free_at = 0;
+        for (int pipe = 0; pipe < s->n_pipes; pipe++)
+            for (int c = 0; c < s->n_chunks; c++)
+                if (schedule_dev(s, pipe, c) == d && ds->n_slots < ZB_MAX_SLOTS) {
+                    ds->slot[ds->n_slots++] = (zb_slot_t){.pipe = pipe, .chunk = c};
+                    ds->ops_left += 3 * pipe_n[pipe] * k;
+                }
+    }
+    *peak = 0;
+    for (int t = 0;; t++) {
+        int left = 0, started = 0, busy = 0;
+        for (int d = 0; d < W; d++) {
+            zb_dev_t *ds = &dev[d];
+            left += ds->ops_left;
+            if (ds->ops_left == 0)
+                continue;
+            if (ds->free_at > t) {
+                busy = 1;
+                continue;
+            }
+            /* Best ready op: kind rank (B, F, W), then the piece's place in
+             * its pipe, then the deeper chunk (the longer chain ahead). */
+            int best = -1, best_kind = 0, best_mb = 0, best_sub = 0;
+            long best_key = 0;
+            static const int rank[3] = {1, 0, 2}; /* by kind F, B, W */
+            for (int i = 0; i < ds->n_slots; i++) {
+                zb_slot_t *sl = &ds->slot[i];
+                for (int kind = BSIPIPE_OP_F; kind <= BSIPIPE_OP_W; kind++) {
+                    int pos = sl->next[kind], mb, sub;
+                    if (pos >= pipe_n[sl->pipe] * k)
+                        continue;
+                    if (kind == BSIPIPE_OP_F && cap > 0 && ds->live >= cap)
+                        continue;
+                    zb_slot_op(s, pipe_mbs, sl, kind, pos, &mb, &sub);
+                    if (!zb_ready(s, end, kind, sl->pipe, mb, sub, sl->chunk, t))
+                        continue;
+                    long key = ((long)rank[kind] << 56) + ((long)pos << 16) + (s->n_chunks - sl->chunk) * 2 +
+                               sl->pipe;
+                    if (best < 0 || key < best_key) {
+                        best = i;
+                        best_key = key;
+                        best_kind = kind;
+                        best_mb = mb;
+                        best_sub = sub;
+                    }
+                }
+            }
+            if (best < 0)
+                continue;
+            zb_slot_t *sl = &ds->slot[best];
+            if (push) {
+                int rc = schedule_push_compute(s, (bsipipe_op_kind_t)best_kind, best_mb, best_sub, sl->chunk);
+                if (rc < 0)
+                    return rc;
+            }
+            end[compute_index(s, best_kind, best_mb, best_sub, sl->chunk)] = t + 1;
+            sl->next[best_kind]++;
+            ds->free_at = t + 1;
+            ds->ops_left--;
+            ds->live += best_kind == BSIPIPE_OP_F ? 1 : best_kind == BSIPIPE_OP_W ? -1 : 0;
+            if (ds->live > *peak)
+                *peak = ds->live;
+            started = 1;
+        }
+        if (!left)
+            return t;
+        if (!started && !busy)
+            return 0; /* stalled: every device at its cap or waiting on one that is */
+    }
+}
+
+int generate_zb_list(bsipipe_schedule_t *s)
+{
+    int m = s->pc.m, k = s->pc.k, W = s->n_devices, rc = 0, peak;
+    int *pipe_mbs[2] = {malloc(sizeof(int) * (size_t)m), malloc(sizeof(int) * (size_t)m)}, pipe_n[2] = {0, 0};
+    int *end = malloc(sizeof(int) * (size_t)compute_index_count(s));
+    zb_dev_t *dev = calloc((size_t)W, sizeof *dev);
+    if (!pipe_mbs[0] || !pipe_mbs[1] || !end || !dev) {
+        rc = bsipipe_error_set(-ENOMEM, "out of memory building the %s schedule",
+                               bsipipe_schedule_kind_name(s->pc.schedule));
+        goto out;
+    }
+    for (int mb = 0; mb < m; mb++) {
+        int pipe = schedule_mb_pipe(s, mb);
+        pipe_mbs[pipe][pipe_n[pipe]++] = mb;
+    }
+    long best = zb_list_run(s, pipe_mbs, pipe_n, end, dev, 0, 0, &peak);
+    if (best <= 0) {
+        rc = best < 0 ? (int)best
+                      : bsipipe_error_set(BSIPIPE_EDEPEND, "%s: list scheduling stalled with no memory cap",
+                                          bsipipe_schedule_kind_name(s->pc.schedule));
+        goto out;
+    }
+    /* The smallest cap that keeps the uncapped makespan: the makespan can
+     * only fall as the cap rises past the stall, but not always steadily,
+     * so every cap from 2k up is tried until one matches (peak bounds it). */
+    int uncapped_peak = peak, cap = 2 * k;
+    for (; cap < uncapped_peak; cap++) {
+        long span = zb_list_run(s, pipe_mbs, pipe_n, end, dev, cap, 0, &peak);
+        if (span < 0) {
+            rc = (int)span;
+            goto out;
+        }
+        if (span == best)
+            break;
+    }
+    long span = zb_list_run(s, pipe_mbs, pipe_n, end, dev, cap >= uncapped_peak ? 0 : cap, 1, &peak);
+    if (span <= 0)
+        rc = span < 0 ? (int)span
+                      : bsipipe_error_set(BSIPIPE_EDEPEND, "%s: list scheduling stalled",
+                                          bsipipe_schedule_kind_name(s->pc.schedule));
+out:
+    free(pipe_mbs[0]);
+    free(pipe_mbs[1]);
+    free(end);
+    free(dev);
+    return rc;
+}
+
+int generate_zb(bsipipe_schedule_t *s)
+{
+    switch (s->pc.schedule) {
+    case BSIPIPE_SCHED_ZB_V:
+        return generate_zbv(s);
+    case BSIPIPE_SCHED_DUALPIPEV:
+        return generate_dualpipev(s);
+    default:
+        return generate_zb_list(s);
+    }
+}
