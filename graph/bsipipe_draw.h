@@ -35,6 +35,13 @@ int bsipipe_draw_svg_time(FILE *out, const bsipipe_schedule_t *s, const bsipipe_
 int bsipipe_export_json(FILE *out, const bsipipe_schedule_t *s, const bsipipe_sim_result_t *r,
                         const bsipipe_cost_model_t *cost);
 
+/* torch.distributed.pipelining's per-rank action CSV (`compute_only`, as its
+ * _dump_csv writes it): one row per device, each compute op "{chunk}{F|B|I|W}{mb}"
+ * (B a fused backward; I and W a split one's halves). Plans torch can express
+ * only: one pipe, k = 1, D_t = 1; others get -EINVAL naming why. -EIO when
+ * the write fails. */
+int bsipipe_export_torch_csv(FILE *out, const bsipipe_schedule_t *s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -48,7 +48,7 @@ expect 2 "unknown schedule 'pipedream'" --schedule pipedream
 expect 2 "unknown or incomplete option" --frobnicate
 expect 2 "unknown or incomplete option" --m
 expect 2 "unexpected argument 'extra'" extra
-expect 2 "--format json exports one schedule" --format json
+expect 2 "--format json and torch-csv export one schedule" --format json
 expect 2 "unknown comm order 'fast'" --comm fast
 expect 1 "nearest valid m: 4 or 8" --schedule bsipipe --w 4 --m 6
 expect 1 "layers L=12 must be a multiple of p*w = 8" --schedule bsipipe --layers 12
@@ -131,8 +131,8 @@ expect 2 "--noise prints a second table: not with --format json" --schedule 1f1b
 # this VM's half-performance length BSIPipe keeps whole sequences at w = 2
 # (no bubble to remove), and a budget under that memory makes it cut them.
 small="--w 2 --m 8 --layers 8 --hidden 128 --heads 4 --vocab 256 --seq 512 --cost flops --device-tflops 0.09"
-expect 0 "| bsipipe   | 2 | 1 |    8 |" --schedule bsipipe $small --k auto --piece-half 16
-expect 0 "| bsipipe   | 2 | 2 |   16 |" --schedule bsipipe $small --k auto --piece-half 16 --act-budget 0.05
+expect 0 "| bsipipe    | 2 | 1 |    8 |" --schedule bsipipe $small --k auto --piece-half 16
+expect 0 "| bsipipe    | 2 | 2 |   16 |" --schedule bsipipe $small --k auto --piece-half 16 --act-budget 0.05
 expect 1 "no k in 1..16 keeps the activations within 0.0001 GiB per device: the least is" \
     --schedule bsipipe $small --k auto --act-budget 0.0001
 expect 2 "--k auto compares predicted times" --k auto
@@ -140,7 +140,7 @@ expect 2 "--act-budget is the budget --k auto chooses within: add --k auto" --co
 expect 2 "--act-budget expects GiB of activations per device" --cost flops --k auto --act-budget -1
 expect 2 "--piece-half slows short pieces under FLOPs costs: add --cost flops" --piece-half 16
 expect 2 "--piece-half expects tokens" --cost flops --piece-half x
-expect 0 "| 1f1b      |  1 |" --schedule 1f1b --cost flops --k auto
+expect 0 "| 1f1b       |  1 |" --schedule 1f1b --cost flops --k auto
 expect 1 "gpipe keeps sequences whole, and at k = 1 its activations need" --schedule gpipe --cost flops --k auto --act-budget 0.01
 expect 1 "no k in 1..16 plans for this configuration (k = 1: bsipipe splits micro-batches between two pipes: m must be even" \
     --schedule bsipipe --m 3 --cost flops --k auto

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""peer_orders.py: the peers' own op orders, written from their sources, as
+torch.distributed.pipelining's per-rank action CSV (one row per rank, cells
+"{stage}{F|I|W}{microbatch}"), for tests/test_peer_orders.sh to compare with
+`bsipipe-plan --format torch-csv`.
+
+  zb-v      torch's ScheduleZBVZeroBubble._calculate_single_rank_operations
+            (sail-sg's handcrafted ZB-V): 2w-1 micro-batches at least, the
+            slots of those past m left empty (None);
+  dualpipev torch's ScheduleDualPipeV._calculate_single_rank_operations,
+            op for op DeepSeek's dualpipev.py.
+
+Each function follows its source step by step (the same warmup counts and
+loop bounds, named as there) so that it can be read beside it. The rows are
+normalised as bsipipe writes a plan: empty slots dropped, a full backward
+(type B) written as I then W, an overlapped pair as its two halves in order.
+
+usage: peer_orders.py zb-v|dualpipev W M
+"""
+import sys
+
+
+def zbv(pp, n_mb):
+    """Rows of ScheduleZBVZeroBubble for pp ranks, n_mb micro-batches."""
+    num_stages = 2 * pp
+    count = max(2 * pp - 1, n_mb)
+    rows = []
+    for rank in range(pp):
+        acts = [None] * rank
+        f0 = f1 = b0 = b1 = 0
+        s0, s1 = rank, num_stages - 1 - rank
+        for _ in range(2 * (pp - rank) - 1):
+            acts.append((s0, "F", f0)); f0 += 1
+        for _ in range(rank):
+            acts.append((s1, "F", f1)); f1 += 1
+            acts.append((s0, "F", f0)); f0 += 1
+        for _ in range(pp - rank):
+            acts.append((s1, "F", f1)); f1 += 1
+            acts.append((s1, "I", b1))
+            acts.append((s1, "W", b1)); b1 += 1
+        while f1 < f0 or f0 < count:
+            if f0 < count:
+                acts.append((s0, "F", f0)); f0 += 1
+            acts.append((s0, "I", b0))
+            acts.append((s0, "W", b0)); b0 += 1
+            acts.append((s1, "F", f1)); f1 += 1
+            acts.append((s1, "I", b1))
+            acts.append((s1, "W", b1)); b1 += 1
+        w0, w1 = b0, b1
+        for _ in range(rank):
+            acts.append((s0, "I", b0)); b0 += 1
+            acts.append((s1, "I", b1)); b1 += 1
+        for _ in range(pp - rank):
+            acts.append((s0, "I", b0)); b0 += 1
+            acts.append((s0, "W", w0)); w0 += 1
+        while w1 < b1:
+            acts.append((s1, "W", w1)); w1 += 1
+        while w0 < b0:
+            acts.append((s0, "W", w0)); w0 += 1
+        assert w0 == b0 == f0 and w1 == b1 == f1
+        # torch turns the actions of micro-batches past n_mb into None.
+        rows.append([a for a in acts if a is not None and a[2] < n_mb])
+    return rows
+
+
+def dualpipev(num_ranks, num_chunks):
+    """Rows of ScheduleDualPipeV for num_ranks ranks, num_chunks micro-batches."""
+    assert num_chunks >= 2 * num_ranks, "DualPipeV needs n_microbatches >= stages"
+    rows = []
+    for rank in range(num_ranks):
+        acts, counters, weight_queue = [], {}, []
+        stage0, stage1 = rank, 2 * num_ranks - 1 - rank
+
+        def full_backward(stage):
+            mb = counters.get((stage, "I"), 0)
+            acts.append((stage, "I", mb))  # a full backward "B", written as I then W
+            acts.append((stage, "W", mb))
+            counters[(stage, "I")] = mb + 1
+            counters[(stage, "W")] = counters.get((stage, "W"), 0) + 1
+
+        def add(stage, kind):
+            if kind == "B":
+                full_backward(stage)
+                return
+            mb = counters.get((stage, kind), 0)
+            acts.append((stage, kind, mb))
+            if kind == "I":
+                weight_queue.append((stage, mb))
+            counters[(stage, kind)] = mb + 1
+
+        def overlap(f_stage, b_stage):  # OVERLAP_F_B: (F of f_stage; B of b_stage)
+            add(f_stage, "F")
+            full_backward(b_stage)
+
+        def weight_if_pending():
+            if weight_queue:
+                stage, mb = weight_queue.pop(0)
+                acts.append((stage, "W", mb))
+                counters[(stage, "W")] = counters.get((stage, "W"), 0) + 1
+
+        for _ in range((num_ranks - rank - 1) * 2):          # step 1
+            add(stage0, "F")
+        for _ in range(rank + 1):                            # step 2
+            add(stage0, "F")
+            add(stage1, "F")
+        for _ in range(num_ranks - rank - 1):                # step 3
+            add(stage1, "I")
+            weight_if_pending()
+            add(stage1, "F")
+        for index in range(num_chunks - num_ranks * 2 + rank + 1):  # step 4
+            if index == 0 and rank == num_ranks - 1:
+                add(stage0, "F")
+                add(stage1, "B")
+            else:
+                overlap(stage0, stage1)
+            overlap(stage1, stage0)
+        for _ in range(num_ranks - rank - 1):                # step 5
+            add(stage1, "B")
+            overlap(stage1, stage0)
+        step_6 = rank + 1                                    # step 6
+        enable_zb = False
+        for index in range(step_6):
+            if index == step_6 // 2 and rank % 2 == 1:
+                enable_zb = True
+            add(stage1, "I" if enable_zb else "B")
+            if index == step_6 // 2 and rank % 2 == 0:
+                enable_zb = True
+            add(stage0, "I" if enable_zb else "B")
+        for _ in range(num_ranks - rank - 1):                # step 7
+            weight_if_pending()
+            add(stage0, "I" if enable_zb else "B")
+        for _ in range(rank + 1):                            # step 8
+            weight_if_pending()
+        rows.append(acts)
+    return rows
+
+
+def main():
+    if len(sys.argv) != 4 or sys.argv[1] not in ("zb-v", "dualpipev"):
+        sys.exit(__doc__.strip().splitlines()[-1])
+    w, m = int(sys.argv[2]), int(sys.argv[3])
+    rows = zbv(w, m) if sys.argv[1] == "zb-v" else dualpipev(w, m)
+    for row in rows:
+        print(",".join(f"{s}{k}{mb}" for s, k, mb in row))
+
+
+if __name__ == "__main__":
+    main()
