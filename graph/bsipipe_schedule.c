@@ -316,8 +316,9 @@ static int bsipipe_shortlist(bsipipe_schedule_t *s, int *code, int max, int *n)
 
 /* BSIPipe's plan: with the optimising pass off, the first of the
  * shortlist; with it on, each shortlisted order optimised in full and, of
- * those within CONSTRUCTION_TIME_TIE of the shortest optimised plan, the
- * one holding fewest activations (the pass keeps every device within its
+ * those within CONSTRUCTION_TIME_TIE of the shortest optimised plan and
+ * neither longer nor holding more than the first as constructed, the one
+ * holding fewest activations (the pass keeps every device within its
  * constructed peak, so a leaner construction can end longer). *io is
  * replaced by the plan kept. */
 static int generate_bsipipe(bsipipe_schedule_t **io)
@@ -337,12 +338,21 @@ static int generate_bsipipe(bsipipe_schedule_t **io)
         if ((rc = schedule_alloc(&s->pc, &s->dims, &plan[built])) == 0 &&
             (rc = build_candidate(plan[built], code[built])) == 0)
             rc = schedule_optimise(plan[built], NULL, 0, &got[built]);
+    /* Only plans no longer and no fatter than the order --no-optimise
+     * gives (the first, as constructed) may be kept: the first optimised
+     * always is (the pass never lengthens a plan nor raises a peak), a
+     * leaner one within the time tie could end a unit longer (w = 19,
+     * m = 114, k = 2), a shorter one hold more (w = 16, m = 32, k = 1). */
+    double limit = got[0].makespan_before;
+    int admissible[CONSTRUCTION_SHORTLIST];
+    for (int i = 0; i < built; i++)
+        admissible[i] = i == 0 || (got[i].makespan_after <= limit && got[i].peak_units_after <= got[0].peak_units_before);
     double shortest = got[0].makespan_after;
     for (int i = 1; rc == 0 && i < built; i++)
-        if (got[i].makespan_after < shortest)
+        if (admissible[i] && got[i].makespan_after < shortest)
             shortest = got[i].makespan_after;
     for (int i = 0; rc == 0 && i < built; i++) /* the leanest near the shortest; the shortlist's order on ties */
-        if (got[i].makespan_after <= shortest * (1 + CONSTRUCTION_TIME_TIE) &&
+        if (admissible[i] && got[i].makespan_after <= shortest * (1 + CONSTRUCTION_TIME_TIE) &&
             (best < 0 || got[i].peak_units_after < got[best].peak_units_after))
             best = i;
     if (best < 0)

@@ -225,6 +225,18 @@ int main(int argc, char **argv)
                 CHECK(p.bubble_optimised <= p.bound + 1e-12, "w=%d k=%d m=%d: bubble %.5f above the bound %.5f",
                       w, k, m, p.bubble_optimised, p.bound);
             }
+    /* Held-out plans where a leaner candidate once ended a unit longer
+     * than --no-optimise's order (w = 19, m = 114, k = 2) and a shorter one
+     * held more (w = 16, m = 32, k = 1: 43 -> 56 stashes). */
+    static const int kept[][3] = {{19, 2, 114}, {16, 1, 32}};
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) {
+        point_t p;
+        int w = kept[i][0], k = kept[i][1], m = kept[i][2], rc = measure(w, k, m, &p);
+        CHECK(rc == 0, "w=%d k=%d m=%d: %s", w, k, m, bsipipe_error_detail());
+        CHECK(rc < 0 || (p.bubble_optimised <= p.bubble_constructed + 1e-12 && p.peak_optimised <= p.peak_constructed),
+              "w=%d k=%d m=%d: optimised %.5f / %d stashes against %.5f / %d as constructed", w, k, m,
+              p.bubble_optimised, p.peak_optimised, p.bubble_constructed, p.peak_constructed);
+    }
     /* Larger plans of the held-out sweeps: constructed at or below the
      * bound, one basic unit of memory (two at k = 1: odd w whose middle
      * device holds the same chunks of both pipes, even w with an odd number
