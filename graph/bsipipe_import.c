@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define FORMAT_NAME "bsipipe-plan/1"
 
@@ -317,6 +318,9 @@ int bsipipe_schedule_import_json_ex(const char *path, const char *text, const bs
     import_ctx_t c = {path ? path : "<string>"};
     if (!text && !path)
         return bsipipe_error_set(-EINVAL, "import: no file and no text given");
+    size_t len = path ? strlen(path) : 0;
+    if (!text && len > 4 && !strcasecmp(path + len - 4, ".csv")) /* torch's action CSV */
+        return bsipipe_schedule_import_torch_csv(path, dims, out, info);
     json_error_t err;
     json_t *root;
     if (text) {

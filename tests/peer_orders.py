@@ -14,8 +14,11 @@ Each function follows its source step by step (the same warmup counts and
 loop bounds, named as there) so that it can be read beside it. The rows are
 normalised as bsipipe writes a plan: empty slots dropped, a full backward
 (type B) written as I then W, an overlapped pair as its two halves in order.
+With --torch-notation, dualpipev is written as torch writes it instead (B for
+a full backward, "(a;b)OVERLAP_F_B" for a pair): for W = 4, M = 10 that is
+byte for byte torch's own test artifact dualpipev_4rank_10mb.csv.
 
-usage: peer_orders.py zb-v|dualpipev W M
+usage: peer_orders.py [--torch-notation] zb-v|dualpipev W M
 """
 import sys
 
@@ -71,10 +74,9 @@ def dualpipev(num_ranks, num_chunks):
         acts, counters, weight_queue = [], {}, []
         stage0, stage1 = rank, 2 * num_ranks - 1 - rank
 
-        def full_backward(stage):
+        def full_backward(stage, into=None):
             mb = counters.get((stage, "I"), 0)
-            acts.append((stage, "I", mb))  # a full backward "B", written as I then W
-            acts.append((stage, "W", mb))
+            (acts if into is None else into).append((stage, "B", mb))
             counters[(stage, "I")] = mb + 1
             counters[(stage, "W")] = counters.get((stage, "W"), 0) + 1
 
@@ -89,8 +91,12 @@ def dualpipev(num_ranks, num_chunks):
             counters[(stage, kind)] = mb + 1
 
         def overlap(f_stage, b_stage):  # OVERLAP_F_B: (F of f_stage; B of b_stage)
-            add(f_stage, "F")
-            full_backward(b_stage)
+            pair = []
+            mb = counters.get((f_stage, "F"), 0)
+            pair.append((f_stage, "F", mb))
+            counters[(f_stage, "F")] = mb + 1
+            full_backward(b_stage, pair)
+            acts.append(tuple(pair))
 
         def weight_if_pending():
             if weight_queue:
@@ -135,13 +141,32 @@ def dualpipev(num_ranks, num_chunks):
     return rows
 
 
+def torch_cell(item):
+    """An action as torch's _Action.__repr__ writes it."""
+    if isinstance(item[0], tuple):
+        return "(" + ";".join(torch_cell(a) for a in item) + ")OVERLAP_F_B"
+    return f"{item[0]}{item[1]}{item[2]}"
+
+
+def bsipipe_cells(item):
+    """The same as bsipipe runs it: pairs in sequence, B as I then W."""
+    if isinstance(item[0], tuple):
+        return [c for a in item for c in bsipipe_cells(a)]
+    s, k, mb = item
+    return [f"{s}I{mb}", f"{s}W{mb}"] if k == "B" else [f"{s}{k}{mb}"]
+
+
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("zb-v", "dualpipev"):
+    args = sys.argv[1:]
+    notation = bool(args) and args[0] == "--torch-notation"
+    args = args[1:] if notation else args
+    if len(args) != 3 or args[0] not in ("zb-v", "dualpipev"):
         sys.exit(__doc__.strip().splitlines()[-1])
-    w, m = int(sys.argv[2]), int(sys.argv[3])
-    rows = zbv(w, m) if sys.argv[1] == "zb-v" else dualpipev(w, m)
+    w, m = int(args[1]), int(args[2])
+    rows = zbv(w, m) if args[0] == "zb-v" else dualpipev(w, m)
     for row in rows:
-        print(",".join(f"{s}{k}{mb}" for s, k, mb in row))
+        cells = [torch_cell(a) for a in row] if notation else [c for a in row for c in bsipipe_cells(a)]
+        print(",".join(cells))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 # test_peer_orders: zb-v and dualpipev op for op against their peers' orders
 # (tests/peer_orders.py, written from torch's ScheduleZBVZeroBubble and
 # ScheduleDualPipeV, the latter DeepSeek's dualpipev.py), compared through
-# torch's per-rank action CSV (bsipipe-plan --format torch-csv); and the
+# torch's per-rank action CSV (bsipipe-plan --format torch-csv); torch's CSV
+# read back (--plan FILE.csv), round trips, malformed actions; and the
 # export's refusals of plans torch cannot express.
 set -u
 plan="${top_builddir:-.}/apps/bsipipe-plan"
@@ -34,6 +35,35 @@ for w in 1 2 3 4 5 6 8; do
     done
 done
 echo "test_peer_orders: $n orders compared with the peers'"
+# torch's own notation (a full backward B, overlapped pairs): for w = 4,
+# m = 10 this is byte for byte torch's test artifact dualpipev_4rank_10mb.csv.
+# It imports (--plan *.csv), validates, simulates to dualpipev's bubble and
+# exports back to the same order.
+python3 "$peer" --torch-notation dualpipev 4 10 >"$tmp/torch.csv"
+bubble() { "$plan" "$@" 2>&1 | awk -F'|' '/^\| [a-z]/ && $6 ~ /%/ { gsub(/ /, "", $6); print $6; exit }'; }
+want=$(bubble --schedule dualpipev --w 4 --m 10 --layers 8)
+got=$(bubble --plan "$tmp/torch.csv" --layers 8)
+[ -n "$want" ] && [ "$want" = "$got" ] && ok || fail "torch's dualpipev CSV: bubble '$got', dualpipev's '$want'"
+"$plan" --plan "$tmp/torch.csv" --layers 8 --format torch-csv >"$tmp/back.csv" 2>&1
+python3 "$peer" dualpipev 4 10 >"$tmp/norm.csv"
+cmp -s "$tmp/back.csv" "$tmp/norm.csv" && ok || fail "torch's dualpipev CSV did not come back as dualpipev's order"
+# Round trips: every exportable plan comes back op for op.
+for s in gpipe 1f1b 1f1b-i zb-h1 zb-v dualpipev; do
+    for wm in "2 4" "4 8" "3 12"; do
+        set -- $wm
+        "$plan" --schedule $s --w $1 --m $2 --layers 12 --format torch-csv >"$tmp/a.csv" 2>"$tmp/err" || {
+            grep -q "nearest valid" "$tmp/err" && continue; fail "$s w=$1 m=$2: $(cat "$tmp/err")"; continue; }
+        "$plan" --plan "$tmp/a.csv" --layers 12 --format torch-csv >"$tmp/b.csv" 2>"$tmp/err" &&
+            cmp -s "$tmp/a.csv" "$tmp/b.csv" && ok || fail "$s w=$1 m=$2: round trip changed the plan: $(cat "$tmp/err")"
+    done
+done
+# Malformed actions are refused with their line and column, never cut short
+# (torch's own pattern reads the legacy token 2BW0 as a B with no micro-batch).
+printf '0F0,0B0\n1F0,2BW0\n' >"$tmp/bad.csv"
+expect 2 "bad.csv: line 2, column 2: '2BW0' is not a torch action" --plan "$tmp/bad.csv"
+printf '0F0,(0F1;1B0)OVERLAP\n' >"$tmp/bad.csv"
+expect 2 "line 1, column 2: '(0F1;1B0)OVERLAP' is not an overlapped pair" --plan "$tmp/bad.csv"
+mkfifo "$tmp/fifo.csv" && expect 2 "not a regular file" --plan "$tmp/fifo.csv"
 # A one-pipe, whole-micro-batch plan's export names every compute op once.
 "$plan" --schedule 1f1b --w 4 --m 8 --format torch-csv >"$tmp/1f1b" 2>&1
 [ "$(wc -l <"$tmp/1f1b")" -eq 4 ] && [ "$(tr ',' '\n' <"$tmp/1f1b" | grep -c '^[0-9]*[FB][0-9]*$')" -eq 64 ] && ok ||

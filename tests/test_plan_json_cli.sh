@@ -17,7 +17,7 @@ prog=$plan
 
 # ---- bsipipe-plan --plan ----
 expect 0 "seq1f1b order of 16 compute ops, valid" --plan "$data"
-expect 0 "| seq1f1b   | 1 | 2 |    4 |       20.00% |" --plan "$data"
+expect 0 "| seq1f1b    | 1 | 2 |    4 |       20.00% |" --plan "$data"
 expect 0 "dev1  |" --plan "$data" --draw --width 60
 for s in gpipe 1f1b 1f1b-i zb-h1 chimera terapipe seq1f1b seq1f1b-i bsipipe bitpipe; do
     "$plan" --schedule "$s" --w 4 --m 8 --format json >"$tmp/$s.json" 2>"$tmp/err" || fail "$s: export: $(cat "$tmp/err")"
