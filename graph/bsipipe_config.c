@@ -8,7 +8,7 @@
 
 static const char *const schedule_names[BSIPIPE_SCHED_COUNT] = {
     "gpipe", "1f1b", "1f1b-i", "zb-h1", "chimera",
-    "terapipe", "seq1f1b", "seq1f1b-i", "bsipipe", "bitpipe", "zb-v", "dualpipev", "seq-zbv", "bsipipe-zb",
+    "terapipe", "seq1f1b", "seq1f1b-i", "bsipipe", "bitpipe", "zb-v", "dualpipev", "seq-zbv", "bsipipe-zb", "dualpipe",
 };
 
 const char *bsipipe_schedule_kind_name(bsipipe_schedule_kind_t kind)
@@ -37,7 +37,7 @@ int bsipipe_schedule_kind_parse(const char *name, bsipipe_schedule_kind_t *kind)
         }
     return bsipipe_error_set(-EINVAL,
         "unknown schedule '%s'; valid: gpipe, 1f1b, 1f1b-i, zb-h1, chimera, terapipe, "
-        "seq1f1b, seq1f1b-i, bsipipe, bitpipe, zb-v, dualpipev, seq-zbv, bsipipe-zb", name ? name : "(null)");
+        "seq1f1b, seq1f1b-i, bsipipe, bitpipe, zb-v, dualpipev, seq-zbv, bsipipe-zb, dualpipe", name ? name : "(null)");
 }
 
 bsipipe_schedule_traits_t bsipipe_schedule_kind_traits(bsipipe_schedule_kind_t kind)
@@ -59,6 +59,7 @@ bsipipe_schedule_traits_t bsipipe_schedule_kind_traits(bsipipe_schedule_kind_t k
         t.sequence_level = 1; t.interleaved = 1; t.split_backward = 1; t.v_shape = 1; break;
     case BSIPIPE_SCHED_BSIPIPE_ZB:
         t.sequence_level = 1; t.interleaved = 1; t.bidirectional = 1; t.split_backward = 1; t.v_shape = 1; break;
+    case BSIPIPE_SCHED_DUALPIPE: t.bidirectional = 1; t.split_backward = 1; break;
     default: break;
     }
     return t;
@@ -182,6 +183,13 @@ int bsipipe_parallel_config_validate(const bsipipe_parallel_config_t *pc, const 
              "bsipipe needs N_s = m*k a multiple of a basic unit k*w = %d with m even (got N_s=%d, "
              "m=%d); nearest valid m: %s", pc->k * pc->w, ns, pc->m,
              either(near, sizeof near, mult_below(ns, unit) / pc->k, mult_above(ns, unit) / pc->k));
+    }
+    if (pc->schedule == BSIPIPE_SCHED_DUALPIPE) {
+        RULE(pc->w % 2 == 0, "dualpipe (DeepSeek's order) pairs rank r with rank w-1-r: w must be even (got w=%d); "
+             "nearest valid w: %d or %d", pc->w, pc->w - 1, pc->w + 1);
+        RULE(pc->m >= 2 * pc->w && pc->m % 2 == 0, "dualpipe (DeepSeek's order) needs an even m >= 2w = %d, half "
+             "of it in each pipe (got m=%d); nearest valid m: %d", 2 * pc->w, pc->m,
+             pc->m < 2 * pc->w ? 2 * pc->w : pc->m + 1);
     }
     if (pc->schedule == BSIPIPE_SCHED_DUALPIPEV)
         RULE(pc->m >= 2 * pc->w, "dualpipev (DeepSeek's and torch's order) needs at least as many micro-batches as "

@@ -380,7 +380,8 @@ static void mb_grouping(const bsipipe_parallel_config_t *pc, int *group, int *al
     *alternate = bsi && pc->w % 2 && pc->k >= 2 && pairs;
     int k1_pairs = bsi && pc->k == 1 && pc->m % pc->w == 0 && pc->m >= 2 * pc->w;
     *group = (pc->w % 2 && !*alternate) || k1_pairs ? 2 * pc->w : pc->w;
-    if (pc->m % *group && !k1_pairs) /* k1_pairs: an odd number of units ends with a group of w */
+    if ((pc->m % *group && !k1_pairs) || /* k1_pairs: an odd number of units ends with a group of w */
+        pc->schedule == BSIPIPE_SCHED_DUALPIPE) /* DeepSeek's: the first half of the batch down, the rest up */
         *group = pc->m;
 }
 
@@ -448,7 +449,8 @@ int bsipipe_schedule_create(const bsipipe_parallel_config_t *pc, const bsipipe_m
      * their references build them. */
     rc = pc->schedule == BSIPIPE_SCHED_BSIPIPE   ? generate_bsipipe(&s)
          : pc->schedule == BSIPIPE_SCHED_BITPIPE ? generate_bitpipe(s)
-         : bsipipe_schedule_kind_traits(pc->schedule).v_shape ? generate_zb(s)
+         : bsipipe_schedule_kind_traits(pc->schedule).v_shape || pc->schedule == BSIPIPE_SCHED_DUALPIPE
+             ? generate_zb(s)
                                                  : generate_fixed(s);
     if (rc == 0)
         rc = comm_insert(s, NULL);

@@ -237,7 +237,8 @@ int bsipipe_schedule_validate_ex(const bsipipe_schedule_t *s, const bsipipe_cost
 
 /* Closed-form bubble ratio of the schedule's configuration under unit costs
  * (docs/schedules.md derives each): F = 1, B = 2 (split backward: B = W = 1;
- * zb-v and dualpipev (w-1)/(6N+w-1), seq-zbv the same as a bound, bsipipe-zb
+ * zb-v and dualpipev (w-1)/(6N+w-1), dualpipe (w/2-1)/(3N+w/2-1), seq-zbv
+ * (w-1)/(6N_s+w-1) as a bound, bsipipe-zb
  * floor((w-1)/2)/(6N_s+floor((w-1)/2)), the floor its plans meet), except
  * Chimera's, which holds for F = B and m >= w: (w-2)/(2N+w-2) for even w,
  * (w-1)/(2N+w-1) for odd w. For BSIPipe it is the paper's formula, an upper

@@ -201,6 +201,8 @@ double bsipipe_bubble_closed_form(const bsipipe_parallel_config_t *pc)
         /* w-1 idle units per device (start-up), the cooldown filled with W;
          * zb-v below 2w-1 micro-batches has no formula (torch leaves slots empty). */
         return pc->m >= 2 * pc->w - 1 ? (w - 1) / (6 * ns + w - 1) : -1;
+    case BSIPIPE_SCHED_DUALPIPE: /* two pipes of m/2 on Chimera's placement: w/2-1 idle over 3m of work */
+        return (w / 2 - 1) / (3 * ns + w / 2 - 1);
     case BSIPIPE_SCHED_SEQ_ZBV: /* the same over pieces: an upper bound the list schedule meets or beats */
         return (w - 1) / (6 * ns + w - 1);
     case BSIPIPE_SCHED_BSIPIPE_ZB: { /* the mirrored pipes' start-up floor: floor((w-1)/2) idle units */

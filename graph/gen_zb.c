@@ -10,6 +10,9 @@
  *               writes it (op for op DeepSeek's dualpipev.py). A full
  *               backward is B then W; an overlapped pair F&B is its halves in
  *               sequence, F, then B, then W (as torch runs a pair by default).
+ *   dualpipe  : DeepSeek's DualPipe (dualpipe.py), the same eight steps over
+ *               two opposing pipes on Chimera's placement: m/2 micro-batches
+ *               each, the first half of the batch down.
  *   seq-zbv,
  *   bsipipe-zb: a list schedule in time under unit costs (F = B = W = 1) over
  *               the pieces of one V pipe (seq-zbv) or two mirrored ones
@@ -87,37 +90,42 @@ static int generate_zbv(bsipipe_schedule_t *s)
     return rc;
 }
 
-/* DualPipeV's state on one device: the next micro-batch of each (kind,
- * chunk) and the B's whose W is deferred (FIFO). */
-typedef struct dpv {
+/* DualPipe's and DualPipeV's state on one device. Both run the same eight
+ * steps over two "phases" of n ranks: DualPipeV's are the device's two
+ * chunks of the one pipe (n = w, its rank r), DualPipe's its stages of the
+ * two pipes, the pipe that enters at this half of the ranks first (n = w/2,
+ * r = min(d, w-1-d)). Per phase: its chunk, its micro-batches in order, the
+ * next forward and backward; W's deferred by a zero-bubble backward wait in
+ * one FIFO (DeepSeek's WeightGradStore). */
+typedef struct dual {
     bsipipe_schedule_t *s;
-    int next_f[2], next_b[2];
+    int chunk[2], next_f[2], next_b[2];
+    const int *mbs[2];
     int *queue_chunk, *queue_mb, q_head, q_tail;
-    int chunk[2];
-} dpv_t;
+} dual_t;
 
-static int dpv_f(dpv_t *v, int local)
+static int dual_f(dual_t *v, int ph)
 {
-    return schedule_push_compute(v->s, BSIPIPE_OP_F, v->next_f[local]++, 0, v->chunk[local]);
+    return schedule_push_compute(v->s, BSIPIPE_OP_F, v->mbs[ph][v->next_f[ph]++], 0, v->chunk[ph]);
 }
 
 /* A full backward: B then W at once. */
-static int dpv_full_b(dpv_t *v, int local)
+static int dual_full_b(dual_t *v, int ph)
 {
-    int mb = v->next_b[local]++, rc = schedule_push_compute(v->s, BSIPIPE_OP_B, mb, 0, v->chunk[local]);
-    return rc ? rc : schedule_push_compute(v->s, BSIPIPE_OP_W, mb, 0, v->chunk[local]);
+    int mb = v->mbs[ph][v->next_b[ph]++], rc = schedule_push_compute(v->s, BSIPIPE_OP_B, mb, 0, v->chunk[ph]);
+    return rc ? rc : schedule_push_compute(v->s, BSIPIPE_OP_W, mb, 0, v->chunk[ph]);
 }
 
 /* An input gradient whose W waits in the queue. */
-static int dpv_b(dpv_t *v, int local)
+static int dual_b(dual_t *v, int ph)
 {
-    int mb = v->next_b[local]++;
-    v->queue_chunk[v->q_tail] = v->chunk[local];
+    int mb = v->mbs[ph][v->next_b[ph]++];
+    v->queue_chunk[v->q_tail] = v->chunk[ph];
     v->queue_mb[v->q_tail++] = mb;
-    return schedule_push_compute(v->s, BSIPIPE_OP_B, mb, 0, v->chunk[local]);
+    return schedule_push_compute(v->s, BSIPIPE_OP_B, mb, 0, v->chunk[ph]);
 }
 
-static int dpv_pending_w(dpv_t *v)
+static int dual_pending_w(dual_t *v)
 {
     if (v->q_head == v->q_tail)
         return 0;
@@ -125,66 +133,94 @@ static int dpv_pending_w(dpv_t *v)
     return schedule_push_compute(v->s, BSIPIPE_OP_W, v->queue_mb[i], 0, v->queue_chunk[i]);
 }
 
-static int generate_dualpipev(bsipipe_schedule_t *s)
+/* The eight steps on one device: n ranks per phase, rank r among them, M
+ * micro-batches per phase. */
+static int dual_steps(dual_t *v, int n, int r, int M)
 {
-    int w = s->pc.w, m = s->pc.m, rc = 0;
-    dpv_t v = {.s = s};
+    int rc = 0;
+#define DO(call) do { if (rc == 0) rc = (call); } while (0)
+    for (int i = 0; i < 2 * (n - r - 1); i++)          /* step 1: nF0 */
+        DO(dual_f(v, 0));
+    for (int i = 0; i < r + 1; i++) {                  /* step 2: nF0F1 */
+        DO(dual_f(v, 0));
+        DO(dual_f(v, 1));
+    }
+    for (int i = 0; i < n - r - 1; i++) {              /* step 3: nB1W1F1, zero bubble */
+        DO(dual_b(v, 1));
+        DO(dual_pending_w(v));
+        DO(dual_f(v, 1));
+    }
+    for (int i = 0; i < M - 2 * n + r + 1; i++) {      /* step 4: nF0B1F1B0, F&B pairs */
+        DO(dual_f(v, 0));                              /* (the middle rank's first: F, then B alone) */
+        DO(dual_full_b(v, 1));
+        DO(dual_f(v, 1));
+        DO(dual_full_b(v, 0));
+    }
+    for (int i = 0; i < n - r - 1; i++) {              /* step 5: nB1F1B0 */
+        DO(dual_full_b(v, 1));
+        DO(dual_f(v, 1));
+        DO(dual_full_b(v, 0));
+    }
+    int zb = 0, half = (r + 1) / 2;
+    for (int i = 0; i < r + 1; i++) {                  /* step 6: nB1B0, W deferred from the middle on */
+        if (i == half && r % 2 == 1)
+            zb = 1;
+        DO(zb ? dual_b(v, 1) : dual_full_b(v, 1));
+        if (i == half && r % 2 == 0)
+            zb = 1;
+        DO(zb ? dual_b(v, 0) : dual_full_b(v, 0));
+    }
+    for (int i = 0; i < n - r - 1; i++) {              /* step 7: nWB0 */
+        DO(dual_pending_w(v));
+        DO(zb ? dual_b(v, 0) : dual_full_b(v, 0));
+    }
+    for (int i = 0; i < r + 1; i++)                    /* step 8: nW */
+        DO(dual_pending_w(v));
+#undef DO
+    if (rc == 0 && (v->q_head != v->q_tail || v->next_f[0] != M || v->next_f[1] != M || v->next_b[0] != M ||
+                    v->next_b[1] != M))
+        rc = bsipipe_error_set(BSIPIPE_EDEPEND, "%s: rank %d's order is incomplete (%d weight gradients left); m = %d",
+                               bsipipe_schedule_kind_name(v->s->pc.schedule), r, v->q_tail - v->q_head, v->s->pc.m);
+    return rc;
+}
+
+static int generate_dual(bsipipe_schedule_t *s)
+{
+    int w = s->pc.w, m = s->pc.m, rc = 0, v_shape = s->pc.schedule == BSIPIPE_SCHED_DUALPIPEV;
+    dual_t v = {.s = s};
+    int *pipe_mbs[2] = {malloc(sizeof(int) * (size_t)m), malloc(sizeof(int) * (size_t)m)}, pipe_n[2] = {0, 0};
     v.queue_chunk = malloc(sizeof(int) * (size_t)(2 * m));
     v.queue_mb = malloc(sizeof(int) * (size_t)(2 * m));
-    if (!v.queue_chunk || !v.queue_mb) {
-        free(v.queue_chunk);
-        free(v.queue_mb);
-        return bsipipe_error_set(-ENOMEM, "out of memory building the dualpipev schedule");
+    if (!v.queue_chunk || !v.queue_mb || !pipe_mbs[0] || !pipe_mbs[1]) {
+        rc = bsipipe_error_set(-ENOMEM, "out of memory building the %s schedule",
+                               bsipipe_schedule_kind_name(s->pc.schedule));
+        goto out;
     }
-#define DO(call) do { if (rc == 0) rc = (call); } while (0)
-    for (int r = 0; r < w && rc == 0; r++) {
-        v.chunk[0] = r;
-        v.chunk[1] = 2 * w - 1 - r;
+    for (int mb = 0; mb < m; mb++) {
+        int pipe = schedule_mb_pipe(s, mb);
+        pipe_mbs[pipe][pipe_n[pipe]++] = mb;
+    }
+    for (int d = 0; d < w && rc == 0; d++) {
         v.next_f[0] = v.next_f[1] = v.next_b[0] = v.next_b[1] = 0;
         v.q_head = v.q_tail = 0;
-        for (int i = 0; i < 2 * (w - r - 1); i++)          /* step 1 */
-            DO(dpv_f(&v, 0));
-        for (int i = 0; i < r + 1; i++) {                  /* step 2 */
-            DO(dpv_f(&v, 0));
-            DO(dpv_f(&v, 1));
+        if (v_shape) { /* one pipe: the device's chunks d and 2w-1-d */
+            v.chunk[0] = d;
+            v.chunk[1] = 2 * w - 1 - d;
+            v.mbs[0] = v.mbs[1] = pipe_mbs[0];
+            rc = dual_steps(&v, w, d, m);
+        } else { /* phase 0: the pipe entering at this half of the ranks */
+            int second_half = d >= w / 2;
+            for (int ph = 0; ph < 2; ph++) {
+                int pipe = ph ^ second_half;
+                v.chunk[ph] = pipe == 0 ? d : w - 1 - d; /* Chimera's placement: the up pipe mirrored */
+                v.mbs[ph] = pipe_mbs[pipe];
+            }
+            rc = dual_steps(&v, w / 2, d < w - 1 - d ? d : w - 1 - d, m / 2);
         }
-        for (int i = 0; i < w - r - 1; i++) {              /* step 3 */
-            DO(dpv_b(&v, 1));
-            DO(dpv_pending_w(&v));
-            DO(dpv_f(&v, 1));
-        }
-        for (int i = 0; i < m - 2 * w + r + 1; i++) {      /* step 4: pairs */
-            DO(dpv_f(&v, 0));                              /* (the last device's first: F, then B alone) */
-            DO(dpv_full_b(&v, 1));
-            DO(dpv_f(&v, 1));
-            DO(dpv_full_b(&v, 0));
-        }
-        for (int i = 0; i < w - r - 1; i++) {              /* step 5 */
-            DO(dpv_full_b(&v, 1));
-            DO(dpv_f(&v, 1));
-            DO(dpv_full_b(&v, 0));
-        }
-        int zb = 0, half = (r + 1) / 2;
-        for (int i = 0; i < r + 1; i++) {                  /* step 6: W deferred from the middle on */
-            if (i == half && r % 2 == 1)
-                zb = 1;
-            DO(zb ? dpv_b(&v, 1) : dpv_full_b(&v, 1));
-            if (i == half && r % 2 == 0)
-                zb = 1;
-            DO(zb ? dpv_b(&v, 0) : dpv_full_b(&v, 0));
-        }
-        for (int i = 0; i < w - r - 1; i++) {              /* step 7 */
-            DO(dpv_pending_w(&v));
-            DO(zb ? dpv_b(&v, 0) : dpv_full_b(&v, 0));
-        }
-        for (int i = 0; i < r + 1; i++)                    /* step 8 */
-            DO(dpv_pending_w(&v));
-        if (rc == 0 && (v.q_head != v.q_tail || v.next_f[0] != m || v.next_f[1] != m || v.next_b[0] != m ||
-                        v.next_b[1] != m))
-            rc = bsipipe_error_set(BSIPIPE_EDEPEND, "dualpipev: device %d's order is incomplete (%d weight "
-                                   "gradients left); m = %d", r, v.q_tail - v.q_head, m);
     }
-#undef DO
+out:
+    free(pipe_mbs[0]);
+    free(pipe_mbs[1]);
     free(v.queue_chunk);
     free(v.queue_mb);
     return rc;
@@ -363,7 +399,8 @@ int generate_zb(bsipipe_schedule_t *s)
     case BSIPIPE_SCHED_ZB_V:
         return generate_zbv(s);
     case BSIPIPE_SCHED_DUALPIPEV:
-        return generate_dualpipev(s);
+    case BSIPIPE_SCHED_DUALPIPE:
+        return generate_dual(s);
     default:
         return generate_zb_list(s);
     }

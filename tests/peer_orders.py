@@ -8,7 +8,14 @@ torch.distributed.pipelining's per-rank action CSV (one row per rank, cells
             (sail-sg's handcrafted ZB-V): 2w-1 micro-batches at least, the
             slots of those past m left empty (None);
   dualpipev torch's ScheduleDualPipeV._calculate_single_rank_operations,
-            op for op DeepSeek's dualpipev.py.
+            op for op DeepSeek's dualpipev.py;
+  dualpipe  DeepSeek's DualPipe.step (dualpipe.py): two opposing pipes, rank r
+            holding stage r of the one whose inputs enter at rank 0 ("down")
+            and stage w-1-r of the other ("up"), half of the micro-batches
+            each (the first half down); torch has no CSV for it, so its rows
+            are written "{F|I|W}{d|u}{micro-batch}c{stage}" and compared with
+            a bsipipe-plan --format json export (--json FILE writes that
+            export's compute ops the same way).
 
 Each function follows its source step by step (the same warmup counts and
 loop bounds, named as there) so that it can be read beside it. The rows are
@@ -18,7 +25,7 @@ With --torch-notation, dualpipev is written as torch writes it instead (B for
 a full backward, "(a;b)OVERLAP_F_B" for a pair): for W = 4, M = 10 that is
 byte for byte torch's own test artifact dualpipev_4rank_10mb.csv.
 
-usage: peer_orders.py [--torch-notation] zb-v|dualpipev W M
+usage: peer_orders.py [--torch-notation] zb-v|dualpipev|dualpipe W M | --json FILE
 """
 import sys
 
@@ -141,6 +148,92 @@ def dualpipev(num_ranks, num_chunks):
     return rows
 
 
+def dualpipe(num_ranks, num_chunks):
+    """Rows of DualPipe.step for num_ranks ranks, num_chunks micro-batches:
+    items (pipe, kind, mb-within-pipe, stage), B a full backward."""
+    assert num_ranks % 2 == 0 and num_chunks % 2 == 0 and num_chunks >= 2 * num_ranks
+    num_half_ranks, half_num_chunks = num_ranks // 2, num_chunks // 2
+    rows = []
+    for rank in range(num_ranks):
+        half_rank = min(rank, num_ranks - 1 - rank)
+        is_in_second_half = rank >= num_half_ranks
+        f_id, b_id = [0, 0], [0, 0]  # current_f_chunk_id, current_b_chunk_id per module
+        weights, acts = [], []       # WeightGradStore's FIFO; the rank's ops
+
+        def stage(module):  # module 0: the down pipe's stage r; 1: the up pipe's w-1-r
+            return rank if module == 0 else num_ranks - 1 - rank
+
+        def forward(phase):
+            module = phase ^ is_in_second_half
+            acts.append((module, "F", f_id[module], stage(module)))
+            f_id[module] += 1
+
+        def backward(phase, enable_zb=False):
+            module = phase ^ is_in_second_half
+            mb = b_id[module]
+            b_id[module] += 1
+            acts.append((module, "I", mb, stage(module)))
+            if enable_zb:
+                weights.append((module, "W", mb, stage(module)))
+            else:
+                acts.append((module, "W", mb, stage(module)))
+
+        def weight():
+            acts.append(weights.pop(0))
+
+        for _ in range((num_half_ranks - half_rank - 1) * 2):  # step 1: nF0
+            forward(0)
+        for _ in range(half_rank + 1):                         # step 2: nF0F1
+            forward(0)
+            forward(1)
+        for _ in range(num_half_ranks - half_rank - 1):        # step 3: nB1W1F1
+            backward(1, enable_zb=True)
+            weight()
+            forward(1)
+        for _ in range(half_num_chunks - num_ranks + half_rank + 1):  # step 4: nF0B1F1B0
+            forward(0)   # (0, 1) overlapped, or on the middle ranks' first
+            backward(1)  # iteration one after the other: the same order
+            forward(1)
+            backward(0)
+        for _ in range(num_half_ranks - half_rank - 1):        # step 5: nB1F1B0
+            backward(1)
+            forward(1)
+            backward(0)
+        step_6 = half_rank + 1                                 # step 6: nB1B0
+        enable_zb = False
+        for i in range(step_6):
+            if i == step_6 // 2 and half_rank % 2 == 1:
+                enable_zb = True
+            backward(1, enable_zb=enable_zb)
+            if i == step_6 // 2 and half_rank % 2 == 0:
+                enable_zb = True
+            backward(0, enable_zb=enable_zb)
+        for _ in range(num_half_ranks - half_rank - 1):        # step 7: nWB0
+            weight()
+            backward(0, enable_zb=True)
+        for _ in range(half_rank + 1):                         # step 8: nW
+            weight()
+        assert not weights
+        rows.append(acts)
+    return rows
+
+
+def json_rows(path):
+    """A bsipipe-plan --format json export's compute ops, as dualpipe's rows
+    (its micro-batches numbered within their pipe, the first half down)."""
+    import json
+    with open(path) as f:
+        plan = json.load(f)
+    m, w = plan["config"]["m"], plan["config"]["w"]
+    rows = [[] for _ in range(w)]
+    for op in plan["ops"]:
+        if op["kind"] in ("F", "B", "W"):
+            pipe = 0 if op["pipe"] == "down" else 1
+            kind = "I" if op["kind"] == "B" else op["kind"]
+            rows[op["device"]].append((pipe, kind, op["mb"] - pipe * (m // 2), op["chunk"]))
+    return rows
+
+
 def torch_cell(item):
     """An action as torch's _Action.__repr__ writes it."""
     if isinstance(item[0], tuple):
@@ -158,6 +251,11 @@ def bsipipe_cells(item):
 
 def main():
     args = sys.argv[1:]
+    if len(args) == 2 and args[0] == "--json" or len(args) == 3 and args[0] == "dualpipe":
+        rows = json_rows(args[1]) if args[0] == "--json" else dualpipe(int(args[1]), int(args[2]))
+        for row in rows:
+            print(",".join(f"{k}{'du'[p]}{mb}c{st}" for p, k, mb, st in row))
+        return
     notation = bool(args) and args[0] == "--torch-notation"
     args = args[1:] if notation else args
     if len(args) != 3 or args[0] not in ("zb-v", "dualpipev"):

@@ -2,7 +2,7 @@
  * policy and under built-in policies, gives the sequential reference
  * trainer's loss and gradients; and training follows the reference loss
  * curve. Small model, w = 4, p = 2 where the schedule interleaves, k = 2 where
- * it splits sequences, m = 4 (dualpipev 8).
+ * it splits sequences, m = 4 (dualpipev and dualpipe 8).
  *
  * Tolerance: the engine and the reference add the same terms in different
  * orders (gradients of the m·k pieces per chunk, and the two replicas of a
@@ -42,7 +42,7 @@ static void check_one(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t 
 {
     bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(kind);
     pc.w = 4;
-    pc.m = kind == BSIPIPE_SCHED_DUALPIPEV ? 8 : 4; /* dualpipev needs m >= 2w */
+    pc.m = kind == BSIPIPE_SCHED_DUALPIPEV || kind == BSIPIPE_SCHED_DUALPIPE ? 8 : 4; /* their m >= 2w */
     bsipipe_engine_options_t o = bsipipe_engine_options_default(dims, &pc);
     o.policy = policy;
     o.watchdog_s = 20;

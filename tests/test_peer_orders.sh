@@ -2,7 +2,8 @@
 # test_peer_orders: zb-v and dualpipev op for op against their peers' orders
 # (tests/peer_orders.py, written from torch's ScheduleZBVZeroBubble and
 # ScheduleDualPipeV, the latter DeepSeek's dualpipev.py), compared through
-# torch's per-rank action CSV (bsipipe-plan --format torch-csv); torch's CSV
+# torch's per-rank action CSV (bsipipe-plan --format torch-csv), and
+# dualpipe against DeepSeek's dualpipe.py through the JSON export; torch's CSV
 # read back (--plan FILE.csv), round trips, malformed actions; and the
 # export's refusals of plans torch cannot express.
 set -u
@@ -32,6 +33,19 @@ for w in 1 2 3 4 5 6 8; do
         [ "$m" -ge 1 ] || continue
         compare zb-v "$w" "$m"; n=$((n + 1))
         if [ "$m" -ge $((2 * w)) ]; then compare dualpipev "$w" "$m"; n=$((n + 1)); fi
+    done
+done
+# DualPipe (two pipes: no torch CSV) through the JSON export.
+for w in 2 4 6 8; do
+    for m in $((2 * w)) $((2 * w + 2)) $((3 * w + w % 4)) $((4 * w)); do
+        "$plan" --schedule dualpipe --w $w --m $m --layers $((3 * w)) --format json >"$tmp/dp.json" 2>"$tmp/err" ||
+            { fail "dualpipe w=$w m=$m: export: $(cat "$tmp/err")"; continue; }
+        python3 "$peer" --json "$tmp/dp.json" >"$tmp/ours"
+        python3 "$peer" dualpipe $w $m >"$tmp/theirs"
+        if cmp -s "$tmp/ours" "$tmp/theirs"; then ok; else
+            fail "dualpipe w=$w m=$m: order differs from DeepSeek's"; diff "$tmp/theirs" "$tmp/ours" | head -6 >&2
+        fi
+        n=$((n + 1))
     done
 done
 echo "test_peer_orders: $n orders compared with the peers'"

@@ -191,8 +191,8 @@ int main(void)
                 bsipipe_parallel_config_t pc = bsipipe_parallel_config_default((bsipipe_schedule_kind_t)kind);
                 pc.w = w;
                 pc.m = w * j; /* N_s = k·w·j: one to eight basic units */
-                if (kind == BSIPIPE_SCHED_DUALPIPEV && pc.m < 2 * w)
-                    continue; /* its rule (test_zero_bubble checks the refusal) */
+                if ((kind == BSIPIPE_SCHED_DUALPIPEV || kind == BSIPIPE_SCHED_DUALPIPE) && pc.m < 2 * w)
+                    continue; /* their rule (test_zero_bubble checks the refusal) */
                 int split = bsipipe_schedule_kind_traits(pc.schedule).split_backward;
                 run_t r;
                 if (simulate(pc, &r))
@@ -207,7 +207,7 @@ int main(void)
                     if (closed >= 0)
                         CHECK(r.bubble <= closed + 1e-9, "%s w=%d N_s=%d: bubble %.9f above %.9f",
                               bsipipe_schedule_kind_name(pc.schedule), w, pc.m * pc.k, r.bubble, closed);
-                    double params = kind == BSIPIPE_SCHED_BSIPIPE_ZB ? 2.0 : 1.0;
+                    double params = bsipipe_schedule_kind_traits(pc.schedule).bidirectional ? 2.0 : 1.0;
                     CHECK(r.param_max == params, "%s holds %g M_theta per device (got %g)",
                           bsipipe_schedule_kind_name(pc.schedule), params, r.param_max);
                     if (kind == BSIPIPE_SCHED_BSIPIPE_ZB)

@@ -1,6 +1,7 @@
 /* test_zero_bubble: the split-backward V schedules under unit costs
  * (F = B = W = 1), swept over w, m and k: every plan validates, and
  *   zb-v, dualpipev : at most (w-1)/(6m+w-1) at k = 1 (m >= 2w-1; dualpipev m >= 2w),
+ *   dualpipe        : at most (w/2-1)/(3m+w/2-1) (w even, m even and >= 2w),
  *   seq-zbv         : at most (w-1)/(6N_s+w-1),
  *   bsipipe-zb      : the placement's start-up floor, floor((w-1)/2) idle units
  *                     per device, holding no more stashes than bsipipe's plan
@@ -81,7 +82,7 @@ int main(void)
     const char *sweep = getenv("BSIPIPE_ZB_SWEEP");
     int full = sweep && !strcmp(sweep, "full");
     int max_w = full ? 32 : 12, max_k = 4;
-    worst_t zbv = {0}, dpv = {0}, seq = {0}, bzb = {0}, mem = {0};
+    worst_t zbv = {0}, dpv = {0}, dp2 = {0}, seq = {0}, bzb = {0}, mem = {0};
     for (int w = 2; w <= max_w; w++) {
         if (!full && w > 8 && w != 12)
             continue;
@@ -107,6 +108,16 @@ int main(void)
                 CHECK(r.bubble <= micro + 1e-12, "dualpipev w=%d m=%d: bubble %.6f above (w-1)/(6m+w-1) = %.6f", w,
                       m, r.bubble, micro);
                 note(&dpv, r.bubble, micro, w, m, 1);
+            }
+            /* DualPipe: two pipes of m/2 on Chimera's placement, w/2 - 1 idle units. */
+            rc = plan(config(BSIPIPE_SCHED_DUALPIPE, w, m, 1), &r);
+            CHECK((rc == 0) == (w % 2 == 0 && m % 2 == 0 && m >= 2 * w), "dualpipe w=%d m=%d: rc %d (%s)", w, m, rc,
+                  rc ? bsipipe_error_detail() : "planned");
+            if (rc == 0) {
+                double dp = (w / 2 - 1.0) / (3.0 * m + w / 2 - 1);
+                CHECK(r.bubble <= dp + 1e-12, "dualpipe w=%d m=%d: bubble %.6f above (w/2-1)/(3m+w/2-1) = %.6f", w,
+                      m, r.bubble, dp);
+                note(&dp2, r.bubble, dp, w, m, 1);
             }
             for (int k = 1; k <= max_k; k++) {
                 double ns = (double)m * k, half = (w - 1) / 2;
@@ -140,9 +151,10 @@ int main(void)
     printf("under unit costs (F = B = W = 1):\n");
     report("zb-v", "bubble / (w-1)/(6m+w-1):", &zbv);
     report("dualpipev", "bubble / (w-1)/(6m+w-1):", &dpv);
+    report("dualpipe", "bubble / (w/2-1)/(3m+w/2-1):", &dp2);
     report("seq-zbv", "bubble / (w-1)/(6N_s+w-1):", &seq);
     report("bsipipe-zb", "bubble / the start-up floor:", &bzb);
     report("bsipipe-zb", "peak stashes / bsipipe's peak stashes:", &mem);
-    CHECK(zbv.plans > 0 && dpv.plans > 0 && seq.plans > 0 && bzb.plans > 0 && mem.plans > 0, "the sweep planned nothing");
+    CHECK(zbv.plans > 0 && dpv.plans > 0 && dp2.plans > 0 && seq.plans > 0 && bzb.plans > 0 && mem.plans > 0, "the sweep planned nothing");
     return check_finish("test_zero_bubble");
 }
