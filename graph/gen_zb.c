@@ -35,6 +35,25 @@
 
 /* ---- zb-v and dualpipev: the peers' orders -------------------------------- */
 
+/* The micro-batches of each pipe, in order (pipe_mbs[p][0..pipe_n[p])),
+ * freshly allocated: the caller frees both. -ENOMEM. */
+static int pipe_orders(const bsipipe_schedule_t *s, int *pipe_mbs[2], int pipe_n[2])
+{
+    int m = s->pc.m;
+    pipe_mbs[0] = malloc(sizeof(int) * (size_t)m);
+    pipe_mbs[1] = malloc(sizeof(int) * (size_t)m);
+    pipe_n[0] = pipe_n[1] = 0;
+    if (!pipe_mbs[0] || !pipe_mbs[1])
+        return bsipipe_error_set(-ENOMEM, "out of memory building the %s schedule",
+                                 bsipipe_schedule_kind_name(s->pc.schedule));
+    for (int mb = 0; mb < m; mb++) {
+        int pipe = schedule_mb_pipe(s, mb);
+        pipe_mbs[pipe][pipe_n[pipe]++] = mb;
+    }
+    return 0;
+}
+
+
 /* Pushes kind of micro-batch mb on chunk c unless mb is past the plan's m
  * (zb-v's empty slots). */
 static int push_mb(bsipipe_schedule_t *s, bsipipe_op_kind_t kind, int mb, int chunk)
@@ -188,17 +207,15 @@ static int generate_dual(bsipipe_schedule_t *s)
 {
     int w = s->pc.w, m = s->pc.m, rc = 0, v_shape = s->pc.schedule == BSIPIPE_SCHED_DUALPIPEV;
     dual_t v = {.s = s};
-    int *pipe_mbs[2] = {malloc(sizeof(int) * (size_t)m), malloc(sizeof(int) * (size_t)m)}, pipe_n[2] = {0, 0};
+    int *pipe_mbs[2], pipe_n[2];
     v.queue_chunk = malloc(sizeof(int) * (size_t)(2 * m));
     v.queue_mb = malloc(sizeof(int) * (size_t)(2 * m));
-    if (!v.queue_chunk || !v.queue_mb || !pipe_mbs[0] || !pipe_mbs[1]) {
+    if ((rc = pipe_orders(s, pipe_mbs, pipe_n)) < 0)
+        goto out;
+    if (!v.queue_chunk || !v.queue_mb) {
         rc = bsipipe_error_set(-ENOMEM, "out of memory building the %s schedule",
                                bsipipe_schedule_kind_name(s->pc.schedule));
         goto out;
-    }
-    for (int mb = 0; mb < m; mb++) {
-        int pipe = schedule_mb_pipe(s, mb);
-        pipe_mbs[pipe][pipe_n[pipe]++] = mb;
     }
     for (int d = 0; d < w && rc == 0; d++) {
         v.next_f[0] = v.next_f[1] = v.next_b[0] = v.next_b[1] = 0;
@@ -347,18 +364,16 @@ static long zb_list_run(bsipipe_schedule_t *s, int *const pipe_mbs[2], const int
 
 int generate_zb_list(bsipipe_schedule_t *s)
 {
-    int m = s->pc.m, k = s->pc.k, W = s->n_devices, rc = 0, peak;
-    int *pipe_mbs[2] = {malloc(sizeof(int) * (size_t)m), malloc(sizeof(int) * (size_t)m)}, pipe_n[2] = {0, 0};
+    int k = s->pc.k, W = s->n_devices, rc, peak;
+    int *pipe_mbs[2], pipe_n[2];
     int *end = malloc(sizeof(int) * (size_t)compute_index_count(s));
     zb_dev_t *dev = calloc((size_t)W, sizeof *dev);
-    if (!pipe_mbs[0] || !pipe_mbs[1] || !end || !dev) {
+    if ((rc = pipe_orders(s, pipe_mbs, pipe_n)) < 0)
+        goto out;
+    if (!end || !dev) {
         rc = bsipipe_error_set(-ENOMEM, "out of memory building the %s schedule",
                                bsipipe_schedule_kind_name(s->pc.schedule));
         goto out;
-    }
-    for (int mb = 0; mb < m; mb++) {
-        int pipe = schedule_mb_pipe(s, mb);
-        pipe_mbs[pipe][pipe_n[pipe]++] = mb;
     }
     long best = zb_list_run(s, pipe_mbs, pipe_n, end, dev, 0, 0, &peak);
     if (best <= 0) {
