@@ -1938,6 +1938,7 @@ int main(int argc, char **argv)
     fflush(stdout);
 
     int status = 0, ran = 0; /* ran: rows the planner accepted (measured, or failed at run time) */
+    int failed_all = 0;      /* a configuration whose accepted rows all failed at run time */
     tp_line_t tp_lines[MAX_CONFIGS];
     memset(tp_lines, 0, sizeof tp_lines);
     for (int ci = 0; ci < nc; ci++) {
@@ -2002,6 +2003,16 @@ int main(int argc, char **argv)
                 }
                 if (rank == 0)
                     fprintf(stderr, PROG ": %s: repetition %d/%d done\n", cf->title, rep + 1, reps);
+            }
+            int measured = 0, accepted = 0; /* a table with no row measured is a failure, not a result */
+            for (int i = 0; i < nv; i++) {
+                measured |= rows[i].status == 0;
+                accepted |= rows[i].status != 1;
+            }
+            if (accepted && !measured) { /* every row the planner accepted failed to run (all refused: below) */
+                fprintf(stderr, PROG ": %s: no schedule ran to the end (each row failed: the table says why)\n",
+                        cf->title);
+                failed_all = 1;
             }
             /* speedups: median over repetitions of the paired ratio */
             static const bsipipe_schedule_kind_t base_kind[2] = {BSIPIPE_SCHED_SEQ1F1B, BSIPIPE_SCHED_SEQ1F1B_I};
@@ -2072,6 +2083,8 @@ int main(int argc, char **argv)
     }
     if (is_tp && status == 0)
         print_tp_table(cfg, tp_lines, nc, var[0].label);
+    if (failed_all)
+        status = 1; /* after the table: it says why each row failed */
     if (status == 0 && ran == 0) {
         fprintf(stderr, PROG ": nothing was measured: the planner refused every schedule of every configuration "
                              "(the reasons are above); change --w, --m, --k or --schedules\n");

@@ -24,6 +24,8 @@ expect 2 "--idle-spin expects" --idle-spin fast
 expect 2 "at most 4 values" --idle-spin 1,2,3,4,5
 OMPI_COMM_WORLD_SIZE=2 expect 2 "without --mpi" $tiny
 expect 2 "--tp expects an integer in 1..64" --tp 100
+# A table in which no row ran is a failure (exit 1), naming why.
+expect 1 "no schedule ran to the end" $tiny --reps 1 --schedules 1f1b --policy nope
 # Tensor parallelism: measured rows with --tp 2, the split backward (zb-h1)
 # included.
 "$bench" $tiny --reps 1 --tp 2 --schedules 1f1b,zb-h1 >"$tmp/tp" 2>&1 || fail "--tp 2 run: $(tail -3 "$tmp/tp")"
