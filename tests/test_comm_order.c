@@ -16,8 +16,9 @@ static bsipipe_schedule_t *make(bsipipe_schedule_kind_t kind, int w, int m, bsip
     pc.comm = order;
     bsipipe_schedule_t *s = NULL;
     int rc = bsipipe_schedule_create(&pc, NULL, &s);
-    if (rc == BSIPIPE_ECONFIG && kind == BSIPIPE_SCHED_BITPIPE && w % 2) {
-        /* BitPipe halves each unit of w micro-batches: a named config error. */
+    if (rc == BSIPIPE_ECONFIG && (kind == BSIPIPE_SCHED_BITPIPE || kind == BSIPIPE_SCHED_DUALPIPE) && w % 2) {
+        /* BitPipe halves each unit of w micro-batches, DualPipe pairs rank r
+         * with w-1-r: a named config error. */
         CHECK_CONTAINS(bsipipe_error_detail(), "w must be even");
         return NULL;
     }
