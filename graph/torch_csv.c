@@ -10,15 +10,13 @@
 #include "graph/bsipipe_builder.h"
 #include "graph/bsipipe_draw.h"
 #include "graph/bsipipe_error.h"
+#include "graph/schedule_internal.h"
 
 #include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 int bsipipe_export_torch_csv(FILE *out, const bsipipe_schedule_t *s)
 {
@@ -231,25 +229,13 @@ int bsipipe_schedule_import_torch_csv(const char *path, const bsipipe_model_dims
     *out = NULL;
     if (info)
         memset(info, 0, sizeof *info);
-    /* Non-blocking open: a FIFO with no writer must not block it. */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
-    if (!f) {
-        int e = errno;
-        if (fd >= 0)
-            close(fd);
-        return bsipipe_error_set(-e, "%s: cannot open the plan: %s", path, strerror(e));
-    }
-    struct stat st;
-    int regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
-    if (!regular || st.st_size > TORCH_CSV_MAX_BYTES) {
-        fclose(f);
-        return bsipipe_error_set(BSIPIPE_EFORMAT, "%s: %s", path,
-                                 regular ? "larger than 64 MiB: not a plan bsipipe reads"
-                                         : "not a regular file (a FIFO or device): give a plan file");
-    }
-    char *text = malloc((size_t)st.st_size + 1);
-    size_t got = text ? fread(text, 1, (size_t)st.st_size, f) : 0;
+    FILE *f;
+    long size;
+    int rc0 = plan_file_open(path, TORCH_CSV_MAX_BYTES, &f, &size);
+    if (rc0 < 0)
+        return rc0;
+    char *text = malloc((size_t)size + 1);
+    size_t got = text ? fread(text, 1, (size_t)size, f) : 0;
     fclose(f);
     if (!text)
         return bsipipe_error_set(-ENOMEM, "%s: out of memory", path);

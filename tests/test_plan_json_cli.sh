@@ -83,4 +83,15 @@ if [ -n "$a" ] && [ "$(echo "$a" | wc -w)" -eq 3 ] && awk -v a="$a" -v b="$b" 'B
         exit 0 }'; then ok; else fail "--plan losses [$a] differ from the preset's [$b]"; fi
 # a plan without a model takes the trainer's flags
 expect 0 "summary: 2 iterations" --plan "$tmp/nomodel.json" --layers 4 --hidden 32 --heads 2 --seq 32 --iters 2
+# A FIFO with no writer is refused at once, never waited on (issue 35); a
+# file past the size bound is refused before it is parsed (a sparse file:
+# no disk used).
+mkfifo "$tmp/fifo.json"
+prog=$plan
+expect 2 "fifo.json: not a regular file (a FIFO, a terminal or a device)" --plan "$tmp/fifo.json"
+prog=$train
+expect 2 "fifo.json: not a regular file" --plan "$tmp/fifo.json"
+truncate -s 300M "$tmp/huge.json"
+prog=$plan
+expect 2 "huge.json: 300 MiB, more than the 256 MiB a plan file may have" --plan "$tmp/huge.json"
 finish test_plan_json_cli
