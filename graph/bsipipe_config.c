@@ -129,6 +129,10 @@ int bsipipe_model_dims_validate(const bsipipe_model_dims_t *d)
          "hidden size %d must be a multiple of the head count %d; nearest valid hidden: %s",
          d->hidden, d->n_heads,
          either(near, sizeof near, mult_below(d->hidden, d->n_heads), mult_above(d->hidden, d->n_heads)));
+    RULE(d->family != BSIPIPE_MODEL_LLAMA || (d->hidden / d->n_heads) % 2 == 0,
+         "LLaMA's rotary embedding turns pairs of a head's dimensions: the head dimension hidden/heads must be "
+         "even (got %d / %d = %d); nearest valid hidden: %s", d->hidden, d->n_heads, d->hidden / d->n_heads,
+         either(near, sizeof near, mult_below(d->hidden, 2 * d->n_heads), mult_above(d->hidden, 2 * d->n_heads)));
     RULE(d->ffn_hidden >= 1 && d->ffn_hidden <= 1 << 22, "ffn hidden size must be in 1..4194304 (got %d)",
          d->ffn_hidden);
     RULE(d->vocab >= 2 && d->vocab <= 1 << 24, "vocabulary must be in 2..16777216 (got %d)", d->vocab);

@@ -408,8 +408,8 @@ int schedule_alloc(const bsipipe_parallel_config_t *pc, const bsipipe_model_dims
     mb_grouping(pc, &s->mb_group, &s->mb_alternate);
     if (dims) {
         s->dims = *dims;
-    } else { /* a nominal model: one layer per chunk, k tokens per piece */
-        s->dims = (bsipipe_model_dims_t){BSIPIPE_MODEL_GPT, pc->p * pc->w, 64, 1, 256, 256,
+    } else { /* a nominal model: one layer per chunk, k tokens per piece, a head per TP rank */
+        s->dims = (bsipipe_model_dims_t){BSIPIPE_MODEL_GPT, pc->p * pc->w, 64 * pc->tp, pc->tp, 256, 256,
                                          pc->k * pc->tp};
     }
     s->n_devices = pc->w;

@@ -79,6 +79,20 @@ int main(void)
     expect_rule(cfg("1f1b", 4, 1, 1, 8), &(bsipipe_model_dims_t){BSIPIPE_MODEL_GPT, 16, 64, 4, 256, 1, 256},
                 "vocabulary must be in 2..");
     expect_rule(cfg("1f1b", 4, 1, 1, 8), &(bsipipe_model_dims_t){7, 16, 64, 4, 256, 128, 256}, "family");
+    /* LLaMA's rotary embedding needs an even head dimension: refused by the
+     * rules, not found later as a deadlock of a device with itself. */
+    expect_rule(cfg("1f1b", 4, 1, 1, 8), &(bsipipe_model_dims_t){BSIPIPE_MODEL_LLAMA, 16, 36, 4, 96, 256, 256},
+                "the head dimension hidden/heads must be even (got 36 / 4 = 9); nearest valid hidden: 32 or 40");
+    /* A config the rules accept without a model plans on the nominal model,
+     * tensor parallelism included (its heads once failed D_t = 2). */
+    pc = cfg("1f1b", 4, 1, 1, 8);
+    pc.tp = 2;
+    {
+        bsipipe_schedule_t *n = NULL;
+        CHECK(bsipipe_parallel_config_validate(&pc, NULL) == 0 && bsipipe_schedule_create(&pc, NULL, &n) == 0,
+              "tp = 2 without a model: %s", bsipipe_error_detail());
+        bsipipe_schedule_destroy(n);
+    }
     /* Too large a plan is refused, not attempted. */
     expect_rule(cfg("seq1f1b", 4096, 1, 65536, 32), NULL, "is too large");
     pc = cfg("seq1f1b", 64, 1, 1024, 1024);
