@@ -56,7 +56,8 @@ static int run_engine(bsipipe_schedule_kind_t kind, int w, int mpi, int naive, s
 {
     bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(kind);
     pc.w = w;
-    pc.m = w; /* BSIPipe: N_s = m k a multiple of the basic unit k w */
+    /* BSIPipe: N_s = m k a multiple of the basic unit k w; DualPipe(V): m >= 2w */
+    pc.m = kind == BSIPIPE_SCHED_DUALPIPEV || kind == BSIPIPE_SCHED_DUALPIPE ? 2 * w : w;
     bsipipe_engine_options_t o = bsipipe_engine_options_default(&dims, &pc);
     o.watchdog_s = 60;
     o.mpi = mpi;
@@ -96,7 +97,7 @@ static int parse_schedules(bsipipe_schedule_kind_t *kinds)
 {
     const char *env = getenv("BSIPIPE_TEST_SCHEDULES");
     char buf[256];
-    snprintf(buf, sizeof buf, "%s", env && *env ? env : "bsipipe,seq1f1b-i,1f1b,zb-v,bsipipe-zb");
+    snprintf(buf, sizeof buf, "%s", env && *env ? env : "bsipipe,seq1f1b-i,1f1b,zb-v,bsipipe-zb,seq-zbv,dualpipev,dualpipe");
     int n = 0;
     for (char *tok = strtok(buf, ","); tok && n < 16; tok = strtok(NULL, ","))
         if (bsipipe_schedule_kind_parse(tok, &kinds[n]) == 0)
@@ -214,7 +215,7 @@ static int multi(const char *path, int naive)
             bsipipe_ref_trainer_t *ref;
             bsipipe_adamw_t opt = bsipipe_engine_options_default(&dims, &(bsipipe_parallel_config_t){0}).opt;
             CHECK(bsipipe_ref_trainer_create(&dims, &opt, 1, &ref) == 0, "reference");
-            int m = w, k = bsipipe_parallel_config_default(kinds[i]).k;
+            int m = bsipipe_schedule_config(bsipipe_engine_schedule(e))->m, k = bsipipe_parallel_config_default(kinds[i]).k;
             int *tokens = malloc(sizeof(int) * (size_t)(m * dims.seq_len)), *targets = malloc(sizeof(int) * (size_t)(m * dims.seq_len));
             test_data_make(m, dims.seq_len, dims.vocab, 7, tokens, targets);
             double ref_loss;
