@@ -155,7 +155,7 @@ static int csv_parse_cell(csv_plan_t *p, int row, int col, const char *cell, siz
 
 static int csv_parse(csv_plan_t *p, const char *text)
 {
-    int row = 0;
+    int row = 0, last = -1; /* last: the last row with a cell (blank lines at the end are not ranks) */
     const char *line = text;
     while (*line) {
         const char *eol = line + strcspn(line, "\r\n");
@@ -171,6 +171,9 @@ static int csv_parse(csv_plan_t *p, const char *text)
                 int rc = csv_parse_cell(p, row, col, a, (size_t)(b - a));
                 if (rc < 0)
                     return rc;
+                last = row;
+            } else if (end < eol) {
+                last = row; /* "," alone: a rank whose slots are all empty */
             }
             c = end + 1;
         }
@@ -179,7 +182,8 @@ static int csv_parse(csv_plan_t *p, const char *text)
         if (*line == '\r') line++;
         if (*line == '\n') line++;
     }
-    p->ranks = row;
+    (void)row;
+    p->ranks = last + 1;
     return 0;
 }
 

@@ -71,6 +71,9 @@ for s in gpipe 1f1b 1f1b-i zb-h1 zb-v dualpipev; do
             cmp -s "$tmp/a.csv" "$tmp/b.csv" && ok || fail "$s w=$1 m=$2: round trip changed the plan: $(cat "$tmp/err")"
     done
 done
+# Blank lines after the last rank (a hand-edited file) are not ranks.
+"$plan" --schedule zb-v --w 4 --m 8 --format torch-csv >"$tmp/blank.csv" && printf '\n\n' >>"$tmp/blank.csv"
+expect 0 "zb-v order of 192 compute ops, valid" --plan "$tmp/blank.csv"
 # Malformed actions are refused with their line and column, never cut short
 # (torch's own pattern reads the legacy token 2BW0 as a B with no micro-batch).
 printf '0F0,0B0\n1F0,2BW0\n' >"$tmp/bad.csv"
