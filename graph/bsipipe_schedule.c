@@ -447,11 +447,13 @@ int bsipipe_schedule_create(const bsipipe_parallel_config_t *pc, const bsipipe_m
         return rc;
     /* BSIPipe's includes the optimising pass; the baselines stay exactly as
      * their references build them. */
-    rc = pc->schedule == BSIPIPE_SCHED_BSIPIPE   ? generate_bsipipe(&s)
-         : pc->schedule == BSIPIPE_SCHED_BITPIPE ? generate_bitpipe(s)
-         : bsipipe_schedule_kind_traits(pc->schedule).v_shape || pc->schedule == BSIPIPE_SCHED_DUALPIPE
-             ? generate_zb(s)
-                                                 : generate_fixed(s);
+    switch (pc->schedule) {
+    case BSIPIPE_SCHED_BSIPIPE: rc = generate_bsipipe(&s); break;
+    case BSIPIPE_SCHED_BITPIPE: rc = generate_bitpipe(s); break;
+    case BSIPIPE_SCHED_ZB_V: case BSIPIPE_SCHED_DUALPIPEV: case BSIPIPE_SCHED_DUALPIPE:
+    case BSIPIPE_SCHED_SEQ_ZBV: case BSIPIPE_SCHED_BSIPIPE_ZB: rc = generate_zb(s); break;
+    default: rc = generate_fixed(s); break;
+    }
     if (rc == 0)
         rc = comm_insert(s, NULL);
     if (rc == 0)

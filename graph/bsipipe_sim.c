@@ -483,10 +483,10 @@ static int cmp_event(const void *a, const void *b)
 
 /* Peak activation memory of the compute ops ops[0..n) of one device, from
  * their times: a forward holds its stash from its start to the end of its
- * backward (W when split; a split B's output gradients, what its W reads,
- * from the B's start to the W's end); the KV cache of a (micro-batch, chunk) lives from
- * its first forward to its last backward, its gradient from the first
- * backward on. Writes the peak in units (stashes) and bytes; -ENOMEM. */
+ * backward (W when split; a split B's output gradients, what its W
+ * reads, from the B's start to the W's end); the KV cache of a (micro-batch,
+ * chunk) lives from its first forward to its last backward, its gradient
+ * from the first backward on. Writes the peak in units (stashes) and bytes; -ENOMEM. */
 int schedule_peak_memory(const bsipipe_schedule_t *s, double bytes_per_element, const bsipipe_op_t *ops,
                          const double *start, const double *end, int n, int *peak_units, double *peak_bytes)
 {
@@ -511,12 +511,10 @@ int schedule_peak_memory(const bsipipe_schedule_t *s, double bytes_per_element, 
         } else if (op->kind == (split ? BSIPIPE_OP_W : BSIPIPE_OP_B)) {
             ev[ne++] = (ev_t){end[i], -1, -stash};
         }
-        double wstash = split ? layers * (double)bsipipe_model_wstash_size(&s->dims, piece_len(s, op->sub)) * el /
-                                    s->pc.tp : 0;
-        if (split && op->kind == BSIPIPE_OP_B) /* the output gradients its W reads */
-            ev[ne++] = (ev_t){start[i], 0, wstash};
-        if (split && op->kind == BSIPIPE_OP_W)
-            ev[ne++] = (ev_t){end[i], 0, -wstash};
+        if (split && op->kind != BSIPIPE_OP_F) { /* the output gradients a W reads, from its B to its end */
+            double wstash = layers * (double)bsipipe_model_wstash_size(&s->dims, piece_len(s, op->sub)) * el / s->pc.tp;
+            ev[ne++] = op->kind == BSIPIPE_OP_B ? (ev_t){start[i], 0, wstash} : (ev_t){end[i], 0, -wstash};
+        }
         if (op->kind == BSIPIPE_OP_B && op->sub == s->pc.k - 1)
             ev[ne++] = (ev_t){start[i], 0, kv};        /* dKV */
         if (op->kind == BSIPIPE_OP_B && op->sub == 0)

@@ -1,5 +1,7 @@
-/* gen_zb.c: compute order of the split-backward V schedules. B is the input
- * gradient, W the weight gradient; device d holds chunks d and 2w-1-d.
+/* gen_zb.c: compute order of the split-backward schedules of the V and of
+ * DualPipe. B is the input gradient, W the weight gradient; on the V device
+ * d holds chunks d and 2w-1-d, on DualPipe's (Chimera's) placement stage d
+ * of the down pipe and w-1-d of the up pipe.
  *
  *   zb-v      : ZeroBubble's handcrafted ZB-V, in the order torch's
  *               ScheduleZBVZeroBubble writes it (sail-sg's). torch plans
@@ -33,8 +35,6 @@
 
 #include <stdlib.h>
 
-/* ---- zb-v and dualpipev: the peers' orders -------------------------------- */
-
 /* The micro-batches of each pipe, in order (pipe_mbs[p][0..pipe_n[p])),
  * freshly allocated: the caller frees both. -ENOMEM. */
 static int pipe_orders(const bsipipe_schedule_t *s, int *pipe_mbs[2], int pipe_n[2])
@@ -53,6 +53,7 @@ static int pipe_orders(const bsipipe_schedule_t *s, int *pipe_mbs[2], int pipe_n
     return 0;
 }
 
+/* ---- zb-v, dualpipev, dualpipe: the peers' orders -------------------------- */
 
 /* Pushes kind of micro-batch mb on chunk c unless mb is past the plan's m
  * (zb-v's empty slots). */
@@ -254,7 +255,7 @@ typedef struct zb_slot {
 
 typedef struct zb_dev {
     zb_slot_t slot[ZB_MAX_SLOTS];
-    int n_slots, live, ops_left, free_at;
+    int n_slots, live, ops_left;
 } zb_dev_t;
 
 /* The op at position pos of kind's order in a slot: (mb, sub). */
@@ -291,7 +292,7 @@ static long zb_list_run(bsipipe_schedule_t *s, int *const pipe_mbs[2], const int
         end[i] = -1;
     for (int d = 0; d < W; d++) {
         zb_dev_t *ds = &dev[d];
-        ds->n_slots = ds->live = ds->ops_left = ds->free_at = 0;
+        ds->n_slots = ds->live = ds->ops_left = 0;
         for (int pipe = 0; pipe < s->n_pipes; pipe++)
             for (int c = 0; c < s->n_chunks; c++)
                 if (schedule_dev(s, pipe, c) == d && ds->n_slots < ZB_MAX_SLOTS) {
@@ -300,17 +301,15 @@ static long zb_list_run(bsipipe_schedule_t *s, int *const pipe_mbs[2], const int
                 }
     }
     *peak = 0;
+    /* Every op takes one step: at step t each device is free and may start
+     * one op whose inputs ended by t. */
     for (int t = 0;; t++) {
-        int left = 0, started = 0, busy = 0;
+        int left = 0, started = 0;
         for (int d = 0; d < W; d++) {
             zb_dev_t *ds = &dev[d];
             left += ds->ops_left;
             if (ds->ops_left == 0)
                 continue;
-            if (ds->free_at > t) {
-                busy = 1;
-                continue;
-            }
             /* Best ready op: kind rank (B, F, W), then the piece's place in
              * its pipe, then the deeper chunk (the longer chain ahead). */
             int best = -1, best_kind = 0, best_mb = 0, best_sub = 0;
@@ -348,7 +347,6 @@ static long zb_list_run(bsipipe_schedule_t *s, int *const pipe_mbs[2], const int
             }
             end[compute_index(s, best_kind, best_mb, best_sub, sl->chunk)] = t + 1;
             sl->next[best_kind]++;
-            ds->free_at = t + 1;
             ds->ops_left--;
             ds->live += best_kind == BSIPIPE_OP_F ? 1 : best_kind == BSIPIPE_OP_W ? -1 : 0;
             if (ds->live > *peak)
@@ -357,12 +355,13 @@ static long zb_list_run(bsipipe_schedule_t *s, int *const pipe_mbs[2], const int
         }
         if (!left)
             return t;
-        if (!started && !busy)
-            return 0; /* stalled: every device at its cap or waiting on one that is */
+        if (!started)
+            return 0; /* stalled: nothing ends later to make an op ready (every device at its cap
+                       * or waiting on one that is) */
     }
 }
 
-int generate_zb_list(bsipipe_schedule_t *s)
+static int generate_zb_list(bsipipe_schedule_t *s)
 {
     int k = s->pc.k, W = s->n_devices, rc, peak;
     int *pipe_mbs[2], pipe_n[2];

@@ -5,6 +5,8 @@
 
 #include "graph/bsipipe_schedule.h"
 
+#include <stdio.h>
+
 struct bsipipe_schedule {
     bsipipe_parallel_config_t pc;
     bsipipe_model_dims_t dims;
@@ -43,7 +45,6 @@ int schedule_check_missing(const bsipipe_schedule_t *s, const unsigned char *see
  * max_bytes (its size in *size), never waiting on a FIFO or device with no
  * writer. -errno naming the file when it cannot be opened, BSIPIPE_EFORMAT
  * for a file that is not regular or too large. */
-#include <stdio.h>
 int plan_file_open(const char *path, long max_bytes, FILE **out, long *size);
 
 /* Appends an op to its device's list; -ENOMEM on failure. */
@@ -84,8 +85,8 @@ int generate_fixed(bsipipe_schedule_t *s);  /* the unidirectional and chimera */
  * (0: the whole basic unit); gen_greedy.c. */
 int generate_greedy(bsipipe_schedule_t *s, int subunit);
 int generate_bitpipe(bsipipe_schedule_t *s); /* bitpipe; bsipipe at k = 1 when shorter */
-/* The split-backward V schedules: zb-v, dualpipev (the peers' orders),
- * seq-zbv and bsipipe-zb (a list schedule); gen_zb.c. */
+/* The split-backward schedules: zb-v, dualpipev, dualpipe (the peers'
+ * orders), seq-zbv and bsipipe-zb (a list schedule); gen_zb.c. */
 int generate_zb(bsipipe_schedule_t *s);
 
 /* Inserts SEND/RECV ops for every cross-device dependency, ordered per

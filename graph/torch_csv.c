@@ -182,7 +182,6 @@ static int csv_parse(csv_plan_t *p, const char *text)
         if (*line == '\r') line++;
         if (*line == '\n') line++;
     }
-    (void)row;
     p->ranks = last + 1;
     return 0;
 }
