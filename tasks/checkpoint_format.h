@@ -89,6 +89,32 @@ static inline double ckpt_get_f64(const unsigned char *p)
     return v;
 }
 
+/* n floats as little-endian binary32 into dst (memcpy on little-endian hosts). */
+static inline void ckpt_floats_to_le(unsigned char *dst, const float *src, size_t n)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(dst, src, n * sizeof(float));
+#else
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], 4);
+        ckpt_put_u32(dst + 4 * i, u);
+    }
+#endif
+}
+
+static inline void ckpt_floats_from_le(float *dst, const unsigned char *src, size_t n)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(dst, src, n * sizeof(float));
+#else
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = ckpt_get_u32(src + 4 * i);
+        memcpy(&dst[i], &u, 4);
+    }
+#endif
+}
+
 /* ---- CRC-32/ISO-HDLC (zlib's crc32: reflected 0xEDB88320, init and xorout ~0) ---- */
 
 /* "DIR/NAME" (checkpoint.bin, a part, a temp file); caller frees; NULL when

@@ -17,45 +17,16 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define CKPT_LOCK ".checkpoint.lock"
 enum {
     CKPT_BUF = 1 << 20,       /* write buffer */
 };
-
-/* n floats as little-endian binary32 into dst (memcpy on little-endian hosts). */
-static void floats_to_le(unsigned char *dst, const float *src, size_t n)
-{
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    memcpy(dst, src, n * sizeof(float));
-#else
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &src[i], 4);
-        ckpt_put_u32(dst + 4 * i, u);
-    }
-#endif
-}
-
-static void floats_from_le(float *dst, const unsigned char *src, size_t n)
-{
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    memcpy(dst, src, n * sizeof(float));
-#else
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u = ckpt_get_u32(src + 4 * i);
-        memcpy(&dst[i], &u, 4);
-    }
-#endif
-}
 
 /* ---- the header ---- */
 
@@ -161,7 +132,7 @@ static int writer_put_floats(writer_t *w, const float *src, long n)
     unsigned char tmp[4 * CHUNK];
     for (long i = 0; i < n && rc == 0; i += CHUNK) {
         size_t k = (size_t)(n - i < CHUNK ? n - i : CHUNK);
-        floats_to_le(tmp, src + i, k);
+        ckpt_floats_to_le(tmp, src + i, k);
         rc = writer_put(w, tmp, 4 * k, 0);
     }
     return rc;
@@ -203,7 +174,13 @@ static int save_checks(bsipipe_engine_t *e, const char *dir, long iteration)
     if (engine_failed(e))
         return bsipipe_error_set(-EINVAL, "checkpoint: the engine's last iteration failed (%s): its state is not "
                                  "saved", bsipipe_strerror(engine_failed(e)));
-    return 0;
+    char where[192];
+    int rc = engine_ckpt_state_finite(e, where, sizeof where);
+    if (rc == -EDOM)
+        return bsipipe_error_set(rc, "checkpoint: the state of iteration %ld is not finite: %s; it is not saved "
+                                 "(the previous checkpoint in %s, if any, is intact). Training diverged: lower the "
+                                 "learning rate, or resume from an earlier checkpoint", iteration, where, dir);
+    return rc;
 }
 
 static int save_single(bsipipe_engine_t *e, const char *dir, long iteration);
@@ -224,7 +201,7 @@ int bsipipe_engine_save(bsipipe_engine_t *e, const char *dir, long iteration)
 
 /* Tensor parallelism: params, m and v of pipe `pipe` as whole-model
  * vectors (P floats each, one after the other in full). */
-static int tp_full_pipe(bsipipe_engine_t *e, int pipe, float *full, long P)
+int engine_ckpt_tp_full_pipe(bsipipe_engine_t *e, int pipe, float *full, long P)
 {
     int rc = engine_tp_full(e, pipe, ENGINE_TP_PARAMS, full);
     if (rc == 0)
@@ -248,7 +225,7 @@ static int write_replica(struct bsipipe_engine *e, writer_t *w, int i, float *fu
             return rc;
         return writer_put_handle(w, r->h_v, r->n);
     }
-    if (i / e->C != *full_pipe && (rc = tp_full_pipe(e, *full_pipe = i / e->C, full, P)) < 0) {
+    if (i / e->C != *full_pipe && (rc = engine_ckpt_tp_full_pipe(e, *full_pipe = i / e->C, full, P)) < 0) {
         *what = "cannot gather the tensor-parallel shards for";
         return rc;
     }
@@ -690,7 +667,7 @@ static void remove_parts(const char *dir, const ckpt_header_t *manifest)
 static void set_handle(starpu_data_handle_t h, const unsigned char *src, long n)
 {
     starpu_data_acquire(h, STARPU_W);
-    floats_from_le((float *)starpu_data_get_local_ptr(h), src, (size_t)n);
+    ckpt_floats_from_le((float *)starpu_data_get_local_ptr(h), src, (size_t)n);
     starpu_data_release(h);
 }
 
@@ -712,6 +689,9 @@ int bsipipe_engine_load(bsipipe_engine_t *e, const char *dir, long *iteration)
     for (int i = 0; rc == 0 && i < n_replicas(e); i++)
         if (engine_local(e, e->rep[i].device))
             rc = ckpt_load_part(&l, (uint32_t)l.h.rep[i].part);
+    for (int i = 0; rc == 0 && i < n_replicas(e); i++)
+        if (engine_local(e, e->rep[i].device))
+            rc = engine_ckpt_loaded_finite(e, &l, i);
     rc = engine_mpi_agree_named(e, rc, "could not read the checkpoint");
     long P = bsipipe_engine_n_params(e);
     float *full = NULL, *shard = NULL;
@@ -733,7 +713,7 @@ int bsipipe_engine_load(bsipipe_engine_t *e, const char *dir, long *iteration)
                         memset(full + r->base, 0, sizeof(float) * (size_t)r->n);
                         continue;
                     }
-                    floats_from_le(full + r->base, p + 4 * (size_t)which * (size_t)r->n, (size_t)r->n);
+                    ckpt_floats_from_le(full + r->base, p + 4 * (size_t)which * (size_t)r->n, (size_t)r->n);
                 }
                 rc = engine_tp_set_full(e, pipe, which == 0 ? ENGINE_TP_PARAMS : which == 1 ? ENGINE_TP_M
                                                                                          : ENGINE_TP_V, full, shard);
@@ -762,128 +742,4 @@ int bsipipe_engine_load(bsipipe_engine_t *e, const char *dir, long *iteration)
     free(shard);
     ckpt_load_close(&l);
     return rc;
-}
-
-/* ---- the directory: existence, lock, stale temporaries ---- */
-
-int bsipipe_checkpoint_exists(const char *dir)
-{
-    if (!dir || !*dir)
-        return bsipipe_error_set(-EINVAL, "checkpoint: no directory");
-    char *path = ckpt_path_join(dir, CKPT_FILE);
-    if (!path)
-        return bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
-    struct stat st;
-    int rc = lstat(path, &st) == 0 ? 1 : errno == ENOENT ? 0 : -errno;
-    if (rc < 0)
-        bsipipe_error_set(rc, "checkpoint: cannot look at %s: %s", path, strerror(-rc));
-    free(path);
-    return rc;
-}
-
-struct bsipipe_checkpoint_lock {
-    int fd;
-    char *path;
-};
-
-/* Removes DIR/.checkpoint.bin.<pid>.tmp of processes that no longer exist
- * (runs killed in the middle of a save). Called with the lock held. */
-static int remove_stale_temps(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return 0;
-    int removed = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        long pid;
-        int end = 0;
-        if (sscanf(de->d_name, "." CKPT_FILE ".%ld.tmp%n", &pid, &end) != 1 || de->d_name[end] != '\0' || pid <= 0)
-            continue;
-        if (pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno != ESRCH))
-            continue; /* alive (or not ours to probe): its save may be under way */
-        char *p = ckpt_path_join(dir, de->d_name);
-        if (p && unlink(p) == 0)
-            removed++;
-        free(p);
-    }
-    closedir(d);
-    return removed;
-}
-
-int bsipipe_checkpoint_lock(const char *dir, bsipipe_checkpoint_lock_t **out)
-{
-    *out = NULL;
-    if (!dir || !*dir)
-        return bsipipe_error_set(-EINVAL, "checkpoint: no directory");
-    bsipipe_checkpoint_lock_t *l = calloc(1, sizeof *l);
-    if (!l || !(l->path = ckpt_path_join(dir, CKPT_LOCK))) {
-        free(l);
-        return bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
-    }
-    for (int tries = 0;; tries++) {
-        l->fd = open(l->path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
-        if (l->fd < 0) {
-            int err = errno;
-            int rc = err == ENOENT ? bsipipe_error_set(-ENOENT, "checkpoint directory %s does not exist", dir)
-                                   : bsipipe_error_set(-err, "checkpoint: cannot create the lock %s: %s", l->path,
-                                                       strerror(err));
-            free(l->path);
-            free(l);
-            return rc;
-        }
-        if (flock(l->fd, LOCK_EX | LOCK_NB) != 0) {
-            int err = errno;
-            char buf[32] = "";
-            ssize_t n = err == EWOULDBLOCK ? pread(l->fd, buf, sizeof buf - 1, 0) : -1;
-            long pid = 0;
-            if (n > 0)
-                buf[n] = 0, pid = strtol(buf, NULL, 10);
-            close(l->fd);
-            int rc;
-            char who[48] = "another process";
-            if (pid > 0)
-                snprintf(who, sizeof who, "process %ld", pid);
-            if (err == EWOULDBLOCK)
-                rc = bsipipe_error_set(-EBUSY, "checkpoint directory %s is in use by %s (it holds the lock %s); "
-                                       "wait for that run to end, stop it, or use another --checkpoint directory",
-                                       dir, who, l->path);
-            else
-                rc = bsipipe_error_set(-err, "checkpoint: cannot lock %s: %s", l->path, strerror(err));
-            free(l->path);
-            free(l);
-            return rc;
-        }
-        /* The holder before us may have unlinked the file between our open
-         * and our flock: then we hold a lock on a name nobody sees; retry. */
-        struct stat a, b;
-        if (fstat(l->fd, &a) == 0 && stat(l->path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
-            break;
-        close(l->fd);
-        if (tries > 100) {
-            free(l->path);
-            free(l);
-            return bsipipe_error_set(-EBUSY, "checkpoint: cannot lock %s: it keeps being replaced", dir);
-        }
-    }
-    char buf[32];
-    int n = snprintf(buf, sizeof buf, "%ld\n", (long)getpid());
-    if (ftruncate(l->fd, 0) != 0 || pwrite(l->fd, buf, (size_t)n, 0) != n) {
-        int err = errno;
-        bsipipe_checkpoint_unlock(l);
-        return bsipipe_error_set(-err, "checkpoint: cannot write the lock %s: %s", dir, strerror(err));
-    }
-    remove_stale_temps(dir);
-    *out = l;
-    return 0;
-}
-
-void bsipipe_checkpoint_unlock(bsipipe_checkpoint_lock_t *l)
-{
-    if (!l)
-        return;
-    unlink(l->path); /* while still locked: a waiter then sees a fresh file */
-    close(l->fd);
-    free(l->path);
-    free(l);
 }

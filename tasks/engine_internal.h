@@ -432,6 +432,18 @@ int engine_tp_gather(struct bsipipe_engine *e, float *out, int grads);
  * a load has started writing). Call between iterations. */
 enum { ENGINE_TP_PARAMS, ENGINE_TP_GRADS, ENGINE_TP_M, ENGINE_TP_V };
 int engine_tp_full(struct bsipipe_engine *e, int pipe, int which, float *out);
+
+/* Checkpoints (engine_checkpoint.c, checkpoint_values.c). Params, m and v of
+ * pipe `pipe` as whole-model vectors (3 P floats) gathered from this
+ * process's tensor-parallel shards. */
+int engine_ckpt_tp_full_pipe(struct bsipipe_engine *e, int pipe, float *full, long P);
+/* Every local replica's params and Adam moments are finite (v >= 0): 0, or
+ * -EDOM with `where` naming the first bad value by tensor. */
+int engine_ckpt_state_finite(struct bsipipe_engine *e, char *where, size_t len);
+/* The same for replica i as read from a checkpoint (struct ckpt_load of
+ * checkpoint_format.h): 0 or BSIPIPE_EFORMAT with a detail. */
+struct ckpt_load;
+int engine_ckpt_loaded_finite(const struct bsipipe_engine *e, const struct ckpt_load *l, int i);
 int engine_tp_set_full(struct bsipipe_engine *e, int pipe, int which, const float *full, float *shard);
 /* The op args that device d's rank-0 worker waits for at `slot` (watchdog),
  * or NULL; and op i's rank-0 arguments. */

@@ -145,11 +145,15 @@ static void *guard_main(void *arg)
     int done = g->done;
     pthread_mutex_unlock(&g->lock);
     if (!done) {
-        const char *size = getenv("OMPI_COMM_WORLD_SIZE");
-        fprintf(stderr, "bsipipe engine: rank %s (pid %ld): %s has not returned after %.1f s: another of the job's %s "
-                        "ranks is stopped, hangs or never started (MPI cannot tell which at this point). Ending this "
-                        "rank so that mpirun ends the job.\n",
-                env_rank(), (long)getpid(), g->what, g->limit, size ? size : "");
+        const char *size = getenv("OMPI_COMM_WORLD_SIZE"), *me = env_rank();
+        char who[96];
+        if (size && strcmp(size, "2") == 0 && (strcmp(me, "0") == 0 || strcmp(me, "1") == 0))
+            snprintf(who, sizeof who, "rank %c, the job's other rank,", me[0] == '0' ? '1' : '0');
+        else /* MPI cannot say which at this point */
+            snprintf(who, sizeof who, "another of the job's %s ranks", size ? size : "");
+        fprintf(stderr, "bsipipe engine: rank %s (pid %ld): %s has not returned after %.1f s: %s is stopped, hangs or "
+                        "never started. Ending this rank so that mpirun ends the job.\n",
+                me, (long)getpid(), g->what, g->limit, who);
         fflush(stderr);
         _exit(3);
     }
@@ -828,8 +832,12 @@ static void *liveness_main(void *arg)
         }
         long ended = __atomic_load_n(&e->tasks_ended, __ATOMIC_SEQ_CST);
         long now = ended + __atomic_load_n(&m->progress, __ATOMIC_SEQ_CST);
-        int running = __atomic_load_n(&e->tasks_popped, __ATOMIC_SEQ_CST) > ended; /* a long op is not a stall */
-        if (!watching || now != last || running) {
+        /* Progress is an op that ended or a message that arrived. An op in
+         * flight (a long one, or a RECV's slot waiting for its data) keeps
+         * the clock from running only while every rank answers: once one
+         * has gone silent, waiting cannot end well. */
+        int running = __atomic_load_n(&e->tasks_popped, __ATOMIC_SEQ_CST) > ended;
+        if (!watching || now != last || (running && silent < 0)) {
             last = now;
             since = t;
             continue;

@@ -124,6 +124,8 @@ static const op_args_t *longest_running(struct bsipipe_engine *e, double *since)
         bsipipe_schedule_device_ops(e->sched, d, &n);
         for (int i = 0; i < n && engine_local(e, d); i++) {
             const op_args_t *a = e->T > 1 ? engine_tp_op_args(e, d, i) : &e->args[d][i];
+            if (e->mpi && a->op.kind == BSIPIPE_OP_RECV && a->op.peer >= 0 && !engine_local(e, a->op.peer))
+                continue; /* another rank's message: a wait (the MPI watchdog's), not an op */
             double t = 1e-9 * (double)__atomic_load_n(&a->running_since, __ATOMIC_SEQ_CST);
             if (t > 0 && (!found || t < *since)) {
                 found = a;

@@ -10,7 +10,11 @@
  *    and after is the same file): missing dir, missing file, truncated file,
  *    a flipped byte (corrupted), bad magic, and a checkpoint of another
  *    config (w=4 loaded into a w=2 engine), an iteration counter >= 2^31 or
- *    a huge step count under a valid CRC, a FIFO named checkpoint.bin.
+ *    a huge step count under a valid CRC, a state that is not finite (NaN
+ *    or negative Adam second moment, infinite parameter) under a valid CRC,
+ *    a FIFO named checkpoint.bin.
+ * 4. A step whose result is not finite (lr 1e38) is not saved: refused by
+ *    tensor, the checkpoint before it intact.
  * One engine per process at a time: each is destroyed before the next. */
 #include "tasks/bsipipe_engine.h"
 #include "graph/bsipipe_error.h"
@@ -18,6 +22,8 @@
 #include "tests/test_data.h"
 
 #include <dirent.h>
+#include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
@@ -137,6 +143,16 @@ static void put_le64(unsigned char *p, uint64_t v)
 {
     for (int i = 0; i < 8; i++)
         p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t get_le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t get_le64(const unsigned char *p)
+{
+    return (uint64_t)get_le32(p) | (uint64_t)get_le32(p + 4) << 32;
 }
 
 static void on_alarm(int sig)
@@ -347,6 +363,26 @@ int main(void)
         reseal(b, good_n);
         CHECK(spit(bp, b, good_n) == 0, "write %s", bp);
         expect_refused(e, bad, BSIPIPE_EFORMAT, "step count", NULL, state, state_n, scratch);
+        /* A state that is not finite, under a valid CRC (saved so by an
+         * older build, or edited), is refused by tensor: a NaN Adam second
+         * moment, a negative one, an infinite parameter. Replica 0's params,
+         * m and v follow the header (160 bytes + 32 per replica). */
+        long nrep = (long)(get_le32(good + 152) * get_le32(good + 156)), n0 = (long)get_le64(good + 160 + 24);
+        long data = 160 + 32 * nrep;
+        static const struct { int which; long j; uint32_t bits; const char *want, *want2; } bad_values[] = {
+            {2, 5, 0x7fc00000u, "Adam second moment of wte [64 x 32], element 5 = nan", "(replica pipe 0, chunk 0)"},
+            {2, 40, 0xbf800000u, "Adam second moment of wte [64 x 32], element 40 = -1", NULL},
+            {0, 2048 + 3, 0x7f800000u, "parameter of wpe [32 x 32], element 3 = inf", NULL},
+        };
+        for (size_t k = 0; k < sizeof bad_values / sizeof bad_values[0]; k++) {
+            memcpy(b, good, (size_t)good_n);
+            unsigned char *at = b + data + 4 * (bad_values[k].which * n0 + bad_values[k].j);
+            for (int i = 0; i < 4; i++)
+                at[i] = (unsigned char)(bad_values[k].bits >> (8 * i));
+            reseal(b, good_n);
+            CHECK(spit(bp, b, good_n) == 0, "write %s", bp);
+            expect_refused(e, bad, BSIPIPE_EFORMAT, bad_values[k].want, bad_values[k].want2, state, state_n, scratch);
+        }
         /* A FIFO named checkpoint.bin is refused, not waited on. */
         unlink(bp);
         CHECK(mkfifo(bp, 0666) == 0, "mkfifo %s", bp);
@@ -369,6 +405,43 @@ int main(void)
         free(st2);
     }
     bsipipe_engine_destroy(e);
+
+    /* 4. A step whose result is not finite is never saved: a learning rate
+     * of 1e38 takes the parameters past the float range in one step (the
+     * iteration's loss and gradient norm, computed before the step, are
+     * finite). The save is refused by tensor and the checkpoint in DIR stays
+     * the one before. */
+    {
+        bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(BSIPIPE_SCHED_BSIPIPE);
+        pc.w = 4;
+        pc.m = M;
+        bsipipe_engine_options_t o = bsipipe_engine_options_default(&gpt, &pc);
+        o.watchdog_s = 20;
+        o.opt.lr = 1e38;
+        e = NULL;
+        CHECK(bsipipe_engine_create(&o, &e) == 0, "create (lr 1e38): %s", bsipipe_error_detail());
+        if (e) {
+            double loss[1] = {0};
+            long before_n = 0, after_n = 0;
+            unsigned char *before = slurp(path_in(ck, "checkpoint.bin"), &before_n);
+            if (run(e, 0, 1, loss) == 0) {
+                CHECK(isfinite(loss[0]), "the diverging step's own loss %g is finite", loss[0]);
+                int rc = bsipipe_engine_save(e, ck, 1);
+                printf("save refused (%d): %s\n", rc, bsipipe_error_detail());
+                CHECK(rc == -EDOM, "save of a non-finite state: rc %d, expected -EDOM", rc);
+                CHECK_CONTAINS(bsipipe_error_detail(), "not finite: parameter of ");
+                CHECK_CONTAINS(bsipipe_error_detail(), "it is not saved");
+            }
+            unsigned char *after = slurp(path_in(ck, "checkpoint.bin"), &after_n);
+            CHECK(before && after && before_n == after_n && !memcmp(before, after, (size_t)after_n),
+                  "a refused save changed %s/checkpoint.bin", ck);
+            char names[1024];
+            CHECK(list_dir(ck, names, sizeof names) == 1, "a refused save left files in %s: %s", ck, names);
+            free(before);
+            free(after);
+        }
+        bsipipe_engine_destroy(e);
+    }
 
     free(good);
     free(p_straight);
