@@ -17,7 +17,7 @@ n=3
 [ "${BSIPIPE_STOP_SWEEP:-}" = full ] && n=20
 seed=${BSIPIPE_STOP_SEED:-$$}
 RANDOM=$seed
-watchdog=3
+watchdog=5
 bound=$((watchdog + 10))
 echo "test_mpi_stop: $n stops per rank, seed $seed (BSIPIPE_STOP_SEED=$seed replays them), watchdog $watchdog s"
 for _ in $(seq 1 100); do echo "a stopped rank is named, not waited for"; done >"$tmp/corpus"
