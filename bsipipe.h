@@ -14,9 +14,12 @@
  * yourself in a CUDA build), and kernels/bsipipe_kernels_decl.h (an
  * implementation detail of kernels/bsipipe_kernels.h).
  *
- * policies/bsipipe_policy.h and tasks/bsipipe_transport.h include
- * <starpu.h>; bsipipe.pc's Requires.private (starpu-1.3) adds its include
- * path to `pkg-config --cflags bsipipe`. */
+ * No header here includes StarPU's (policies/bsipipe_policy.h and
+ * tasks/bsipipe_transport.h name StarPU's structs only), so a program
+ * including it compiles in any C mode, -std=c11 included; a program that
+ * calls StarPU itself includes <starpu.h> (`pkg-config --cflags bsipipe`
+ * gives its path: Requires.private starpu-1.3) with the POSIX its headers
+ * need (-std=gnu11, or _POSIX_C_SOURCE 200809L). */
 #ifndef BSIPIPE_H
 #define BSIPIPE_H
 

@@ -885,8 +885,9 @@ int main(int argc, char **argv)
         last = loss;
         tok_s += st.tokens_per_s;
         bubble += st.bubble_ratio;
-        /* Validation: the same pipeline, forward and backward without a step
-         * (the next iteration starts from zeroed gradients). */
+        /* Validation: the same pipeline, forward only (its backward ops keep
+         * their slots as empty tasks); the trace keeps the training
+         * iteration. */
         if (validate && ((it + 1) % eval_every == 0 || it + 1 == iters)) {
             for (int mb = 0; mb < m; mb++) {
                 long off = train_len + (long)mb * (S / 2 + 1) % (val_len - S);
@@ -895,7 +896,7 @@ int main(int argc, char **argv)
                     targets[(long)mb * S + i] = corpus[off + i + 1];
                 }
             }
-            if ((rc = bsipipe_engine_forward_backward(e, tokens, targets, &val_loss)) < 0) {
+            if ((rc = bsipipe_engine_evaluate(e, tokens, targets, &val_loss)) < 0) {
                 fprintf(stderr, "bsipipe-train: validation after iteration %d: %s\n", it + 1, bsipipe_error_detail());
                 break;
             }

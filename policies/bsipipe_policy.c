@@ -41,6 +41,8 @@
  * cores for the whole budget (1 ms an iteration at w = 2).
  */
 #include "policies/bsipipe_policy.h"
+
+#include <starpu.h>
 #include "graph/bsipipe_error.h"
 
 #include <starpu_scheduler.h>

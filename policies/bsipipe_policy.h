@@ -20,7 +20,10 @@
 #ifndef BSIPIPE_POLICY_H
 #define BSIPIPE_POLICY_H
 
-#include <starpu.h>
+/* StarPU's types by name only: this header (and bsipipe.h) compiles in any
+ * C mode, -std=c11 included, without StarPU's headers, which need POSIX. */
+struct starpu_sched_policy;
+struct starpu_conf;
 
 #ifdef __cplusplus
 extern "C" {

@@ -73,6 +73,11 @@ PACKAGES=(
     pajeng  # pj_dump: tests/test_trace.sh reads every traced run's paje.trace with it
     graphviz  # dot: tests/test_trace.sh renders a traced run's dag.dot
     vite xvfb xauth librsvg2-bin  # scripts/vite-screenshot.sh (ViTE headless), run by tests/test_trace.sh
+    # StarPU's analysis scripts, which tests/test_trace.sh runs on a traced run: gnuplot for
+    # starpu_codelet_profile's plot, R for starpu_codelet_histo_profile, R with knitr, ggplot2,
+    # plyr, data.table, RColorBrewer and markdown for starpu_paje_summary
+    gnuplot-nox r-base-core r-cran-knitr r-cran-ggplot2 r-cran-plyr r-cran-data.table r-cran-rcolorbrewer
+    r-cran-markdown
     clang libclang-rt-dev  # -fsanitize=fuzzer: the fuzz targets of make check (docs/fuzzing.md)
     # StarPU build dependencies (the subset our configuration uses)
     libnuma-dev

@@ -20,7 +20,7 @@ tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 # The ops' interval, so the picture shows them rather than StarPU's start-up.
 span=$(pj_dump "$dir/paje.trace" 2>"$tmp/pj.err" | awk -F', ' '
-    $1 == "State" && $8 ~ /^(F|B|W) / { if (min == "" || $4 + 0 < min) min = $4 + 0; if ($5 + 0 > max) max = $5 + 0 }
+    $1 == "State" && $8 ~ /^bsipipe_(fwd|fwd_head|bwd|wgrad|tp_seg)$/ { if (min == "" || $4 + 0 < min) min = $4 + 0; if ($5 + 0 > max) max = $5 + 0 }
     END { if (min != "") printf "%.6f:%.6f", min, max }')
 [ -s "$tmp/pj.err" ] && fail "pj_dump: $(head -3 "$tmp/pj.err")"
 [ -n "$span" ] || fail "no F/B/W op in $dir/paje.trace"

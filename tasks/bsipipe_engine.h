@@ -137,6 +137,11 @@ void bsipipe_engine_destroy(bsipipe_engine_t *e); /* NULL is fine */
  * mean) can be read with bsipipe_engine_grads(). BSIPIPE_EDEADLOCK when the
  * watchdog fired (detail names the waiting devices and ops). */
 int bsipipe_engine_forward_backward(bsipipe_engine_t *e, const int *tokens, const int *targets, double *loss);
+/* A validation pass: the mean loss of tokens -> targets, forward only (the
+ * plan's B, W and SYNC ops keep their slots as empty tasks; nothing is
+ * learned, no gradient kept). bsipipe_engine_records, _last_stats and the
+ * trace keep reporting the last training iteration. */
+int bsipipe_engine_evaluate(bsipipe_engine_t *e, const int *tokens, const int *targets, double *loss);
 
 /* forward_backward plus the optimizer step (global-norm clipping, AdamW);
  * *gnorm (may be NULL) gets the gradient norm before clipping. */
@@ -161,6 +166,8 @@ typedef struct bsipipe_engine_op_record {
     double start_us, end_us; /* StarPU clock (starpu_timing_now), microseconds */
     int worker;              /* StarPU worker that ran it */
     long seq;                /* completion order over the iteration (0 = first) */
+    unsigned long job_id;    /* StarPU's job id of its task (JobId in tasks.rec, paje.trace, dag.dot's
+                                task_ID); 0 for an op that ran without a task (an eager SEND) */
 } bsipipe_engine_op_record_t;
 
 /* Records of device d's ops in plan order (n = that device's op count), owned

@@ -27,6 +27,8 @@
  */
 #include "tasks/bsipipe_transport.h"
 
+#include <starpu.h>
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>

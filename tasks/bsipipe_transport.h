@@ -27,7 +27,9 @@
 
 #include <stddef.h>
 
-#include <starpu.h>
+#include <stddef.h>
+
+struct starpu_task; /* by name only, as in bsipipe_policy.h */
 
 #ifdef __cplusplus
 extern "C" {

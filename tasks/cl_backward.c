@@ -68,6 +68,10 @@ static void backward_cpu_run(void *buffers[], void *cl_arg)
     const bsipipe_model_dims_t *D = &e->dims;
     struct backward_io io = backward_begin(a, buffers);
     int rc = 0;
+    if (e->eval_pass) { /* a validation pass runs forward only: the slot and its buffers, no work */
+        backward_end(a, buffers, 0);
+        return;
+    }
     if (io.clear_dkv && e->o.emulate_flops <= 0) /* emulated: nothing reads it, and faulting its pages in is not device time */
         memset(io.dkv, 0, sizeof(float) * io.dkv_floats);
     if (engine_emulate(e, &a->op))
@@ -104,6 +108,10 @@ static void backward_cuda(void *buffers[], void *cl_arg)
     cublasHandle_t h = engine_cuda_blas();
     struct backward_io io = backward_begin(a, buffers);
     int rc = 0;
+    if (e->eval_pass) { /* forward only, as on the CPU */
+        backward_end(a, buffers, 0);
+        return;
+    }
     if (io.clear_dkv)
         rc = bsipipe_cuda_zero(io.dkv, sizeof(float) * io.dkv_floats, s);
     if (rc == 0 && !engine_emulate(e, &a->op)) {

@@ -63,10 +63,15 @@ static void forward_cpu_run(void *buffers[], void *cl_arg)
     if (rc == 0 && io.loss) {
         long head = engine_replica_offset(e, a, D->n_layers);
         double piece_loss = 0;
-        /* The loss is the mean over the iteration's m*S tokens. */
-        rc = bsipipe_head_forward_backward(D, io.params + head, io.grads + head, a->len, io.x_out,
-                                           io.targets + a->start, 1.0 / ((double)e->m * e->S), &piece_loss, io.dy,
-                                           io.work);
+        /* The loss is the mean over the iteration's m*S tokens; a
+         * validation pass needs the loss only. */
+        if (e->eval_pass)
+            rc = bsipipe_head_forward(D, io.params + head, a->len, io.x_out, io.targets + a->start, NULL, &piece_loss,
+                                      io.work);
+        else
+            rc = bsipipe_head_forward_backward(D, io.params + head, io.grads + head, a->len, io.x_out,
+                                               io.targets + a->start, 1.0 / ((double)e->m * e->S), &piece_loss,
+                                               io.dy, io.work);
         *io.loss += piece_loss;
     }
     engine_report(e, a, rc);
@@ -103,7 +108,10 @@ static void forward_cuda(void *buffers[], void *cl_arg)
         long head = engine_replica_offset(e, a, D->n_layers);
         double *piece_loss = NULL; /* the kernel overwrites its loss: add it to the device's sum after */
         rc = bsipipe_cuda_scratch_alloc((void **)&piece_loss, sizeof(double), s);
-        if (rc == 0)
+        if (rc == 0 && e->eval_pass) /* validation: the loss only */
+            rc = bsipipe_cuda_head_forward(D, io.params + head, a->len, io.x_out, io.targets + a->start, NULL,
+                                           piece_loss, io.work, s, h);
+        else if (rc == 0)
             rc = bsipipe_cuda_head_forward_backward(D, io.params + head, io.grads + head, a->len, io.x_out,
                                                     io.targets + a->start, 1.0 / ((double)e->m * e->S), piece_loss,
                                                     io.dy, io.work, s, h);

@@ -50,6 +50,7 @@ struct starpu_codelet bsipipe_cl_mpi_marker = {
     .cpu_funcs_name = {"slot_only"},
     BSIPIPE_CL_CUDA(slot_only)
     .nbuffers = 0,
+    .model = &engine_model_mpi_recv,
     .name = "RECV",
 };
 
@@ -59,6 +60,7 @@ struct starpu_codelet bsipipe_cl_mpi_send = {
     BSIPIPE_CL_CUDA(slot_only)
     .nbuffers = 1,
     .modes = {STARPU_RW},
+    .model = &engine_model_mpi_send,
     .name = "SEND",
 };
 
@@ -68,6 +70,7 @@ struct starpu_codelet bsipipe_cl_mpi_sync_up = {
     BSIPIPE_CL_CUDA(slot_only)
     .nbuffers = 1,
     .modes = {STARPU_RW},
+    .model = &engine_model_mpi_sync,
     .name = "SYNC",
 };
 
@@ -77,5 +80,6 @@ struct starpu_codelet bsipipe_cl_norm = {
     BSIPIPE_CL_CUDA(norm_cuda)
     .nbuffers = 2,
     .modes = {STARPU_R, STARPU_W},
+    .model = &engine_model_norm,
     .name = "NORM",
 };

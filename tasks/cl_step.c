@@ -119,5 +119,6 @@ struct starpu_codelet bsipipe_cl_step = {
     .cpu_funcs_name = {"step_cpu"},
     BSIPIPE_CL_CUDA(step_cuda)
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &engine_model_step,
     .name = "STEP",
 };

@@ -193,6 +193,7 @@ void bsipipe_engine_destroy(bsipipe_engine_t *e)
             free(e->rec[d]);
     }
     free(e->rec);
+    free(e->jobs);
     for (int d = 0; d < e->W && e->slot_of; d++) {
         free(e->slot_of[d]);
         free(e->slot_op[d]);
@@ -1059,7 +1060,10 @@ int engine_task_submit(bsipipe_engine_t *e, int d, int i, struct starpu_codelet 
 {
     op_args_t *a = i >= 0 ? &e->args[d][i] : NULL;
     const char *name = a ? a->name : cl->name;
-    struct starpu_task *t = starpu_task_build(cl, STARPU_DATA_MODE_ARRAY, descr, n, STARPU_NAME, name, 0);
+    /* Named by its codelet's model (bsipipe_fwd ...): few stable names for
+     * StarPU's tools; the op is joined by job id (DIR/ops.tsv). */
+    struct starpu_task *t =
+        starpu_task_build(cl, STARPU_DATA_MODE_ARRAY, descr, n, STARPU_NAME, engine_task_name(cl), 0);
     if (!t)
         return bsipipe_error_set(-ENOMEM, "engine: cannot build the task of %s", name);
     t->cl_arg_size = 0;
@@ -1099,6 +1103,7 @@ int engine_task_submit(bsipipe_engine_t *e, int d, int i, struct starpu_codelet 
     }
     if (e->floor_flags) { /* the floor: same shape, empty body, no callback unless profiled */
         t->cl = &engine_cl_floor;
+        t->name = engine_cl_floor.name;
         t->nbuffers = n; /* codelets with a fixed count leave the task's count and modes empty */
         for (int j = 0; j < n; j++)
             STARPU_TASK_SET_MODE(t, descr[j].mode, j);
@@ -1119,6 +1124,8 @@ int engine_task_submit(bsipipe_engine_t *e, int d, int i, struct starpu_codelet 
         starpu_tag_declare_deps(t->tag_id, 1, (starpu_tag_t)engine_post_tag(e, a->op.channel));
         e->send_tagged[a->op.channel] = 1;
     }
+    if (a) /* last: the job it creates reads the task's tag settings */
+        engine_job_note(e, d, i, t, 1);
     int rc = starpu_task_submit(t);
     if (rc != 0)
         return bsipipe_error_set(-EIO, "engine: StarPU refused the task of %s (%d)", name, rc);
@@ -1388,7 +1395,10 @@ int bsipipe_engine_floor_iteration(bsipipe_engine_t *e, int flags, bsipipe_engin
     return rc;
 }
 
-static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targets, double *loss, int step)
+/* One pass over the plan: step 1 a training iteration (the STEPs update),
+ * else a forward-backward pass; eval: a validation pass, forward only (the
+ * B, W and SYNC tasks keep their slots and run empty). */
+static int run_pass(bsipipe_engine_t *e, const int *tokens, const int *targets, double *loss, int step, int eval)
 {
     if (!tokens || !targets)
         return bsipipe_error_set(-EINVAL, "engine: tokens and targets are required");
@@ -1443,6 +1453,13 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
         fprintf(stderr, "bsipipe engine: %s; a deadlock would hang\n", bsipipe_error_detail());
     engine_buffers_counted(e); /* buffers no op uses; with reuse, the dry run's */
     engine_mpi_iteration_begin(e);
+    /* StarPU's traces carry the pass: Iteration N for the step to iteration
+     * N, "N 1" for a forward-backward (validation) pass after N steps. */
+    starpu_iteration_push((unsigned long)(step ? e->steps + 1 : e->steps));
+    if (!step)
+        starpu_iteration_push(1);
+    e->eval_pass = eval;
+    e->pass_kind = step ? 0 : eval ? 2 : 1;
     /* Every op but STEP in dependency order, then the STEPs (each reads every
      * chunk's gradient, so it must follow every SYNC). */
     for (long j = 0; j < e->n_order && rc == 0; j++) {
@@ -1462,6 +1479,9 @@ static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targ
                 rc = submit_op(e, d, i, step, 0);
     }
     double t_sub = starpu_timing_now();
+    if (!step)
+        starpu_iteration_pop();
+    starpu_iteration_pop();
     if (rc < 0) { /* receives already posted would wait for ever: release them */
         char why[512];
         snprintf(why, sizeof why, "%s", bsipipe_error_detail());
@@ -1711,9 +1731,56 @@ int bsipipe_engine_last_stats(const bsipipe_engine_t *e, bsipipe_engine_stats_t 
     return 0;
 }
 
+static int run_iteration(bsipipe_engine_t *e, const int *tokens, const int *targets, double *loss, int step)
+{
+    return run_pass(e, tokens, targets, loss, step, 0);
+}
+
 int bsipipe_engine_forward_backward(bsipipe_engine_t *e, const int *tokens, const int *targets, double *loss)
 {
     return run_iteration(e, tokens, targets, loss, 0);
+}
+
+int bsipipe_engine_evaluate(bsipipe_engine_t *e, const int *tokens, const int *targets, double *loss)
+{
+    if (!e)
+        return bsipipe_error_set(-EINVAL, "bsipipe_engine_evaluate: engine is NULL");
+    /* The last training iteration's records and statistics stay what
+     * bsipipe_engine_records / _last_stats / the trace report. */
+    bsipipe_engine_op_record_t **saved = calloc((size_t)e->W, sizeof *saved);
+    int rc = saved ? 0 : bsipipe_error_set(-ENOMEM, "out of memory");
+    for (int d = 0; d < e->W && rc == 0; d++) {
+        int n;
+        bsipipe_schedule_device_ops(e->sched, d, &n);
+        if (!(saved[d] = malloc(sizeof **saved * (size_t)(n > 0 ? n : 1))))
+            rc = bsipipe_error_set(-ENOMEM, "out of memory");
+        else
+            memcpy(saved[d], e->rec[d], sizeof **saved * (size_t)n);
+    }
+    bsipipe_engine_stats_t stats = e->stats;
+    double *busy = rc == 0 ? malloc(sizeof *busy * (size_t)e->W) : NULL, *peak = busy ? malloc(sizeof *peak * (size_t)e->W) : NULL;
+    if (rc == 0 && !peak)
+        rc = bsipipe_error_set(-ENOMEM, "out of memory");
+    if (rc == 0) {
+        memcpy(busy, e->busy, sizeof *busy * (size_t)e->W);
+        memcpy(peak, e->peak_bytes, sizeof *peak * (size_t)e->W);
+        rc = run_pass(e, tokens, targets, loss, 0, 1);
+        e->eval_pass = 0;
+        for (int d = 0; d < e->W; d++) {
+            int n;
+            bsipipe_schedule_device_ops(e->sched, d, &n);
+            memcpy(e->rec[d], saved[d], sizeof **saved * (size_t)n);
+        }
+        e->stats = stats;
+        memcpy(e->busy, busy, sizeof *busy * (size_t)e->W);
+        memcpy(e->peak_bytes, peak, sizeof *peak * (size_t)e->W);
+    }
+    for (int d = 0; saved && d < e->W; d++)
+        free(saved[d]);
+    free(saved);
+    free(busy);
+    free(peak);
+    return rc;
 }
 
 int bsipipe_engine_set_lr_scale(bsipipe_engine_t *e, double scale)

@@ -106,6 +106,12 @@ struct bsipipe_engine {
     int *order_device, *order_index;   /* submission order (from the simulator) */
     long n_order;
     long steps;
+    /* While tracing (bsipipe_trace_begin): StarPU's job id of every op's
+     * task, every pass, for DIR/ops.tsv (engine_trace.c). */
+    struct engine_job *jobs;
+    long n_jobs, cap_jobs;
+    int eval_pass;                     /* the pass running is a validation pass: forward only */
+    int pass_kind;                     /* the pass submitted: 0 training, 1 forward-backward, 2 validation */
     double gnorm;
     double lr_scale;                   /* multiplies o.opt.lr at the next steps (a schedule) */
     int failed;                        /* first error of the iteration; compute is skipped once set */
@@ -306,12 +312,35 @@ long engine_stash_floats(const struct bsipipe_engine *e, int n_layers, int len);
  * always n_layers * bsipipe_model_kv_size. */
 long engine_kv_floats(const struct bsipipe_engine *e, int n_layers);
 
+/* The name of a task of codelet cl in StarPU's traces: its model's symbol
+ * (bsipipe_fwd ...), else the codelet's name. */
+static inline const char *engine_task_name(const struct starpu_codelet *cl)
+{
+    return cl->model && cl->model->symbol ? cl->model->symbol : cl->name;
+}
+
+/* One traced task of an op: which pass (iteration, eval) and which op. */
+struct engine_job {
+    unsigned long job_id;
+    long iteration;
+    int pass, device, index; /* pass: as bsipipe_engine.pass_kind */
+};
+/* 1 between bsipipe_trace_begin and bsipipe_trace_end (engine_trace.c). */
+int engine_trace_recording(void);
+/* Notes a task t of op (d, i): its job id in the op's record (primary: the
+ * op's first task; tensor parallelism has one per rank), and every task's
+ * in e->jobs while tracing. Right before starpu_task_submit: the job it
+ * creates takes the task's tag settings then, and t may be gone after. */
+void engine_job_note(struct bsipipe_engine *e, int d, int i, struct starpu_task *t, int primary);
+
 extern struct starpu_codelet bsipipe_cl_forward, bsipipe_cl_forward_head, bsipipe_cl_backward, bsipipe_cl_send,
     bsipipe_cl_recv, bsipipe_cl_sync, bsipipe_cl_sync_peer, bsipipe_cl_step, bsipipe_cl_wgrad;
 /* Performance models of F (F on the last chunk: _head), B, W, SEND, RECV
  * (engine_perfmodel.c; symbols bsipipe_fwd, bsipipe_fwd_head, ...). */
 extern struct starpu_perfmodel engine_model_fwd, engine_model_fwd_head, engine_model_bwd, engine_model_wgrad,
-    engine_model_send, engine_model_recv;
+    engine_model_send, engine_model_recv, engine_model_sync, engine_model_step, engine_model_norm,
+    engine_model_mpi_send, engine_model_mpi_recv, engine_model_mpi_sync, engine_model_tp_seg, engine_model_tp_coll,
+    engine_model_tp_step, engine_model_tp_norm; /* the floor's codelet has none: it is the floor */
 #ifdef BSIPIPE_HAVE_NCCL
 extern struct starpu_codelet bsipipe_cl_sync_nccl; /* one replica RW, all-reduced with its mirror */
 #endif

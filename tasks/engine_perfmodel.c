@@ -1,5 +1,11 @@
 /* engine_perfmodel.c: StarPU performance models of the engine's codelets.
  *
+ * The model's symbol is also every task's name in StarPU's traces (the
+ * engine sets no task name of its own): few, stable names without blanks,
+ * which StarPU's tools group by (paje.trace states, distrib.data for
+ * starpu_codelet_profile, tasks.rec); the op a task ran is in the engine's
+ * own outputs, joined by StarPU's job id (docs/tracing.md).
+ *
  * Each F, B, W and transfer codelet has a history-based model with a symbol
  * of its own, so StarPU's model-driven policies (dm, dmda, dmdas, ...) can
  * predict op durations, and STARPU_CALIBRATE=1 runs leave calibrated models
@@ -66,3 +72,17 @@ MODEL(engine_model_bwd, "bsipipe_bwd", compute_footprint);
 MODEL(engine_model_wgrad, "bsipipe_wgrad", compute_footprint);
 MODEL(engine_model_send, "bsipipe_send", transfer_footprint);
 MODEL(engine_model_recv, "bsipipe_recv", transfer_footprint);
+/* The rest: StarPU's default footprint (the buffers' sizes) tells their
+ * shapes apart. Every codelet has a model, so every task of a trace names
+ * one (tasks.rec's Model:) and starpu_tasks_rec_complete can estimate it. */
+MODEL(engine_model_sync, "bsipipe_sync", NULL);
+MODEL(engine_model_step, "bsipipe_step", NULL);
+MODEL(engine_model_norm, "bsipipe_norm", NULL);
+MODEL(engine_model_mpi_send, "bsipipe_mpi_send", NULL);
+MODEL(engine_model_mpi_recv, "bsipipe_mpi_recv", NULL);
+MODEL(engine_model_mpi_sync, "bsipipe_mpi_sync", NULL);
+MODEL(engine_model_tp_seg, "bsipipe_tp_seg", NULL);
+MODEL(engine_model_tp_coll, "bsipipe_tp_coll", NULL);
+MODEL(engine_model_tp_step, "bsipipe_tp_step", NULL);
+MODEL(engine_model_tp_norm, "bsipipe_tp_norm", NULL);
+

@@ -703,7 +703,7 @@ static int tb_submit(tp_ctx_t *c, tb_t *b, struct starpu_codelet *cl, int r, int
     tt->rank = r;
     tt->a = &t->args[d][(long)c->i * e->T + r];
     struct starpu_task *task =
-        starpu_task_build(cl, STARPU_DATA_MODE_ARRAY, b->descr, b->n, STARPU_NAME, c->a->name, 0);
+        starpu_task_build(cl, STARPU_DATA_MODE_ARRAY, b->descr, b->n, STARPU_NAME, engine_task_name(cl), 0);
     if (!task)
         return bsipipe_error_set(-ENOMEM, "engine: cannot build the task of %s", c->a->name);
     tt->task = task;
@@ -754,6 +754,7 @@ static int tb_submit(tp_ctx_t *c, tb_t *b, struct starpu_codelet *cl, int r, int
         starpu_tag_declare_deps(task->tag_id, 1, (starpu_tag_t)engine_post_tag(e, ra->op.channel));
         e->send_tagged[ra->op.channel] = 1;
     }
+    engine_job_note(e, d, c->i, task, r == 0); /* last: the job it creates reads the tag settings */
     if (starpu_task_submit(task) != 0) {
         if (tt->meet)
             tt->meet->task[r] = NULL;
@@ -1545,7 +1546,7 @@ static void tp_seg_run(void *buffers[], tp_task_t *tt, int cuda)
 {
     op_args_t *a = tt->a;
     struct bsipipe_engine *e = a->e;
-    if (engine_failed(e))
+    if (engine_failed(e) || (e->eval_pass && a->op.kind != BSIPIPE_OP_F)) /* validation: forward only */
         return;
     const bsipipe_model_dims_t *D = &e->dims;
     struct engine_tp *t = e->tp;
@@ -1633,7 +1634,7 @@ static void tp_seg_run(void *buffers[], tp_task_t *tt, int cuda)
         double *loss = BUF(R_LOSS, double *);
         if (loss)
             rc = tp_loss_add(len, HC, loss, cuda);
-        if (rc)
+        if (rc || e->eval_pass) /* validation: the loss only */
             break;
         /* the loss is the mean over the iteration's m*S tokens */
         rc = TP_CALL(head_bwd_logits, D, &tp, lay, glay, len, GA, tgt + a->start, 1.0 / ((double)e->m * e->S), HC,
@@ -1641,6 +1642,8 @@ static void tp_seg_run(void *buffers[], tp_task_t *tt, int cuda)
         break;
     }
     case S_HBNORM:
+        if (e->eval_pass)
+            break;
         rc = TP_CALL(head_bwd_norm, D, &tp, lay, glay, len, Y, HX + ls * D->hidden, RE, BUF(R_DY, float *));
         break;
     case S_BMLP:
@@ -1963,6 +1966,7 @@ static struct starpu_codelet engine_cl_tp_norm = {
     .cpu_funcs_name = {"tp_norm_cpu"},
     BSIPIPE_CL_CUDA(tp_norm_cuda)
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &engine_model_tp_norm,
     .name = "NORM",
 };
 
@@ -1992,7 +1996,8 @@ int engine_tp_submit_norm(struct bsipipe_engine *e, int c, starpu_data_handle_t 
         descr[q] = (struct starpu_data_descr){t->rep[(long)c * T + q].h_grads, STARPU_R};
     descr[T] = (struct starpu_data_descr){out, STARPU_W};
     struct starpu_task *task =
-        starpu_task_build(&engine_cl_tp_norm, STARPU_DATA_MODE_ARRAY, descr, T + 1, STARPU_NAME, "NORM", 0);
+        starpu_task_build(&engine_cl_tp_norm, STARPU_DATA_MODE_ARRAY, descr, T + 1, STARPU_NAME,
+                          engine_task_name(&engine_cl_tp_norm), 0);
     if (!task)
         return bsipipe_error_set(-ENOMEM, "engine: cannot build the norm task of chunk %d", c);
     tt->task = task;
@@ -2095,6 +2100,7 @@ static struct starpu_codelet engine_cl_tp_seg = {
     .cpu_funcs_name = {"tp_seg_cpu"},
     BSIPIPE_CL_CUDA(tp_seg_cuda)
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &engine_model_tp_seg,
     .name = "TPSEG",
 };
 
@@ -2103,6 +2109,7 @@ static struct starpu_codelet engine_cl_tp_coll_rank = {
     .cpu_funcs_name = {"tp_coll_rank_cpu"},
     BSIPIPE_CL_CUDA(tp_coll_rank_cuda)
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &engine_model_tp_coll,
     .name = "TPCOLL",
 };
 
@@ -2111,6 +2118,7 @@ static struct starpu_codelet engine_cl_tp_coll = {
     .cpu_funcs_name = {"tp_coll_cpu"},
     BSIPIPE_CL_CUDA(tp_coll_cuda)
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &engine_model_tp_coll,
     .name = "TPCOLL",
 };
 
@@ -2119,5 +2127,6 @@ static struct starpu_codelet engine_cl_tp_step = {
     .cpu_funcs_name = {"tp_step_cpu"},
     BSIPIPE_CL_CUDA(tp_step_cuda)
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &engine_model_tp_step,
     .name = "STEP",
 };

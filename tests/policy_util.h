@@ -5,6 +5,8 @@
 #define BSIPIPE_TESTS_POLICY_UTIL_H
 
 #include "policies/bsipipe_policy.h"
+
+#include <starpu.h>
 #include "graph/bsipipe_error.h"
 
 #include <signal.h>

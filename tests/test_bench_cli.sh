@@ -158,7 +158,8 @@ if grep -q "PREDICTED ONLY" "$tmp/out" && grep -qE '^\| topology-aware .*\| [0-9
     fail "ablation: no predicted rows for topology-aware and naive mapping"; fi
 # --trace DIR: one untimed traced run per schedule in DIR/<schedule>/; its
 # trace.json holds every op of the plan once, the SVGs parse; the FxT files
-# (paje.trace naming the ops, tasks.rec) whenever starpu_fxt_tool is found.
+# (paje.trace and tasks.rec naming the codelets, ops.tsv and dag.dot the ops) whenever
+# starpu_fxt_tool is found.
 : >"$tmp/afile"
 expect 1 "--trace" $tiny --schedules 1f1b --trace "$tmp/afile/sub"
 tool="${STARPU_FXT_TOOL:-}"
@@ -170,8 +171,10 @@ plan="${top_builddir:-.}/apps/bsipipe-plan"
 for s in 1f1b bsipipe; do
     d="$tmp/tr/$s"
     if [ -n "$tool" ]; then
-        if [ -s "$d/paje.trace" ] && grep -q "F down mb0 s0 c0" "$d/paje.trace" &&
-            [ "$(grep -c '^Name: F ' "$d/tasks.rec")" -gt 0 ]; then ok; else fail "$s: no FxT trace (paje.trace, tasks.rec) in $d"; fi
+        if [ -s "$d/paje.trace" ] && grep -q "bsipipe_fwd" "$d/paje.trace" &&
+            [ "$(grep -c '^Name: bsipipe_fwd' "$d/tasks.rec")" -gt 0 ] &&
+            grep -q "	F down mb0 s0 c0	" "$d/ops.tsv" && grep -q 'label="F down mb0 s0 c0"' "$d/dag.dot"; then ok
+        else fail "$s: no FxT trace (paje.trace, tasks.rec, ops.tsv, dag.dot naming the ops) in $d"; fi
     fi
     if ! command -v python3 >/dev/null 2>&1; then continue; fi
     "$plan" --schedule $s --w 2 --layers 4 --hidden 32 --heads 2 --seq 32 --m 4 --format json >"$tmp/plan.json" 2>&1 ||

@@ -2,7 +2,9 @@
  * policy and under built-in policies, gives the sequential reference
  * trainer's loss and gradients; and training follows the reference loss
  * curve. Small model, w = 4, p = 2 where the schedule interleaves, k = 2 where
- * it splits sequences, m = 4 (dualpipev and dualpipe 8).
+ * it splits sequences, m = 4 (dualpipev and dualpipe 8). Under the bsipipe
+ * policy, a validation pass (bsipipe_engine_evaluate) then gives the same
+ * loss from the forwards alone, and keeps the records.
  *
  * Tolerance: the engine and the reference add the same terms in different
  * orders (gradients of the m·k pieces per chunk, and the two replicas of a
@@ -16,6 +18,7 @@
 #include "tests/grad_check.h"
 
 #include <float.h>
+#include <string.h>
 #include <stdlib.h>
 
 static const bsipipe_model_dims_t gpt = {BSIPIPE_MODEL_GPT, 8, 32, 2, 64, 64, 32};
@@ -75,6 +78,33 @@ static void check_one(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t 
               bsipipe_schedule_kind_name(kind), policy, loss, ref_loss);
         CHECK(err <= tol, "%s/%s gradients differ: %.3e > %.3e (%s)", bsipipe_schedule_kind_name(kind), policy, err,
               tol, worst);
+    }
+    /* A validation pass (bsipipe_engine_evaluate): the same loss (to 1e-9)
+     * from the forwards alone: no backward ran (every gradient 0), and
+     * the last pass's records (what the trace shows) are kept. */
+    if (rc == 0 && !strcmp(policy, "bsipipe")) {
+        const bsipipe_engine_op_record_t *rec;
+        int n = 0;
+        bsipipe_engine_records(e, 0, &rec, &n);
+        bsipipe_engine_op_record_t *before = malloc(sizeof *before * (size_t)(n > 0 ? n : 1));
+        memcpy(before, rec, sizeof *before * (size_t)n);
+        double eval_loss = -1;
+        int erc = bsipipe_engine_evaluate(e, tokens, targets, &eval_loss);
+        CHECK(erc == 0, "evaluate %s: %s", bsipipe_schedule_kind_name(kind), bsipipe_error_detail());
+        /* the head's forward kernel sums the cross-entropy as the fused
+         * forward-backward one does, up to rounding */
+        CHECK(fabs(eval_loss - loss) <= 1e-9 * fabs(loss), "%s: evaluate's loss %.17g, the forward-backward's %.17g",
+              bsipipe_schedule_kind_name(kind), eval_loss, loss);
+        bsipipe_engine_grads(e, g);
+        long nonzero = 0;
+        for (long i = 0; i < np; i++)
+            nonzero += g[i] != 0;
+        CHECK(nonzero == 0, "%s: %ld gradients non-zero after a forward-only pass", bsipipe_schedule_kind_name(kind),
+              nonzero);
+        bsipipe_engine_records(e, 0, &rec, &n);
+        CHECK(!memcmp(before, rec, sizeof *before * (size_t)n), "%s: evaluate replaced the last pass's records",
+              bsipipe_schedule_kind_name(kind));
+        free(before);
     }
     bsipipe_ref_trainer_destroy(ref);
     bsipipe_engine_destroy(e);

@@ -37,6 +37,7 @@
 #include "kernels/cuda/bsipipe_cuda_probe.h"
 
 #include <stdint.h>
+#include <math.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -89,6 +90,23 @@ static int run_one(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t kin
     CHECK(rc == 0, "forward_backward %s tp %d: %s", bsipipe_schedule_kind_name(kind), tp, bsipipe_error_detail());
     if (rc == 0)
         rc = bsipipe_engine_grads(e, out->grads);
+    /* A validation pass: the same loss from the forwards alone (the head's
+     * backward segments and every B/W segment skipped: no gradient). */
+    if (rc == 0 && tp > 1) {
+        double eval_loss = -1;
+        rc = bsipipe_engine_evaluate(e, tokens, targets, &eval_loss);
+        CHECK(rc == 0 && fabs(eval_loss - out->loss0) <= 1e-9 * fabs(out->loss0),
+              "evaluate %s tp %d: rc %d, loss %.17g vs %.17g", bsipipe_schedule_kind_name(kind), tp, rc, eval_loss,
+              out->loss0);
+        float *g = malloc(sizeof(float) * (size_t)np);
+        long nonzero = 0;
+        if (g && bsipipe_engine_grads(e, g) == 0)
+            for (long i = 0; i < np; i++)
+                nonzero += g[i] != 0;
+        CHECK(g && nonzero == 0, "evaluate %s tp %d: %ld gradients non-zero", bsipipe_schedule_kind_name(kind), tp,
+              nonzero);
+        free(g);
+    }
     for (int it = 0; it < ITERS && rc == 0; it++) {
         test_data_make(o.pc.m, S, dims->vocab, 11 + (unsigned)it, tokens, targets);
         rc = bsipipe_engine_iteration(e, tokens, targets, &out->loss[it], NULL);

@@ -27,6 +27,7 @@
 #include "tests/test_data.h"
 
 #include <float.h>
+#include <starpu.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>

@@ -44,6 +44,7 @@ fi
 tmp=$(mktemp -d) || exit 99
 trap 'rm -rf "$tmp"' EXIT
 export STARPU_SILENT=1
+export STARPU_HOME="$tmp/home" # the performance models a traced run calibrates: the test's own
 fails=0 checks=0
 ok() { checks=$((checks + 1)); }
 fail() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL: $*" >&2; }
@@ -63,14 +64,19 @@ check() {
     done
     if [ -f "$dir/starpu_fxt_tool.log" ] && ! grep -qi "error\|abort" "$dir/starpu_fxt_tool.log"; then ok; else
         fail "$sched/$policy: starpu_fxt_tool log: $(head -3 "$dir/starpu_fxt_tool.log" 2>/dev/null)"; fi
-    if grep -q "F down mb0 s0 c0" "$dir/paje.trace"; then ok; else fail "$sched/$policy: paje.trace names no 'F down' task"; fi
+    if grep -q "bsipipe_fwd" "$dir/paje.trace"; then ok; else fail "$sched/$policy: paje.trace names no bsipipe_fwd task"; fi
     # A Paje reader parses the whole file (pajeng's pj_dump, strict mode) and
     # sees the engine's ops as named worker states.
     if ! command -v pj_dump >/dev/null 2>&1; then
         fail "pj_dump not found: pajeng is installed by scripts/setup.sh"
     elif pj_dump "$dir/paje.trace" >"$tmp/pj.csv" 2>"$tmp/pj.err" && [ ! -s "$tmp/pj.err" ]; then
-        if grep -q '^State, .*, F down mb0 s0 c0$' "$tmp/pj.csv"; then ok; else
-            fail "$sched/$policy: pj_dump shows no state named 'F down mb0 s0 c0'"; fi
+        if grep -q '^State, .*, bsipipe_fwd$' "$tmp/pj.csv"; then ok; else
+            fail "$sched/$policy: pj_dump shows no state named 'bsipipe_fwd'"; fi
+        # Few stable state names (the codelets'), not one per op.
+        n_names=$(awk -F', ' '$1 == "State" && $3 == "Worker State" && $8 ~ /^bsipipe_/ {print $8}' "$tmp/pj.csv" |
+                  sort -u | wc -l)
+        if [ "$n_names" -ge 3 ] && [ "$n_names" -le 14 ]; then ok; else
+            fail "$sched/$policy: $n_names distinct bsipipe_* worker states (want the codelets' few names)"; fi
     else
         fail "$sched/$policy: pj_dump cannot read paje.trace: $(head -3 "$tmp/pj.err")"
     fi
@@ -152,29 +158,60 @@ for op in sorted(plan["ops"], key=lambda o: (o["device"], o["index"])):
     starts.append(e["ts"])
     eagers.append(a.get("eager", 0))
     kinds.append(op["kind"])
-# tasks.rec: every F of the plan in every iteration, on the worker trace.json names.
-names = collections.Counter(e["name"] for e in ev)
-worker_of = {e["name"]: e["args"]["worker"] for e in ev if names[e["name"]] == 1}
-recs = collections.defaultdict(list)
+# tasks.rec: tasks named by their codelets (few names, no blanks), every F of the plan in
+# every iteration; each op of trace.json is the StarPU job it names (args.job), of its
+# codelet, on the worker trace.json names, in the iteration it says.
+recs = {}
 cur = {}
+def flush(cur):
+    if "JobId" in cur:
+        recs[int(cur["JobId"])] = cur
 for line in open(d + "/tasks.rec", errors="replace"):
     line = line.rstrip("\n")
     if not line:
-        if "Name" in cur:
-            recs[cur["Name"]].append(cur.get("WorkerId"))
+        flush(cur)
         cur = {}
     elif ": " in line:
         k, v = line.split(": ", 1)
         cur[k] = v
-if "Name" in cur:
-    recs[cur["Name"]].append(cur.get("WorkerId"))
+flush(cur)
+symbol = {"F": ("bsipipe_fwd", "bsipipe_fwd_head"), "B": ("bsipipe_bwd",), "W": ("bsipipe_wgrad",),
+          "SEND": ("bsipipe_send",), "RECV": ("bsipipe_recv",), "SYNC": ("bsipipe_sync",), "STEP": ("bsipipe_step",)}
 n_f_plan = sum(1 for o in plan["ops"] if o["kind"] == "F")
-n_f_rec = sum(len(v) for k, v in recs.items() if k.startswith("F "))
+n_f_rec = sum(1 for r in recs.values() if r.get("Name") in symbol["F"])
 if n_f_rec != iters * n_f_plan:
     bad.append("tasks.rec has %d F tasks, expected %d iterations x %d planned" % (n_f_rec, iters, n_f_plan))
-for name, workers in recs.items():
-    if name in worker_of and any(w is not None and int(w) != worker_of[name] for w in workers):
-        bad.append("tasks.rec: %s ran on workers %s, trace.json says %d" % (name, workers, worker_of[name]))
+if any(" " in r.get("Name", "") for r in recs.values()):
+    bad.append("tasks.rec: a task name holds a blank")
+for e in ev:
+    a = e["args"]
+    if a.get("eager"):
+        continue
+    r = recs.get(a.get("job", 0))
+    if r is None:
+        bad.append("op %s (job %s) has no task in tasks.rec" % (e["name"], a.get("job")))
+        break
+    if r.get("Name") not in symbol[e["cat"]] or r.get("Model") != r.get("Name"):
+        bad.append("op %s: task %s named %s, model %s" % (e["name"], a["job"], r.get("Name"), r.get("Model")))
+        break
+    if r.get("WorkerId") is not None and int(r["WorkerId"]) != a["worker"]:
+        bad.append("op %s: tasks.rec says worker %s, trace.json %d" % (e["name"], r["WorkerId"], a["worker"]))
+        break
+    if r.get("Iteration", "").split(" ")[0] != str(iters):
+        bad.append("op %s of the last iteration: tasks.rec Iteration %r" % (e["name"], r.get("Iteration")))
+        break
+# ops.tsv: every task of an op, every iteration, joined to the plan by (device, index).
+rows = [l.rstrip("\n").split("\t") for l in open(d + "/ops.tsv") if not l.startswith("#")]
+plan_at = {(o["device"], o["index"]): o for o in plan["ops"]}
+n_tasks_plan = len(plan["ops"]) - sum(1 for e in ev if e["cat"] == "SEND" and e["args"].get("eager"))
+if len(rows) != iters * n_tasks_plan:
+    bad.append("ops.tsv has %d rows, expected %d iterations x %d tasks" % (len(rows), iters, n_tasks_plan))
+for job, it, pas, dev, idx, label, colour in rows[:100000]:
+    o = plan_at.get((int(dev), int(idx)))
+    r = recs.get(int(job))
+    if o is None or not label.startswith(o["kind"]) or r is None or r.get("Name") not in symbol[o["kind"]] \
+            or pas != "train" or not 1 <= int(it) <= iters:
+        bad.append("ops.tsv row %s: not a task of op %s/%s in tasks.rec" % (job, dev, idx))
         break
 for f in ("timeline.svg", "planned.svg"):
     try:
@@ -221,8 +258,10 @@ for o in sends:
 # dag.dot: the engine's ops only (each once per iteration), or StarPU's whole graph.
 nodes = re.findall(r'^\s*"([^"]+)" \[.*?label="([^"]*)"', open(d + "/dag.dot").read(), re.M)
 kinds = ("F", "B", "W", "SEND", "RECV", "SYNC", "STEP")
-n_ops = sum(1 for _, l in nodes if l.split(" ")[0] in kinds)
-others = [l for _, l in nodes if l.split(" ")[0] not in kinds]
+# filtered: the ops' labels (DIR/ops.tsv); full: StarPU's task names (the codelets')
+op_names = set(sum(symbol.values(), ())) if dag_mode == "full" else ()
+n_ops = sum(1 for _, l in nodes if l.split(" ")[0] in kinds or l in op_names)
+others = [l for _, l in nodes if l.split(" ")[0] not in kinds and l not in op_names]
 if dag_mode == "ops":
     if others:
         bad.append("dag.dot holds %d nodes that are not the engine's ops (%s ...)" % (len(others), others[0]))
@@ -279,6 +318,67 @@ check "$tmp/t" 2 bsipipe bsipipe 1 ops
 if sh "${srcdir:-.}/scripts/vite-screenshot.sh" "$tmp/t" "$tmp/vite.png" 600 >"$tmp/vite.out" 2>&1 &&
    [ "$(head -c 8 "$tmp/vite.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ]; then ok; else
     fail "ViTE screenshot: $(tail -3 "$tmp/vite.out")"; fi
+# StarPU's own tools on the run's raw FxT file, as a user would run them by hand
+# (docs/tracing.md): starpu_fxt_tool's own paje.trace is read by pj_dump and ViTE
+# without an error; starpu_codelet_profile and starpu_codelet_histo_profile draw the
+# codelets of distrib.data; starpu_tasks_rec_complete estimates every task of tasks.rec
+# (a traced run calibrates its models); starpu_paje_summary tables the codelets' states.
+bindir=$(dirname "$tool")
+mkdir "$tmp/raw"
+if (cd "$tmp/raw" && "$tool" -i "$tmp/t/prof_file_0" -d "$tmp/raw" >"$tmp/raw/tool.log" 2>&1); then ok; else
+    fail "starpu_fxt_tool by hand: $(tail -2 "$tmp/raw/tool.log")"; fi
+if pj_dump "$tmp/raw/paje.trace" >"$tmp/raw.csv" 2>"$tmp/raw.err" && [ ! -s "$tmp/raw.err" ] &&
+   grep -q '^State, .*, bsipipe_bwd$' "$tmp/raw.csv"; then ok; else
+    fail "pj_dump on starpu_fxt_tool's own paje.trace: $(head -2 "$tmp/raw.err")"; fi
+if sh "${srcdir:-.}/scripts/vite-screenshot.sh" "$tmp/raw" "$tmp/raw.png" 400 >"$tmp/vite-raw.out" 2>&1; then ok; else
+    fail "ViTE on starpu_fxt_tool's own paje.trace: $(tail -3 "$tmp/vite-raw.out")"; fi
+starpu_tool() { # NAME: the tool next to starpu_fxt_tool, or fail
+    if [ -x "$bindir/$1" ]; then echo "$bindir/$1"; else fail "$1 not found next to $tool"; echo false; fi
+}
+# starpu_codelet_profile splits the codelet's rows per worker and writes a gnuplot script.
+(cd "$tmp/raw" && PATH="$bindir:$PATH" "$(starpu_tool starpu_codelet_profile)" distrib.data bsipipe_fwd \
+    >"$tmp/cp.out" 2>&1 && gnuplot distrib.data.gp >>"$tmp/cp.out" 2>&1)
+if [ -s "$tmp/raw/distrib.data.gp" ] && [ "$(cat "$tmp/raw"/distrib.data.[0-9]* 2>/dev/null | grep -c '^bsipipe_fwd	')" -gt 0 ] &&
+   [ -s "$tmp/raw/distrib.data.eps" ]; then ok; else
+    fail "starpu_codelet_profile distrib.data bsipipe_fwd drew nothing: $(tail -2 "$tmp/cp.out")"; fi
+(cd "$tmp/raw" && "$(starpu_tool starpu_codelet_histo_profile)" distrib.data >"$tmp/hp.out" 2>&1)
+if ls "$tmp/raw"/distrib.data.bsipipe_fwd.*.pdf >/dev/null 2>&1; then ok; else
+    fail "starpu_codelet_histo_profile drew no bsipipe_fwd histogram: $(tail -2 "$tmp/hp.out")"; fi
+if "$(starpu_tool starpu_tasks_rec_complete)" "$tmp/t/tasks.rec" "$tmp/tasks-est.rec" >"$tmp/trc.out" 2>&1 &&
+   [ "$(grep -c '^EstimatedTime: [0-9]' "$tmp/tasks-est.rec")" -eq "$(grep -c '^Model: ' "$tmp/t/tasks.rec")" ]; then ok
+else fail "starpu_tasks_rec_complete: $(grep -v Warning "$tmp/trc.out" | tail -2)"; fi
+(cd "$tmp/raw" && PATH="$bindir:$PATH" "$(starpu_tool starpu_paje_summary)" "$tmp/raw/paje.trace" >"$tmp/ps.out" 2>&1)
+if [ -s "$tmp/raw/summary.md" ] && grep -q "bsipipe_fwd" "$tmp/raw/summary.md" &&
+   ! grep -q '^## Error' "$tmp/raw/summary.md"; then ok; else
+    fail "starpu_paje_summary: no summary naming bsipipe_fwd: $(grep -m2 '^## Error' "$tmp/raw/summary.md" 2>/dev/null; tail -2 "$tmp/ps.out")"; fi
+
+# With validation passes (--eval-every 1): trace.json shows the last training iteration, not
+# the validation pass after it; ops.tsv lists the validation passes' tasks apart ("eval").
+for _ in $(seq 1 200); do echo "the pipeline sends activations forward and gradients back"; done >"$tmp/corpus"
+"$train" $model --eval-every 1 --iters 2 --data "$tmp/corpus" --trace "$tmp/ev" >"$tmp/out-ev" 2>&1 ||
+    fail "traced run with validation: $(tail -3 "$tmp/out-ev")"
+if grep -q "validation loss" "$tmp/out-ev" && python3 - "$tmp/ev" <<'PY'
+import json, sys, collections
+d = sys.argv[1]
+trace = json.load(open(d + "/trace.json"))
+rows = [l.rstrip("\n").split("\t") for l in open(d + "/ops.tsv") if not l.startswith("#")]
+by_job = {int(r[0]): r for r in rows}
+passes = collections.Counter((r[2], r[1]) for r in rows)
+bad = []
+if passes[("eval", "1")] == 0 or passes[("eval", "2")] != passes[("train", "2")]:
+    bad.append("ops.tsv passes: %s (want a validation pass after each of the 2 iterations)" % dict(passes))
+for e in trace["traceEvents"]:
+    if e.get("ph") == "X" and not e["args"].get("eager"):
+        r = by_job.get(e["args"]["job"])
+        if r is None or r[2] != "train" or r[1] != "2":
+            bad.append("trace.json shows %s of job %s: %s, not the training iteration 2" % (e["name"], e["args"]["job"], r and r[1:3]))
+            break
+for b in bad:
+    print("validation trace: " + b, file=sys.stderr)
+sys.exit(1 if bad else 0)
+PY
+then ok; else fail "with --eval-every, the trace is not the training iteration's"; fi
+
 # Another schedule (split backward: W tasks) under a StarPU policy, into a nested new directory.
 # StarPU's whole task graph on request (BSIPIPE_TRACE_DAG=full).
 BSIPIPE_TRACE_DAG=full "$train" $model $noeval --iters 1 --schedule zb-h1 --k 1 --p 1 --policy eager \
