@@ -3,6 +3,7 @@
  * CUDA workers with --devices cuda (one worker per device). Byte-level tokens from a text file (default: the GPL
  * text every Debian system ships, or a generated corpus). */
 #include "apps/cli.h"
+#include "apps/train_log.h"
 #include "tasks/bsipipe_engine.h"
 #include "graph/bsipipe_error.h"
 #include "graph/bsipipe_sim.h"
@@ -129,6 +130,10 @@ static void usage(FILE *out)
 "                    (defaults gpt, 8, 128, 4, 4*hidden, 256; vocabulary 256 bytes)\n"
 "  --iters N         iterations (default 30)     --seed N   (default 1)\n"
 "  --lr X            AdamW learning rate (default 1e-3, the library's and bsipipe-ref's)\n"
+"  --weight-decay X  AdamW weight decay of the matrices (default 0.1)\n"
+"  --adam-beta1 X    --adam-beta2 X  moment decays (default 0.9, 0.95)\n"
+"  --adam-eps X      AdamW epsilon (default 1e-8)\n"
+"  --clip-grad X     clip the global gradient norm to X (default 1.0; 0: off)\n"
 "  --data FILE       text file to train on (bytes are tokens); default: the GPL\n"
 "                    text of Debian's base-files, else a generated corpus. The\n"
 "                    last tenth is held out for validation\n"
@@ -159,6 +164,14 @@ static void usage(FILE *out)
 "  --emulate         emulated device time: F/B/W tasks sleep for their FLOPs at\n"
 "                    --device-tflops (default 0.05) instead of computing, so\n"
 "                    many devices fit on few cores; every line says EMULATED\n"
+"  --log-interval N  print every N-th iteration's line (default 1; the last is\n"
+"                    always printed)\n"
+"  --log-json FILE   append one JSON object per iteration to FILE: loss, grad\n"
+"                    norm, lr, tokens/s, model TFLOP/s, MFU, bubble, validation\n"
+"  --peak-tflops X   one device's peak TFLOP/s, for the MFU (default: the\n"
+"                    emulated rate with --emulate, else no MFU)\n"
+"  --save-interval N  with --checkpoint: save every N iterations (default 1; the\n"
+"                    last is always saved)\n"
 "  --checkpoint DIR  save DIR/checkpoint.bin after every iteration (atomic;\n"
 "                    with --mpi every rank writes a part, rank 0 a manifest);\n"
 "                    DIR is locked for the run (one run per DIR), and a DIR\n"
@@ -436,12 +449,16 @@ static double lr_at(int it, int decay_iters, int warmup, lr_decay_t decay, doubl
 
 int main(int argc, char **argv)
 {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* each line as it is printed, also into a pipe or a file */
     bsipipe_model_dims_t dims = {BSIPIPE_MODEL_GPT, 8, 128, 4, 0, 256, 256};
     bsipipe_schedule_kind_t kind = BSIPIPE_SCHED_BSIPIPE;
     int w = 4, p = -1, k = -1, m = 8, tp = 1, iters = 30, seed = 1, unchecked = 0;
     /* 1e-3: at 3e-3 the main job's loss jumped from 3.08 to 11.13 at iteration
      * 14 (an independent PyTorch model reproduces it: the rate, not the kernels). */
-    double lr = 1e-3, watchdog = 30, tflops = 0.05, mem_limit = 0;
+    double lr = 1e-3, watchdog = 30, tflops = 0.05, mem_limit = 0, peak_tflops = 0;
+    bsipipe_adamw_t opt_flags = {-1, -1, -1, -1, -1, -1}; /* -1: the engine's default */
+    int log_interval = 1, save_interval = 1;
+    const char *log_json = NULL;
     int eval_every = 10, warmup = 0, decay_iters = 0; /* 0: --iters */
     double min_lr = -1; /* -1: lr/10 */
     lr_decay_t decay = LR_COSINE;
@@ -456,7 +473,8 @@ int main(int argc, char **argv)
     int blocking_recv = 0, recv_in_place = 0, sends = 0; /* sends: 0 the engine's default, 1 eager, 2 tasks */
     enum { O_SCHED = 256, O_POLICY, O_W, O_P, O_K, O_M, O_MODEL, O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_ITERS,
            O_SEED, O_LR, O_WARMUP, O_DECAY, O_DECAY_ITERS, O_MINLR, O_EVAL, O_DATA, O_COMM, O_RECV, O_SENDS, O_WATCHDOG, O_UNCHECKED, O_EMULATE, O_TFLOPS, O_CKPT, O_RESUME, O_TRACE,
-           O_MPI, O_NAIVE_MAPPING, O_DEVICES, O_GPUS, O_TRANSPORT, O_PRECISION, O_OVERWRITE, O_MEMLIMIT, O_PLAN, O_TP };
+           O_MPI, O_NAIVE_MAPPING, O_DEVICES, O_GPUS, O_TRANSPORT, O_PRECISION, O_OVERWRITE, O_MEMLIMIT, O_PLAN, O_TP,
+           O_WD, O_BETA1, O_BETA2, O_EPS, O_CLIP, O_LOG_INTERVAL, O_LOG_JSON, O_PEAK, O_SAVE_INTERVAL };
     static const struct option longopts[] = {
         {"schedule", 1, 0, O_SCHED}, {"policy", 1, 0, O_POLICY}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P},
         {"k", 1, 0, O_K}, {"m", 1, 0, O_M}, {"model", 1, 0, O_MODEL}, {"layers", 1, 0, O_LAYERS},
@@ -470,6 +488,9 @@ int main(int argc, char **argv)
         {"gpus", 1, 0, O_GPUS}, {"transport", 1, 0, O_TRANSPORT},
         {"precision", 1, 0, O_PRECISION}, {"overwrite", 0, 0, O_OVERWRITE},
         {"memory-limit", 1, 0, O_MEMLIMIT}, {"plan", 1, 0, O_PLAN}, {"tp", 1, 0, O_TP},
+        {"weight-decay", 1, 0, O_WD}, {"adam-beta1", 1, 0, O_BETA1}, {"adam-beta2", 1, 0, O_BETA2},
+        {"adam-eps", 1, 0, O_EPS}, {"clip-grad", 1, 0, O_CLIP}, {"log-interval", 1, 0, O_LOG_INTERVAL},
+        {"log-json", 1, 0, O_LOG_JSON}, {"peak-tflops", 1, 0, O_PEAK}, {"save-interval", 1, 0, O_SAVE_INTERVAL},
         {"version", 0, 0, 'V'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
@@ -539,6 +560,17 @@ int main(int argc, char **argv)
             bad = cli_parse_recv("bsipipe-train", optarg, &blocking_recv, &recv_in_place);
             break;
         case O_PLAN: plan_path = optarg; break;
+        case O_WD: bad = cli_parse_double("bsipipe-train", "--weight-decay", optarg, 0, 10, &opt_flags.weight_decay); break;
+        /* beta < 1 (the bias correction divides by 1 - beta^t); eps > 0 (an
+         * element with no gradient yet would divide 0 by 0) */
+        case O_BETA1: bad = cli_parse_double("bsipipe-train", "--adam-beta1", optarg, 0, 0.999999, &opt_flags.beta1); break;
+        case O_BETA2: bad = cli_parse_double("bsipipe-train", "--adam-beta2", optarg, 0, 0.999999, &opt_flags.beta2); break;
+        case O_EPS: bad = cli_parse_double("bsipipe-train", "--adam-eps", optarg, 1e-30, 1, &opt_flags.eps); break;
+        case O_CLIP: bad = cli_parse_double("bsipipe-train", "--clip-grad", optarg, 0, 1e9, &opt_flags.grad_clip); break;
+        case O_LOG_INTERVAL: bad = cli_parse_int("bsipipe-train", "--log-interval", optarg, 1, 1 << 30, &log_interval); break;
+        case O_LOG_JSON: log_json = optarg; break;
+        case O_PEAK: bad = cli_parse_double("bsipipe-train", "--peak-tflops", optarg, 1e-6, 1e9, &peak_tflops); break;
+        case O_SAVE_INTERVAL: bad = cli_parse_int("bsipipe-train", "--save-interval", optarg, 1, 1 << 30, &save_interval); break;
         case O_WATCHDOG: bad = cli_parse_double("bsipipe-train", "--watchdog", optarg, 0.01, 86400, &watchdog); break;
         case O_UNCHECKED: unchecked = 1; break;
         case O_EMULATE: emulate = 1; break;
@@ -620,6 +652,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "bsipipe-train: --naive-mapping maps devices onto MPI ranks; it needs --mpi\n");
         return 2;
     }
+    if (save_interval > 1 && !ckpt) {
+        fprintf(stderr, "bsipipe-train: --save-interval needs --checkpoint DIR (where to save)\n");
+        return 2;
+    }
+    if (peak_tflops > 0 && !log_json) {
+        fprintf(stderr, "bsipipe-train: --peak-tflops gives the MFU of --log-json FILE; add --log-json\n");
+        return 2;
+    }
     if (mpi && trace) {
         fprintf(stderr, "bsipipe-train: --trace is not supported with --mpi yet (each rank holds only its records); "
                         "run it in one process\n");
@@ -692,6 +732,11 @@ int main(int argc, char **argv)
     }
     bsipipe_engine_options_t o = bsipipe_engine_options_default(&dims, &pc);
     o.opt.lr = lr;
+    if (opt_flags.weight_decay >= 0) o.opt.weight_decay = opt_flags.weight_decay;
+    if (opt_flags.beta1 >= 0) o.opt.beta1 = opt_flags.beta1;
+    if (opt_flags.beta2 >= 0) o.opt.beta2 = opt_flags.beta2;
+    if (opt_flags.eps >= 0) o.opt.eps = opt_flags.eps;
+    if (opt_flags.grad_clip >= 0) o.opt.grad_clip = opt_flags.grad_clip;
     o.seed = (unsigned long long)seed;
     o.policy = policy;
     o.watchdog_s = watchdog;
@@ -835,6 +880,13 @@ int main(int argc, char **argv)
         printf("validation: the last %ld bytes of %s held out, a loss every %d iteration%s\n", val_len, source,
                eval_every, eval_every == 1 ? "" : "s");
     double *peak = malloc(sizeof(double) * (size_t)pc.w);
+    /* --log-json: rank 0 writes it (every rank sees the same sums). */
+    train_log_t *jlog = NULL;
+    double iter_flops = train_log_iteration_flops(&dims, pc.m);
+    const char *my_rank = getenv("OMPI_COMM_WORLD_RANK") ? getenv("OMPI_COMM_WORLD_RANK") : getenv("PMI_RANK");
+    if (log_json && (!mpi || !my_rank || atoi(my_rank) == 0) &&
+        train_log_open(log_json, peak_tflops > 0 ? peak_tflops : emulate ? tflops : 0, pc.w * pc.tp, &jlog) < 0)
+        rc = -EIO; /* named on stderr; no iteration runs */
     for (int it = (int)start_it; it < iters && rc == 0 && tokens && targets && peak; it++) {
         for (int mb = 0; mb < m; mb++) {
             long off = ((long)it * m + mb) * (S / 2 + 1) % (train_len - S);
@@ -873,11 +925,12 @@ int main(int argc, char **argv)
         double peak_max = 0;
         for (int d = 0; d < pc.w; d++)
             if (peak[d] > peak_max) peak_max = peak[d];
-        printf("iter %4d/%d  loss %.4f  gnorm %.3f  lr %.2e  %8.0f tokens/s  bubble %5.1f%% (plan %.1f%%)  peak act "
-               "%.1f MiB  %.3f s%s\n", it + 1, iters, loss, gnorm, rate, st.tokens_per_s, 100 * st.bubble_ratio,
-               100 * planned, peak_max / 1048576.0, st.wall_s, emu);
-        fflush(stdout);
-        if (ckpt && (rc = bsipipe_engine_save(e, ckpt, it + 1)) < 0) {
+        if ((it + 1) % log_interval == 0 || it + 1 == iters || it == (int)start_it)
+            printf("iter %4d/%d  loss %.4f  gnorm %.3f  lr %.2e  %8.0f tokens/s  bubble %5.1f%% (plan %.1f%%)  peak "
+                   "act %.1f MiB  %.3f s%s\n", it + 1, iters, loss, gnorm, rate, st.tokens_per_s,
+                   100 * st.bubble_ratio, 100 * planned, peak_max / 1048576.0, st.wall_s, emu);
+        if (ckpt && ((it + 1) % save_interval == 0 || it + 1 == iters) &&
+            (rc = bsipipe_engine_save(e, ckpt, it + 1)) < 0) {
             fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());
             break;
         }
@@ -888,6 +941,7 @@ int main(int argc, char **argv)
         /* Validation: the same pipeline, forward only (its backward ops keep
          * their slots as empty tasks); the trace keeps the training
          * iteration. */
+        double val_now = NAN;
         if (validate && ((it + 1) % eval_every == 0 || it + 1 == iters)) {
             for (int mb = 0; mb < m; mb++) {
                 long off = train_len + (long)mb * (S / 2 + 1) % (val_len - S);
@@ -901,9 +955,12 @@ int main(int argc, char **argv)
                 break;
             }
             printf("iter %4d/%d  validation loss %.4f\n", it + 1, iters, val_loss);
-            fflush(stdout);
+            val_now = val_loss;
         }
+        train_log_iteration(jlog, it + 1, iters, emulate ? NAN : loss, emulate ? NAN : gnorm, rate, st.tokens_per_s,
+                            st.wall_s, iter_flops, st.bubble_ratio, val_now);
     }
+    train_log_close(jlog);
     double act[2], sync[2];
     if (mpi && rc == 0 && done > 0 && bsipipe_engine_traffic(e, act, sync) == 0)
         printf("traffic per iteration: activations %.2f MB inside ranks, %.2f MB between ranks; gradient sync "

@@ -349,6 +349,79 @@ int plan_file_open(const char *path, long max_bytes, FILE **out, long *size)
     return 0;
 }
 
+/* ---- a plan file read within bounds its own config sets ----
+ * A plan of config (w, p, k, m) has at most
+ *   18 p w m k + 4 p w + 2 w + 16
+ * ops: per pipe (at most 2) an F, a B and a W per chunk (p w) and piece
+ * (m k), a SEND and a RECV around each, a SYNC per chunk pair and a STEP
+ * per device. An exported op takes about 150 bytes (pretty-printed 250);
+ * OP_BYTES per op leaves room for whitespace. So the config object, parsed
+ * alone first, bounds both the file's size and its object count before the
+ * whole document is parsed (a JSON tree costs about 10 times its text). */
+enum { OP_BYTES = 1024, PLAN_SLACK_BYTES = 1 << 20, PLAN_SMALL_BYTES = 1 << 20 };
+
+static int plan_json_read_bounded(const char *path, char **out, long *out_size)
+{
+    FILE *f;
+    long size;
+    int rc = plan_file_open(path, PLAN_JSON_MAX_BYTES, &f, &size);
+    if (rc < 0)
+        return rc;
+    char *buf = malloc((size_t)size + 1);
+    if (!buf) {
+        fclose(f);
+        return bsipipe_error_set(-ENOMEM, "%s: out of memory reading %ld bytes", path, size);
+    }
+    size_t got = fread(buf, 1, (size_t)size, f);
+    fclose(f);
+    buf[got] = '\0';
+    /* The config object, parsed alone (JSON_DISABLE_EOF_CHECK: one value). */
+    long w = 0, p = 1, k = 1, m = 0;
+    const char *key = strstr(buf, "\"config\"");
+    const char *brace = key ? strchr(key + 8, '{') : NULL;
+    if (brace) {
+        json_error_t err;
+        json_t *cfg = json_loadb(brace, got - (size_t)(brace - buf), JSON_DISABLE_EOF_CHECK, &err);
+        json_t *v;
+        if (cfg && json_is_object(cfg)) {
+            if ((v = json_object_get(cfg, "w")) && json_is_integer(v)) w = (long)json_integer_value(v);
+            if ((v = json_object_get(cfg, "p")) && json_is_integer(v)) p = (long)json_integer_value(v);
+            if ((v = json_object_get(cfg, "k")) && json_is_integer(v)) k = (long)json_integer_value(v);
+            if ((v = json_object_get(cfg, "m")) && json_is_integer(v)) m = (long)json_integer_value(v);
+        }
+        json_decref(cfg);
+    }
+    if (w < 1 || p < 1 || k < 1 || m < 1 || w > (1 << 20) || p > (1 << 20) || k > (1 << 20) || m > (1 << 20)) {
+        if ((long)got <= PLAN_SMALL_BYTES) { /* small: the full parse names what is wrong */
+            *out = buf;
+            *out_size = (long)got;
+            return 0;
+        }
+        free(buf);
+        return bsipipe_error_set(BSIPIPE_EFORMAT, "%s: %ld MiB without a readable \"config\" (w, p, k, m) to bound "
+                                 "it: a plan file over 1 MiB must hold its config", path, size >> 20);
+    }
+    double ops = 18.0 * (double)p * (double)w * (double)m * (double)k + 4.0 * (double)p * (double)w + 2.0 * (double)w + 16;
+    double max_bytes = ops * OP_BYTES + PLAN_SLACK_BYTES;
+    if ((double)got > max_bytes) {
+        free(buf);
+        return bsipipe_error_set(BSIPIPE_EFORMAT, "%s: %ld bytes, more than a plan of its config (w=%ld p=%ld k=%ld "
+                                 "m=%ld: at most %.0f ops) can take (%.0f bytes)", path, (long)got, w, p, k, m, ops,
+                                 max_bytes);
+    }
+    long objects = 0;
+    for (size_t i = 0; i < got; i++)
+        objects += buf[i] == '{';
+    if ((double)objects > ops + 64) {
+        free(buf);
+        return bsipipe_error_set(BSIPIPE_EFORMAT, "%s: %ld JSON objects, more than a plan of its config (w=%ld p=%ld "
+                                 "k=%ld m=%ld) has ops (at most %.0f)", path, objects, w, p, k, m, ops);
+    }
+    *out = buf;
+    *out_size = (long)got;
+    return 0;
+}
+
 int bsipipe_schedule_import_json_ex(const char *path, const char *text, const bsipipe_model_dims_t *dims,
                                     bsipipe_schedule_t **out, bsipipe_import_info_t *info)
 {
@@ -368,13 +441,13 @@ int bsipipe_schedule_import_json_ex(const char *path, const char *text, const bs
     if (text) {
         root = json_loads(text, JSON_REJECT_DUPLICATES, &err);
     } else {
-        FILE *f;
-        long size;
-        int rc = plan_file_open(path, PLAN_JSON_MAX_BYTES, &f, &size);
+        char *buf = NULL;
+        long size = 0;
+        int rc = plan_json_read_bounded(path, &buf, &size);
         if (rc < 0)
             return rc;
-        root = json_loadf(f, JSON_REJECT_DUPLICATES, &err);
-        fclose(f);
+        root = json_loadb(buf, (size_t)size, JSON_REJECT_DUPLICATES, &err);
+        free(buf);
     }
     if (!root)
         return bsipipe_error_set(BSIPIPE_EFORMAT, "%s:%d:%d: malformed JSON: %s", c.name, err.line, err.column,

@@ -94,4 +94,17 @@ expect 2 "fifo.json: not a regular file" --plan "$tmp/fifo.json"
 truncate -s 300M "$tmp/huge.json"
 prog=$plan
 expect 2 "huge.json: 300 MiB, more than the 256 MiB a plan file may have" --plan "$tmp/huge.json"
+# Under the cap, the plan's own config bounds it before the document is parsed whole: a
+# w=4 m=8 plan padded to 40 MiB (its config allows 1.6 MiB), one with 100000 extra
+# objects, and a file over 1 MiB without a config are refused, naming the bound.
+"$plan" --schedule 1f1b --w 4 --m 8 --format json >"$tmp/small.json"
+cp "$tmp/small.json" "$tmp/padded.json"
+head -c 41943040 /dev/zero | tr '\0' ' ' >>"$tmp/padded.json"
+expect 2 "padded.json: $(wc -c <"$tmp/padded.json" | tr -d ' ') bytes, more than a plan of its config (w=4 p=1 k=1 m=8: at most 616 ops) can take (1679360 bytes)" --plan "$tmp/padded.json"
+{ sed '$d' "$tmp/small.json"; printf ', "pad": ['; for _ in $(seq 1 100000); do printf '{},'; done; printf '{}]}\n'; } \
+    >"$tmp/objects.json"
+expect 2 "objects.json: 100" --plan "$tmp/objects.json"
+expect 2 "JSON objects, more than a plan of its config (w=4 p=1 k=1 m=8) has ops (at most 616)" --plan "$tmp/objects.json"
+head -c 2097152 /dev/zero | tr '\0' ' ' >"$tmp/noconfig.json"
+expect 2 "noconfig.json: 2 MiB without a readable \"config\"" --plan "$tmp/noconfig.json"
 finish test_plan_json_cli

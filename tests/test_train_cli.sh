@@ -109,4 +109,50 @@ expect 2 "--min-lr 0.1 is above --lr" $tiny --min-lr 0.1
 if [ "$(grep -E '^iter +[0-9]+/6  loss' "$tmp/sched" | awk '{print $8}' | tr '\n' ' ')" = \
      "1.50e-03 3.00e-03 3.00e-03 2.28e-03 8.25e-04 1.00e-04 " ]; then ok; else
     fail "lr schedule: $(grep -E '^iter' "$tmp/sched" | awk '{print $8}' | tr '\n' ' ')"; fi
+# Megatron's flags: AdamW's hyper-parameters, a log interval, a JSON-lines log with tokens/s,
+# TFLOP/s and MFU against a stated peak, a save interval; their ranges and pairings refused.
+expect 2 "--adam-beta1 expects" $tiny --adam-beta1 1
+expect 2 "--adam-eps expects" $tiny --adam-eps 0
+expect 2 "--clip-grad expects" $tiny --clip-grad -1
+expect 2 "--save-interval needs --checkpoint" $tiny --save-interval 2
+expect 2 "--peak-tflops gives the MFU of --log-json" $tiny --peak-tflops 100
+"$train" $tiny --weight-decay 0 --adam-beta1 0.8 --adam-beta2 0.99 --adam-eps 1e-6 --clip-grad 0.5 \
+    --log-interval 4 --log-json "$tmp/log.jsonl" --peak-tflops 1 --eval-every 3 >"$tmp/flags" 2>&1 ||
+    fail "run with the optimizer and log flags: $(tail -2 "$tmp/flags")"
+# lines printed: iterations 1 (the first), 4 and 6 (the last); the log has all 6
+if [ "$(grep -E '^iter +[0-9]+/6  loss' "$tmp/flags" | awk '{print $2}' | tr '\n' ' ')" = "1/6 4/6 6/6 " ]; then ok; else
+    fail "--log-interval 4 printed: $(grep -E '^iter' "$tmp/flags" | awk '{print $2}' | tr '\n' ' ')"; fi
+if python3 - "$tmp/log.jsonl" "$tmp/flags" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+text = [l for l in open(sys.argv[2]) if l.startswith("iter ") and " loss " in l and "validation" not in l]
+ok = len(rows) == 6 and [r["iteration"] for r in rows] == list(range(1, 7))
+ok = ok and all(r["tokens_per_s"] > 0 and r["tflops"] > 0 and abs(r["mfu"] - r["tflops"] / 4) < 1e-9 for r in rows)
+ok = ok and [r["validation_loss"] is not None for r in rows] == [False, False, True, False, False, True]
+# the printed loss of iteration 4 is the logged one
+ok = ok and abs(float(text[1].split()[3]) - rows[3]["loss"]) < 1e-4
+sys.exit(0 if ok else 1)
+PY
+then ok; else fail "--log-json: $(head -2 "$tmp/log.jsonl")"; fi
+# another AdamW weight decay trains differently (the flag reaches the optimizer)
+"$train" $tiny --weight-decay 0 --iters 3 --eval-every 0 >"$tmp/wd0" 2>&1
+"$train" $tiny --weight-decay 0.5 --lr 3e-2 --iters 3 --eval-every 0 >"$tmp/wd5" 2>&1
+if [ "$(grep '^parameters:' "$tmp/wd0")" != "$(grep '^parameters:' "$tmp/wd5")" ] && grep -q '^parameters:' "$tmp/wd0"; then ok
+else fail "--weight-decay changed nothing"; fi
+# --save-interval 2 over 5 iterations: saves after 2 and 4, and after the last (5)
+"$train" $tiny --iters 5 --eval-every 0 --checkpoint "$tmp/ck-si" --save-interval 2 >"$tmp/si" 2>&1 ||
+    fail "save interval: $(tail -2 "$tmp/si")"
+expect 1 "checkpoint.bin holds 5 iterations and --iters is 5" $tiny --iters 5 --checkpoint "$tmp/ck-si" --resume
+# The header line reaches a file or a pipe at once, not when the first (slow) iteration ends.
+"$train" --emulate --device-tflops 0.00005 --layers 8 --hidden 64 --heads 2 --seq 64 --m 4 --iters 50 \
+    >"$tmp/header" 2>&1 &
+pid=$!
+seen=
+for _ in $(seq 1 100); do
+    if grep -q "^bsipipe-train: GPT model" "$tmp/header"; then seen=1; break; fi
+    sleep 0.1
+done
+if [ -n "$seen" ] && ! grep -q "^iter" "$tmp/header"; then ok; else
+    fail "the header line was not in the output before the first iteration ended: $(head -2 "$tmp/header")"; fi
+kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
 finish test_train_cli
