@@ -24,7 +24,13 @@ device (each device's 8 ops of a pair tile the period), the copies of all
 earlier pairs sharing the memory. Prints the shortest span of one pair.
 """
 import sys
-from ortools.sat.python import cp_model
+
+try:
+    from ortools.sat.python import cp_model
+except ImportError:
+    sys.exit("cpsat-bsipipe.py: needs Google OR-tools' CP-SAT, which the build does not install "
+             "(it is not a Debian package): python3 -m venv /tmp/ortools && "
+             "/tmp/ortools/bin/pip install ortools && /tmp/ortools/bin/python3 scripts/cpsat-bsipipe.py ...")
 
 
 def placement(w):

@@ -14,6 +14,11 @@
 #    in a command is that directory's tmp/. The marker may set placeholders,
 #    `<!-- test DIR=/tmp/tt/emu -->` (the word DIR is replaced). A command
 #    must exit 0, or N when its comment says "(exit status N)".
+#  - The output lines a "$ " block shows under a command must be printed by it,
+#    in order ("..." elides lines, and a line's trailing "..." its last words):
+#    the same words, every number within the
+#    marker's tol= (relative, default 0.1) or abs= (absolute, default 0) of
+#    the printed one; `output=example` in the marker skips the comparison.
 #  - Every other block is skipped by design (a GPU, an MPI cluster, root,
 #    minutes of work): listed with the reason of a `<!-- test skip: WHY -->`
 #    marker, else "not marked quick". Even so, every --option its bsipipe-*
@@ -68,7 +73,8 @@ def join_continued(lines):
 
 def commands_of(lines):
     """The commands of a block's lines: its "$ " lines (and their continuations) if
-    it has any, else every non-blank, non-comment line."""
+    it has any, each with the output lines the doc shows under it; else every
+    non-blank, non-comment line (no output shown)."""
     if any(l.startswith("$ ") for l in lines):
         cmds, i = [], 0
         while i < len(lines):
@@ -77,13 +83,59 @@ def commands_of(lines):
                 while unfinished(cmd) and j + 1 < len(lines):
                     j += 1
                     cmd += "\n" + lines[j]
-                cmds.append((i, cmd))
-                i = j + 1
+                k = j + 1
+                while k < len(lines) and not lines[k].startswith("$ "):
+                    k += 1
+                cmds.append((i, cmd, lines[j + 1:k]))
+                i = k
             else:
                 i += 1
         return cmds
-    return [(k, c) for k, c in join_continued([l for l in lines])
+    return [(k, c, []) for k, c in join_continued([l for l in lines])
             if c.strip() and not c.lstrip().startswith("#")]
+
+
+NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def line_matches(shown, actual, tol, slack):
+    """A shown output line against a printed one: the same words, and every number
+    within tol (relative) or slack (absolute) of the printed one; a shown line that
+    ends in "..." is matched against the printed line's first words only."""
+    a = shown.split()
+    b = actual.split()
+    if a and a[-1] == "...":
+        a = a[:-1]
+        b = b[:len(a)]
+    if len(a) != len(b):
+        return False
+    for wa, wb in zip(a, b):
+        if wa == wb:
+            continue
+        na, nb = NUMBER.findall(wa), NUMBER.findall(wb)
+        if NUMBER.sub("#", wa) != NUMBER.sub("#", wb) or len(na) != len(nb):
+            return False
+        for x, y in zip(na, nb):
+            fx, fy = float(x), float(y)
+            if abs(fx - fy) > max(tol * max(abs(fx), abs(fy)), slack):
+                return False
+    return True
+
+
+def output_differs(shown, out, tol, slack):
+    """The first shown line ("..." elides any lines) that the command's output does
+    not hold, in order; None when all do."""
+    lines = out.splitlines()
+    at = 0
+    for s in shown:
+        if not s.strip() or s.strip() == "...":
+            continue
+        while at < len(lines) and not line_matches(s, lines[at], tol, slack):
+            at += 1
+        if at == len(lines):
+            return s
+        at += 1
+    return None
 
 
 def blocks_of(path):
@@ -120,7 +172,8 @@ def blocks_of(path):
         while k >= 0 and not lines[k].strip():
             k -= 1
         m = MARKER.match(lines[k].strip()) if k >= 0 else None
-        result.append((lineno, m.group(1).strip() if m else None, [(lineno + 1 + o, c) for o, c in cmds], k + 1))
+        result.append((lineno, m.group(1).strip() if m else None, [(lineno + 1 + o, c, sh) for o, c, sh in cmds],
+                       k + 1))
     markers = [n + 1 for n, l in enumerate(lines) if MARKER.match(l.strip())]
     return result, markers
 
@@ -177,7 +230,7 @@ for path in docs:
     used = set()
     work = None
     for lineno, marker, cmds, marker_line in blocks:
-        for cl, cmd in cmds:
+        for cl, cmd, _ in cmds:
             for b in unknown_options(cmd):
                 failures.append("%s:%d: unknown option %s (not in its --help): %s" % (rel, cl, b, cmd.splitlines()[0]))
         if marker is None or marker.startswith("skip"):
@@ -188,9 +241,12 @@ for path in docs:
             continue
         used.add(marker_line)
         subst = dict(w.split("=", 1) for w in marker.split() if "=" in w)
+        tol = float(subst.pop("tol", "0.1"))
+        slack = float(subst.pop("abs", "0"))
+        example = subst.pop("output", "") == "example"
         if work is None:
             work = workdir_for(rel)
-        for cl, cmd in cmds:
+        for cl, cmd, shown in cmds:
             run = cmd
             for k, v in subst.items():
                 run = re.sub(r"\b%s\b" % re.escape(k), v, run)
@@ -211,6 +267,16 @@ for path in docs:
                 tail = "\n    ".join(out.strip().splitlines()[-6:])
                 failures.append("%s:%d: exit %d, expected %d%s: %s\n    %s" % (
                     rel, cl, rc, want, " (timed out after %d s)" % TIMEOUT if rc == 124 else "", cmd, tail))
+            elif shown and not example:
+                shown_here = [l.replace("/tmp/", os.path.join(work, "tmp") + "/") for l in shown]
+                miss = output_differs(shown_here, out, tol, slack)
+                print("  %s output: %d shown lines %s (numbers within %g, or %g)" % (
+                    "ok" if miss is None else "FAIL", len([l for l in shown if l.strip() not in ("", "...")]),
+                    "printed" if miss is None else "not all printed", tol, slack))
+                if miss is not None:
+                    failures.append("%s:%d: the doc shows a line the command no longer prints (numbers within "
+                                    "%g or %g): %s\n    printed:\n    %s" % (rel, cl, tol, slack, miss,
+                                    "\n    ".join(out.strip().splitlines()[-4:])))
     # Commands quoted inline in the prose (`bsipipe-train --plan FILE`): their options too.
     for n, line in enumerate(open(path, encoding="utf-8").read().split("\n"), 1):
         for span in re.findall(r"`([^`]+)`", line):

@@ -97,12 +97,22 @@ struct.pack_into("<I", d, len(d) - 4, zlib.crc32(bytes(d[:-4])))
 open(p, "wb").write(bytes(d))
 PY
     cp "$tmp/nan/checkpoint.bin" "$tmp/nan.bin"
-    expect 1 "iteration 3: the loss and the gradient norm are not finite" $tiny --iters 5 --checkpoint "$tmp/nan" --resume
-    grep -q "^iter" "$tmp/out" && fail "an iteration with a non-finite loss was printed as normal" || ok
-    # The first non-finite tensor is named: replica 0's parameters start with the embedding.
+    # A checkpoint holding a non-finite state (its CRC valid) is not resumed: the tensor is
+    # named, nothing runs, the file stays.
+    expect 1 "holds a state that is not finite: parameter of wte [256 x 32], element 0 = nan" \
+        $tiny --iters 5 --checkpoint "$tmp/nan" --resume
+    grep -q "^iter" "$tmp/out" && fail "a run resumed a non-finite checkpoint" || ok
+    cmp -s "$tmp/nan/checkpoint.bin" "$tmp/nan.bin" && ok || fail "a refused resume changed the checkpoint"
+    # A run that diverges (a rate of 10 and a weight decay of 10: the parameters grow 99x per
+    # step until the loss overflows at iteration 3) stops naming the first non-finite tensor,
+    # and its checkpoint stays the last finite iteration's (2), which resumes.
+    expect 1 "iteration 3: the loss and the gradient norm are not finite" $tiny --lr 10 --weight-decay 10 --iters 40 \
+        --checkpoint "$tmp/div"
+    grep -q "^iter    3/" "$tmp/out" && fail "an iteration with a non-finite loss was printed as normal" || ok
     grep -q "first non-finite parameter: wte" "$tmp/out" && ok ||
         fail "the first non-finite tensor is not named: $(grep 'not finite' "$tmp/out")"
-    cmp -s "$tmp/nan/checkpoint.bin" "$tmp/nan.bin" && ok || fail "a diverged step was saved over the checkpoint"
+    expect 1 "checkpoint.bin holds 2 iterations and --iters is 2" $tiny --lr 10 --weight-decay 10 --iters 2 \
+        --checkpoint "$tmp/div" --resume
 else
     echo "test_train_robust: no python3: the divergence check is skipped"
 fi
