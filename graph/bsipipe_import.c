@@ -317,7 +317,7 @@ static int import_root(const import_ctx_t *c, const json_t *root, const bsipipe_
  * the paper's setting at k = 16 is 33 MiB. */
 #define PLAN_JSON_MAX_BYTES (256L << 20)
 
-int plan_file_open(const char *path, long max_bytes, FILE **out, long *size)
+int plan_file_read(const char *path, long max_bytes, char **out, long *len)
 {
     *out = NULL;
     /* Non-blocking open: a FIFO with no writer must not block it. */
@@ -344,8 +344,14 @@ int plan_file_open(const char *path, long max_bytes, FILE **out, long *size)
         close(fd);
         return bsipipe_error_set(-e, "%s: cannot read the plan: %s", path, strerror(e));
     }
-    *out = f;
-    *size = (long)st.st_size;
+    char *text = malloc((size_t)st.st_size + 1);
+    size_t got = text ? fread(text, 1, (size_t)st.st_size, f) : 0;
+    fclose(f);
+    if (!text)
+        return bsipipe_error_set(-ENOMEM, "%s: out of memory reading %ld bytes", path, (long)st.st_size);
+    text[got] = '\0';
+    *out = text;
+    *len = (long)got;
     return 0;
 }
 
@@ -362,19 +368,13 @@ enum { OP_BYTES = 1024, PLAN_SLACK_BYTES = 1 << 20, PLAN_SMALL_BYTES = 1 << 20 }
 
 static int plan_json_read_bounded(const char *path, char **out, long *out_size)
 {
-    FILE *f;
-    long size;
-    int rc = plan_file_open(path, PLAN_JSON_MAX_BYTES, &f, &size);
+    char *buf;
+    long len;
+    int rc = plan_file_read(path, PLAN_JSON_MAX_BYTES, &buf, &len);
     if (rc < 0)
         return rc;
-    char *buf = malloc((size_t)size + 1);
-    if (!buf) {
-        fclose(f);
-        return bsipipe_error_set(-ENOMEM, "%s: out of memory reading %ld bytes", path, size);
-    }
-    size_t got = fread(buf, 1, (size_t)size, f);
-    fclose(f);
-    buf[got] = '\0';
+    size_t got = (size_t)len;
+    long size = len;
     /* The config object, parsed alone (JSON_DISABLE_EOF_CHECK: one value). */
     long w = 0, p = 1, k = 1, m = 0;
     const char *key = strstr(buf, "\"config\"");

@@ -41,11 +41,12 @@ int schedule_check_compute_op(const bsipipe_schedule_t *s, const bsipipe_op_t *o
  * missing op and the device placement gives it. */
 int schedule_check_missing(const bsipipe_schedule_t *s, const unsigned char *seen);
 
-/* Opens a plan file to read (bsipipe_import.c): a regular file of at most
- * max_bytes (its size in *size), never waiting on a FIFO or device with no
- * writer. -errno naming the file when it cannot be opened, BSIPIPE_EFORMAT
- * for a file that is not regular or too large. */
-int plan_file_open(const char *path, long max_bytes, FILE **out, long *size);
+/* Reads a plan file whole (bsipipe_import.c): a regular file of at most
+ * max_bytes, never waiting on a FIFO or device with no writer; *out
+ * (malloc'ed, NUL-terminated: the caller frees it) holds *len bytes.
+ * -errno naming the file when it cannot be opened or read, -ENOMEM,
+ * BSIPIPE_EFORMAT for a file that is not regular or too large. */
+int plan_file_read(const char *path, long max_bytes, char **out, long *len);
 
 /* Appends an op to its device's list; -ENOMEM on failure. */
 int schedule_push(bsipipe_schedule_t *s, const bsipipe_op_t *op);

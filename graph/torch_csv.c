@@ -232,17 +232,12 @@ int bsipipe_schedule_import_torch_csv(const char *path, const bsipipe_model_dims
     *out = NULL;
     if (info)
         memset(info, 0, sizeof *info);
-    FILE *f;
-    long size;
-    int rc0 = plan_file_open(path, TORCH_CSV_MAX_BYTES, &f, &size);
+    char *text;
+    long len;
+    int rc0 = plan_file_read(path, TORCH_CSV_MAX_BYTES, &text, &len);
     if (rc0 < 0)
         return rc0;
-    char *text = malloc((size_t)size + 1);
-    size_t got = text ? fread(text, 1, (size_t)size, f) : 0;
-    fclose(f);
-    if (!text)
-        return bsipipe_error_set(-ENOMEM, "%s: out of memory", path);
-    text[got] = 0;
+    size_t got = (size_t)len;
     csv_plan_t p = {.name = path};
     bsipipe_parallel_config_t pc;
     bsipipe_builder_t *b = NULL;
