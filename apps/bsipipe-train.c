@@ -312,6 +312,30 @@ static void sum_picks(const double *pick, int from, int to, double *need, double
     }
 }
 
+/* What a process holds besides the plan's per-device memory (host runs):
+ * the runtime (StarPU, its workers, OpenBLAS, hwloc, MPI: 260 MiB resident
+ * on a tiny model here, so 320 MiB), one whole-model float vector
+ * (initialisation, the parameters' digest, the divergence report), and a
+ * StarPU scratch buffer per device worker, the larger of a chunk backward's
+ * work and the head's, which holds a piece's logits: vocabulary-sized. */
+enum { RUNTIME_BYTES = 320 << 20 };
+
+static double scratch_bytes(const bsipipe_model_dims_t *dims, const bsipipe_schedule_t *s)
+{
+    const int *starts = bsipipe_schedule_sub_starts(s);
+    int k = bsipipe_schedule_config(s)->k;
+    long most = 0;
+    for (int i = 0; i < k; i++) {
+        int len = starts ? starts[i + 1] - starts[i] : dims->seq_len / k;
+        long need = bsipipe_model_work_size(dims, len) + (long)len * dims->hidden;
+        if (bsipipe_model_head_work_size(dims, len) > need)
+            need = bsipipe_model_head_work_size(dims, len);
+        if (need > most)
+            most = need;
+    }
+    return 4.0 * (double)most;
+}
+
 static int admit_memory(const bsipipe_model_dims_t *dims, const bsipipe_parallel_config_t *pc,
                         const bsipipe_schedule_t *plan, int nranks, double limit, bsipipe_engine_devices_t devices,
                         int gpus_asked, double act_scale, int tp_spread)
@@ -326,6 +350,7 @@ static int admit_memory(const bsipipe_model_dims_t *dims, const bsipipe_parallel
         return 0;
     }
     int n = r->n_devices, here = nranks > 1 ? (n + nranks - 1) / nranks : n;
+    double scratch = scratch_bytes(dims, s);
     double *dev = malloc(sizeof(double) * (size_t)n), *pick = malloc(sizeof(double) * 3 * (size_t)n);
     if (!dev || !pick) {
         free(dev);
@@ -398,17 +423,26 @@ static int admit_memory(const bsipipe_model_dims_t *dims, const bsipipe_parallel
     double need, params, acts;
     sum_picks(pick, 0, here, &need, &params, &acts);
     free(pick);
+    double rest = RUNTIME_BYTES + 4.0 * (double)bsipipe_model_params(dims) + here * scratch;
+    need += rest;
     const char *what = "--memory-limit";
     double avail = limit > 0 ? limit : available_memory(&what);
+    const char *rank = getenv("OMPI_COMM_WORLD_RANK") ? getenv("OMPI_COMM_WORLD_RANK") : getenv("PMI_RANK");
+    if (!rank || atoi(rank) == 0) /* every rank of an MPI job holds the same */
+        printf("memory: about %.2f GiB on this %s: parameters, gradients and AdamW moments %.2f GiB, peak activations "
+           "%.2f GiB, scratch %.2f GiB (%d x %.1f MiB: a piece's logits), the runtime and a model copy %.2f GiB; "
+           "budget %.2f GiB (%s)\n", need / gib, nranks > 1 ? "rank" : "machine", params / gib, acts / gib,
+           here * scratch / gib, here, scratch / 1048576.0, (rest - here * scratch) / gib, avail / gib, what);
     if (avail <= 0 || need <= avail)
         return 0;
     fprintf(stderr, "bsipipe-train: not enough memory: the plan needs about %.1f GiB on this %s (%d device%s: "
-                    "parameters, gradients and AdamW moments %.1f GiB, peak activations %.1f GiB), and %.1f GiB "
-                    "are available (%s). Spread the devices over more nodes (--mpi with more ranks, fewer devices "
-                    "each), lower the activations with a smaller --m or another --k, or train a smaller model; "
-                    "--memory-limit BYTES (e.g. 64G) sets the budget\n",
+                    "parameters, gradients and AdamW moments %.1f GiB, peak activations %.1f GiB; scratch, the "
+                    "runtime and a model copy %.1f GiB), and %.1f GiB are available (%s). Spread the devices over "
+                    "more nodes (--mpi with more ranks, fewer devices each), lower the activations with a smaller "
+                    "--m or another --k, or train a smaller model; --memory-limit BYTES (e.g. 64G) sets the "
+                    "budget\n",
             need / gib, nranks > 1 ? "rank" : "machine", here, here == 1 ? "" : "s", params / gib, acts / gib,
-            avail / gib, what);
+            rest / gib, avail / gib, what);
     return 1;
 }
 

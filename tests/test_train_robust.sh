@@ -120,12 +120,35 @@ fi
 # ---- 6. memory admission ----
 # Refused before the engine exists: no StarPU start-up, no iteration (the
 # speed of the refusal is not asserted: tests never time; it took ~0.1 s).
-expect 1 "not enough memory: the plan needs about 52.3 GiB" --hidden 2048 --layers 32 --heads 16 --memory-limit 24G
+expect 1 "not enough memory: the plan needs about 58.7 GiB" --hidden 2048 --layers 32 --heads 16 --memory-limit 24G
 grep -qE "^iter|StarPU|starpu" "$tmp/out" && fail "the memory refusal came after the engine started: $(head -3 "$tmp/out")" || ok
 grep -qF "24.0 GiB are available (--memory-limit)" "$tmp/out" && grep -qF -- "--mpi" "$tmp/out" && ok ||
     fail "the memory refusal names neither the budget nor a remedy: $(cat "$tmp/out")"
 expect 2 "--memory-limit expects a positive byte count" --memory-limit lots
 expect 0 "summary: 1 iterations" $tiny --iters 1 --memory-limit 1G
 expect 1 "not enough memory" $tiny --iters 1 --memory-limit 1M
+# The estimate counts what grows with the model besides the plan's parameters and activations
+# (a piece's logits in each device's scratch: vocabulary-sized; a whole-model copy; the
+# runtime): a dense model that needed 7.09 GiB was admitted under 6300M before, and is refused.
+expect 1 "not enough memory: the plan needs about 7.2 GiB" --hidden 1024 --layers 16 --heads 8 --seq 32 --m 4 \
+    --iters 1 --memory-limit 6300M
+# The process's measured peak (resident set) stays within the printed estimate, on a tiny
+# model, a 262144-token vocabulary (scratch-heavy) and a 1.1 GiB dense one.
+if command -v python3 >/dev/null 2>&1; then
+    "${top_builddir:-.}/apps/bsipipe-plan" --schedule bsipipe --w 4 --m 8 --layers 8 --hidden 32 --heads 2 --seq 64 \
+        --vocab 262144 --format json >"$tmp/vocab.json" || fail "bsipipe-plan --vocab 262144"
+    for args in "$tiny --iters 1" "--plan $tmp/vocab.json --iters 1" "--hidden 512 --layers 8 --heads 8 --seq 32 --m 4 --iters 1"; do
+        if python3 - "$train" $args --eval-every 0 <<'PY'
+import re, resource, subprocess, sys
+p = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1048576.0  # KiB -> GiB
+m = re.search(r"^memory: about ([0-9.]+) GiB", p.stdout, re.M)
+est = float(m.group(1)) if m else -1
+print("   estimate %.2f GiB, measured peak %.2f GiB: %s" % (est, peak, " ".join(sys.argv[2:6])))
+sys.exit(0 if p.returncode == 0 and m and peak <= est else 1)
+PY
+        then ok; else fail "measured peak above the estimate (or the run failed): $args"; fi
+    done
+fi
 
 finish test_train_robust
