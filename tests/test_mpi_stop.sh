@@ -3,7 +3,7 @@
 # run (MPI start-up, the engine's start, iterations, saves, the final agreement, MPI's
 # end) ends the job every time: a non-zero exit within the watchdog time plus 10 s, and
 # the other rank names the stopped one. Each rank is stopped at N moments drawn from the
-# first 15 s of the run (N = 3; BSIPIPE_STOP_SWEEP=full: N = 20). The moments come from
+# first 15 s of the run (N = 2; BSIPIPE_STOP_SWEEP=full: N = 20). The moments come from
 # BSIPIPE_STOP_SEED (printed), so a failure can be replayed.
 # The fixed points (inside a save, at the engine's end) are in test_mpi_deadline.sh.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
@@ -13,7 +13,7 @@ build=${top_builddir:-.}
 train=$build/apps/bsipipe-train
 tmp=$(mktemp -d) || exit 99
 trap 'pkill -9 -f "$tmp/corpus" 2>/dev/null; rm -rf "$tmp"' EXIT
-n=3
+n=2
 [ "${BSIPIPE_STOP_SWEEP:-}" = full ] && n=20
 seed=${BSIPIPE_STOP_SEED:-$$}
 RANDOM=$seed
