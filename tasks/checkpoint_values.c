@@ -90,9 +90,9 @@ int engine_ckpt_loaded_finite(const bsipipe_engine_t *e, const ckpt_load_t *l, i
 {
     const unsigned char *p = ckpt_load_replica(l, (size_t)i);
     long n = e->rep[i].n;
-    float *vals = p && n > 0 ? malloc(sizeof(float) * (size_t)n) : NULL;
     if (!p || n <= 0)
         return 0;
+    float *vals = malloc(sizeof(float) * (size_t)n);
     if (!vals)
         return bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
     int rc = 0;

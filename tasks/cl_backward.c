@@ -68,7 +68,7 @@ static void backward_cpu_run(void *buffers[], void *cl_arg)
     const bsipipe_model_dims_t *D = &e->dims;
     struct backward_io io = backward_begin(a, buffers);
     int rc = 0;
-    if (e->eval_pass) { /* a validation pass runs forward only: the slot and its buffers, no work */
+    if (e->pass_kind == ENGINE_PASS_EVAL) { /* a validation pass runs forward only: the slot and its buffers, no work */
         backward_end(a, buffers, 0);
         return;
     }
@@ -108,7 +108,7 @@ static void backward_cuda(void *buffers[], void *cl_arg)
     cublasHandle_t h = engine_cuda_blas();
     struct backward_io io = backward_begin(a, buffers);
     int rc = 0;
-    if (e->eval_pass) { /* forward only, as on the CPU */
+    if (e->pass_kind == ENGINE_PASS_EVAL) { /* forward only, as on the CPU */
         backward_end(a, buffers, 0);
         return;
     }

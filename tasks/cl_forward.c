@@ -65,7 +65,7 @@ static void forward_cpu_run(void *buffers[], void *cl_arg)
         double piece_loss = 0;
         /* The loss is the mean over the iteration's m*S tokens; a
          * validation pass needs the loss only. */
-        if (e->eval_pass)
+        if (e->pass_kind == ENGINE_PASS_EVAL)
             rc = bsipipe_head_forward(D, io.params + head, a->len, io.x_out, io.targets + a->start, NULL, &piece_loss,
                                       io.work);
         else
@@ -108,7 +108,7 @@ static void forward_cuda(void *buffers[], void *cl_arg)
         long head = engine_replica_offset(e, a, D->n_layers);
         double *piece_loss = NULL; /* the kernel overwrites its loss: add it to the device's sum after */
         rc = bsipipe_cuda_scratch_alloc((void **)&piece_loss, sizeof(double), s);
-        if (rc == 0 && e->eval_pass) /* validation: the loss only */
+        if (rc == 0 && e->pass_kind == ENGINE_PASS_EVAL) /* validation: the loss only */
             rc = bsipipe_cuda_head_forward(D, io.params + head, a->len, io.x_out, io.targets + a->start, NULL,
                                            piece_loss, io.work, s, h);
         else if (rc == 0)

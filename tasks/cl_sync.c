@@ -16,7 +16,7 @@
 static void sync_cpu(void *buffers[], void *cl_arg)
 {
     op_args_t *a = cl_arg;
-    if (engine_failed(a->e) || a->e->o.emulate_flops > 0 || a->e->eval_pass)
+    if (engine_failed(a->e) || a->e->o.emulate_flops > 0 || a->e->pass_kind == ENGINE_PASS_EVAL)
         return;
     float *x = (float *)STARPU_VECTOR_GET_PTR(buffers[0]);
     float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[1]);
@@ -35,7 +35,7 @@ static void sync_peer_cpu(void *buffers[], void *cl_arg)
 static void sync_cuda(void *buffers[], void *cl_arg)
 {
     op_args_t *a = cl_arg;
-    if (engine_failed(a->e) || a->e->o.emulate_flops > 0 || a->e->eval_pass)
+    if (engine_failed(a->e) || a->e->o.emulate_flops > 0 || a->e->pass_kind == ENGINE_PASS_EVAL)
         return;
     int rc = bsipipe_cuda_sum_pair(STARPU_VECTOR_GET_NX(buffers[0]), (float *)STARPU_VECTOR_GET_PTR(buffers[0]),
                                    (float *)STARPU_VECTOR_GET_PTR(buffers[1]), engine_cuda_stream());
@@ -76,7 +76,7 @@ struct starpu_codelet bsipipe_cl_sync_peer = {
 static void sync_nccl_cuda(void *buffers[], void *cl_arg)
 {
     op_args_t *a = cl_arg;
-    if (a->e->o.emulate_flops > 0 || a->e->eval_pass) /* both halves skip it alike */
+    if (a->e->o.emulate_flops > 0 || a->e->pass_kind == ENGINE_PASS_EVAL) /* both halves skip it alike */
         return;
     int rc = bsipipe_nccl_allreduce(a->e->nccl, a->op.device, a->op.peer, (float *)STARPU_VECTOR_GET_PTR(buffers[0]),
                                     STARPU_VECTOR_GET_NX(buffers[0]), engine_cuda_stream());

@@ -17,7 +17,7 @@ static void wgrad_run(void *buffers[], op_args_t *a, int cuda)
     if (engine_failed(e))
         return;
     int rc = 0;
-    if (!e->eval_pass && !engine_emulate(e, &a->op)) { /* a validation pass: forward only */
+    if (e->pass_kind != ENGINE_PASS_EVAL && !engine_emulate(e, &a->op)) { /* a validation pass: forward only */
         float *grads = (float *)STARPU_VECTOR_GET_PTR(buffers[0]) + engine_replica_offset(e, a, a->l0);
         const float *stash = (const float *)STARPU_VECTOR_GET_PTR(buffers[1]);
         const float *wstash = (const float *)STARPU_VECTOR_GET_PTR(buffers[2]);

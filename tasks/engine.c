@@ -1455,11 +1455,11 @@ static int run_pass(bsipipe_engine_t *e, const int *tokens, const int *targets, 
     engine_mpi_iteration_begin(e);
     /* StarPU's traces carry the pass: Iteration N for the step to iteration
      * N, "N 1" for a forward-backward (validation) pass after N steps. */
-    starpu_iteration_push((unsigned long)(step ? e->steps + 1 : e->steps));
+    e->pass_kind = step ? ENGINE_PASS_TRAIN : eval ? ENGINE_PASS_EVAL : ENGINE_PASS_FWD_BWD;
+    e->pass_iter = step ? e->steps + 1 : e->steps;
+    starpu_iteration_push((unsigned long)e->pass_iter);
     if (!step)
         starpu_iteration_push(1);
-    e->eval_pass = eval;
-    e->pass_kind = step ? 0 : eval ? 2 : 1;
     /* Every op but STEP in dependency order, then the STEPs (each reads every
      * chunk's gradient, so it must follow every SYNC). */
     for (long j = 0; j < e->n_order && rc == 0; j++) {
@@ -1765,7 +1765,6 @@ int bsipipe_engine_evaluate(bsipipe_engine_t *e, const int *tokens, const int *t
         memcpy(busy, e->busy, sizeof *busy * (size_t)e->W);
         memcpy(peak, e->peak_bytes, sizeof *peak * (size_t)e->W);
         rc = run_pass(e, tokens, targets, loss, 0, 1);
-        e->eval_pass = 0;
         for (int d = 0; d < e->W; d++) {
             int n;
             bsipipe_schedule_device_ops(e->sched, d, &n);

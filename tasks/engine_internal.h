@@ -110,8 +110,8 @@ struct bsipipe_engine {
      * task, every pass, for DIR/ops.tsv (engine_trace.c). */
     struct engine_job *jobs;
     long n_jobs, cap_jobs;
-    int eval_pass;                     /* the pass running is a validation pass: forward only */
-    int pass_kind;                     /* the pass submitted: 0 training, 1 forward-backward, 2 validation */
+    int pass_kind;                     /* the pass running: ENGINE_PASS_* (validation: forward only) */
+    long pass_iter;                    /* its iteration in StarPU's traces (Iteration:) and ops.tsv */
     double gnorm;
     double lr_scale;                   /* multiplies o.opt.lr at the next steps (a schedule) */
     int failed;                        /* first error of the iteration; compute is skipped once set */
@@ -318,6 +318,8 @@ static inline const char *engine_task_name(const struct starpu_codelet *cl)
 {
     return cl->model && cl->model->symbol ? cl->model->symbol : cl->name;
 }
+
+enum { ENGINE_PASS_TRAIN, ENGINE_PASS_FWD_BWD, ENGINE_PASS_EVAL };
 
 /* One traced task of an op: which pass (iteration, eval) and which op. */
 struct engine_job {

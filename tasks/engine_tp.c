@@ -1546,7 +1546,7 @@ static void tp_seg_run(void *buffers[], tp_task_t *tt, int cuda)
 {
     op_args_t *a = tt->a;
     struct bsipipe_engine *e = a->e;
-    if (engine_failed(e) || (e->eval_pass && a->op.kind != BSIPIPE_OP_F)) /* validation: forward only */
+    if (engine_failed(e) || (e->pass_kind == ENGINE_PASS_EVAL && a->op.kind != BSIPIPE_OP_F)) /* validation: forward only */
         return;
     const bsipipe_model_dims_t *D = &e->dims;
     struct engine_tp *t = e->tp;
@@ -1634,7 +1634,7 @@ static void tp_seg_run(void *buffers[], tp_task_t *tt, int cuda)
         double *loss = BUF(R_LOSS, double *);
         if (loss)
             rc = tp_loss_add(len, HC, loss, cuda);
-        if (rc || e->eval_pass) /* validation: the loss only */
+        if (rc || e->pass_kind == ENGINE_PASS_EVAL) /* validation: the loss only */
             break;
         /* the loss is the mean over the iteration's m*S tokens */
         rc = TP_CALL(head_bwd_logits, D, &tp, lay, glay, len, GA, tgt + a->start, 1.0 / ((double)e->m * e->S), HC,
@@ -1642,7 +1642,7 @@ static void tp_seg_run(void *buffers[], tp_task_t *tt, int cuda)
         break;
     }
     case S_HBNORM:
-        if (e->eval_pass)
+        if (e->pass_kind == ENGINE_PASS_EVAL)
             break;
         rc = TP_CALL(head_bwd_norm, D, &tp, lay, glay, len, Y, HX + ls * D->hidden, RE, BUF(R_DY, float *));
         break;

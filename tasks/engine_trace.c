@@ -359,7 +359,7 @@ void engine_job_note(struct bsipipe_engine *e, int d, int i, struct starpu_task 
         e->jobs = nj;
         e->cap_jobs = nc;
     }
-    e->jobs[e->n_jobs++] = (struct engine_job){id, e->pass_kind ? e->steps : e->steps + 1, e->pass_kind, d, i};
+    e->jobs[e->n_jobs++] = (struct engine_job){id, e->pass_iter, e->pass_kind, d, i};
 }
 
 /* DIR/ops.tsv: one line per StarPU job of an op, every pass of the run:
