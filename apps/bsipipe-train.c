@@ -4,6 +4,7 @@
  * text every Debian system ships, or a generated corpus). */
 #include "apps/cli.h"
 #include "apps/train_log.h"
+#include "apps/train_ckpt.h"
 #include "tasks/bsipipe_engine.h"
 #include "graph/bsipipe_error.h"
 #include "graph/bsipipe_sim.h"
@@ -20,43 +21,6 @@
 #include <sys/sysinfo.h>
 
 static const char *const default_corpus = "/usr/share/common-licenses/GPL-3";
-
-static bsipipe_checkpoint_lock_t *ckpt_lock; /* held from start-up to exit */
-
-static void release_ckpt_lock(void)
-{
-    bsipipe_checkpoint_unlock(ckpt_lock);
-    ckpt_lock = NULL;
-}
-
-/* The checkpoint directory: created, locked for the run's life, and a
- * checkpoint in it refused without --resume or --overwrite. 0, or the exit
- * status after a message. Under --mpi rank 0 alone does this (the ranks
- * share DIR) and every rank follows its outcome. */
-static int checkpoint_open(const char *ckpt, int resume, int overwrite)
-{
-    if (!resume && mkdir(ckpt, 0777) != 0 && errno != EEXIST) {
-        fprintf(stderr, "bsipipe-train: cannot create checkpoint directory '%s': %s\n", ckpt, strerror(errno));
-        return 1;
-    }
-    if (bsipipe_checkpoint_lock(ckpt, &ckpt_lock) < 0) {
-        fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());
-        return 1;
-    }
-    atexit(release_ckpt_lock);
-    int has = bsipipe_checkpoint_exists(ckpt);
-    if (has < 0) {
-        fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());
-        return 1;
-    }
-    if (has && !resume && !overwrite) {
-        fprintf(stderr, "bsipipe-train: '%s' already holds a checkpoint (%s/checkpoint.bin); add --resume to "
-                        "continue it, or --overwrite to start afresh and replace it (or choose another "
-                        "--checkpoint directory)\n", ckpt, ckpt);
-        return 1;
-    }
-    return 0;
-}
 
 /* FNV-1a (64 bits) of the whole model's parameters: a fingerprint to
  * compare runs bit for bit (a resumed run with an uninterrupted one). */
@@ -172,12 +136,17 @@ static void usage(FILE *out)
 "                    emulated rate with --emulate, else no MFU)\n"
 "  --save-interval N  with --checkpoint: save every N iterations (default 1; the\n"
 "                    last is always saved)\n"
+"  --keep-last N     with --checkpoint: keep the last N saves as\n"
+"                    DIR/iter_NNNNNNN/ too (hard links; each a checkpoint\n"
+"                    directory --resume-from reads); default: DIR's latest only\n"
 "  --checkpoint DIR  save DIR/checkpoint.bin after every iteration (atomic;\n"
 "                    with --mpi every rank writes a part, rank 0 a manifest);\n"
 "                    DIR is locked for the run (one run per DIR), and a DIR\n"
 "                    that holds a checkpoint needs --resume or --overwrite\n"
 "  --resume          continue from DIR/checkpoint.bin (bit-identical to an\n"
 "                    uninterrupted run); --iters is the total\n"
+"  --resume-from P   continue from the checkpoint in directory P (e.g. a kept\n"
+"                    DIR/iter_NNNNNNN), saving to --checkpoint DIR if given\n"
 "  --overwrite       start afresh in a DIR that holds a checkpoint, replacing\n"
 "                    it at the first save\n"
 "  --memory-limit B  memory budget of this process (e.g. 24G, 512M; default:\n"
@@ -491,13 +460,14 @@ int main(int argc, char **argv)
      * 14 (an independent PyTorch model reproduces it: the rate, not the kernels). */
     double lr = 1e-3, watchdog = 30, tflops = 0.05, mem_limit = 0, peak_tflops = 0;
     bsipipe_adamw_t opt_flags = {-1, -1, -1, -1, -1, -1}; /* -1: the engine's default */
-    int log_interval = 1, save_interval = 1;
+    int log_interval = 1;
     const char *log_json = NULL;
     int eval_every = 10, warmup = 0, decay_iters = 0; /* 0: --iters */
     double min_lr = -1; /* -1: lr/10 */
     lr_decay_t decay = LR_COSINE;
-    int emulate = 0, resume = 0, overwrite = 0, mpi = 0, naive_mapping = 0;
-    const char *ckpt = NULL, *trace = NULL, *transport = NULL, *precision = NULL, *plan_path = NULL;
+    int emulate = 0, mpi = 0, naive_mapping = 0;
+    train_ckpt_t ck = {.save_interval = 1};
+    const char *trace = NULL, *transport = NULL, *precision = NULL, *plan_path = NULL;
     cli_plan_flags_t given = {0}; /* explicit flags, checked against a --plan */
     bsipipe_engine_devices_t devices = BSIPIPE_DEVICES_CPU;
     int gpus = 0;
@@ -508,7 +478,7 @@ int main(int argc, char **argv)
     enum { O_SCHED = 256, O_POLICY, O_W, O_P, O_K, O_M, O_MODEL, O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_ITERS,
            O_SEED, O_LR, O_WARMUP, O_DECAY, O_DECAY_ITERS, O_MINLR, O_EVAL, O_DATA, O_COMM, O_RECV, O_SENDS, O_WATCHDOG, O_UNCHECKED, O_EMULATE, O_TFLOPS, O_CKPT, O_RESUME, O_TRACE,
            O_MPI, O_NAIVE_MAPPING, O_DEVICES, O_GPUS, O_TRANSPORT, O_PRECISION, O_OVERWRITE, O_MEMLIMIT, O_PLAN, O_TP,
-           O_WD, O_BETA1, O_BETA2, O_EPS, O_CLIP, O_LOG_INTERVAL, O_LOG_JSON, O_PEAK, O_SAVE_INTERVAL };
+           O_WD, O_BETA1, O_BETA2, O_EPS, O_CLIP, O_LOG_INTERVAL, O_LOG_JSON, O_PEAK, O_SAVE_INTERVAL, O_KEEP_LAST, O_RESUME_FROM };
     static const struct option longopts[] = {
         {"schedule", 1, 0, O_SCHED}, {"policy", 1, 0, O_POLICY}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P},
         {"k", 1, 0, O_K}, {"m", 1, 0, O_M}, {"model", 1, 0, O_MODEL}, {"layers", 1, 0, O_LAYERS},
@@ -525,6 +495,7 @@ int main(int argc, char **argv)
         {"weight-decay", 1, 0, O_WD}, {"adam-beta1", 1, 0, O_BETA1}, {"adam-beta2", 1, 0, O_BETA2},
         {"adam-eps", 1, 0, O_EPS}, {"clip-grad", 1, 0, O_CLIP}, {"log-interval", 1, 0, O_LOG_INTERVAL},
         {"log-json", 1, 0, O_LOG_JSON}, {"peak-tflops", 1, 0, O_PEAK}, {"save-interval", 1, 0, O_SAVE_INTERVAL},
+        {"keep-last", 1, 0, O_KEEP_LAST}, {"resume-from", 1, 0, O_RESUME_FROM},
         {"version", 0, 0, 'V'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
@@ -604,14 +575,16 @@ int main(int argc, char **argv)
         case O_LOG_INTERVAL: bad = cli_parse_int("bsipipe-train", "--log-interval", optarg, 1, 1 << 30, &log_interval); break;
         case O_LOG_JSON: log_json = optarg; break;
         case O_PEAK: bad = cli_parse_double("bsipipe-train", "--peak-tflops", optarg, 1e-6, 1e9, &peak_tflops); break;
-        case O_SAVE_INTERVAL: bad = cli_parse_int("bsipipe-train", "--save-interval", optarg, 1, 1 << 30, &save_interval); break;
+        case O_SAVE_INTERVAL: bad = cli_parse_int("bsipipe-train", "--save-interval", optarg, 1, 1 << 30, &ck.save_interval); break;
+        case O_KEEP_LAST: bad = cli_parse_int("bsipipe-train", "--keep-last", optarg, 1, 1 << 20, &ck.keep_last); break;
+        case O_RESUME_FROM: ck.resume_from = optarg; break;
         case O_WATCHDOG: bad = cli_parse_double("bsipipe-train", "--watchdog", optarg, 0.01, 86400, &watchdog); break;
         case O_UNCHECKED: unchecked = 1; break;
         case O_EMULATE: emulate = 1; break;
         case O_TFLOPS: bad = cli_parse_double("bsipipe-train", "--device-tflops", optarg, 1e-6, 1e6, &tflops); break;
-        case O_CKPT: ckpt = optarg; break;
-        case O_RESUME: resume = 1; break;
-        case O_OVERWRITE: overwrite = 1; break;
+        case O_CKPT: ck.dir = optarg; break;
+        case O_RESUME: ck.resume = 1; break;
+        case O_OVERWRITE: ck.overwrite = 1; break;
         case O_MEMLIMIT: bad = cli_parse_bytes("bsipipe-train", "--memory-limit", optarg, &mem_limit); break;
         case O_TRACE: trace = optarg; break;
         case O_MPI: mpi = 1; break;
@@ -669,11 +642,8 @@ int main(int argc, char **argv)
         kind = ppc->schedule;
         w = ppc->w, p = ppc->p, k = ppc->k, m = ppc->m, comm = ppc->comm, tp = ppc->tp;
     }
-    if (ckpt && emulate) {
-        fprintf(stderr, "bsipipe-train: --checkpoint with --emulate would save parameters nothing computed; "
-                        "drop one of them\n");
+    if (train_ckpt_check_flags(&ck, emulate))
         return 2;
-    }
     /* Under mpirun without --mpi every rank would train the whole model
      * alone, fighting for the cores: say so instead. */
     const char *world = getenv("OMPI_COMM_WORLD_SIZE") ? getenv("OMPI_COMM_WORLD_SIZE") : getenv("PMI_SIZE");
@@ -686,10 +656,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "bsipipe-train: --naive-mapping maps devices onto MPI ranks; it needs --mpi\n");
         return 2;
     }
-    if (save_interval > 1 && !ckpt) {
-        fprintf(stderr, "bsipipe-train: --save-interval needs --checkpoint DIR (where to save)\n");
-        return 2;
-    }
     if (peak_tflops > 0 && !log_json) {
         fprintf(stderr, "bsipipe-train: --peak-tflops gives the MFU of --log-json FILE; add --log-json\n");
         return 2;
@@ -699,20 +665,10 @@ int main(int argc, char **argv)
                         "run it in one process\n");
         return 2;
     }
-    if (resume && !ckpt) {
-        fprintf(stderr, "bsipipe-train: --resume needs --checkpoint DIR (where the checkpoint is)\n");
-        return 2;
-    }
-    if (overwrite && (!ckpt || resume)) {
-        fprintf(stderr, "bsipipe-train: --overwrite %s\n", resume ? "and --resume contradict each other: "
-                        "--resume continues the checkpoint, --overwrite replaces it; keep one"
-                        : "needs --checkpoint DIR (the checkpoint to replace)");
-        return 2;
-    }
     /* One run per checkpoint directory, for the run's whole life (released
      * at exit); then a fresh run does not silently replace a checkpoint.
      * Under --mpi after the engine exists (rank 0 takes the lock). */
-    if (ckpt && !mpi && checkpoint_open(ckpt, resume, overwrite))
+    if (ck.dir && !mpi && train_ckpt_open(&ck))
         return 1;
     /* Tracing: StarPU reads its FxT settings in starpu_init (engine create).
      * A StarPU built with FxT traces by default (into /tmp): only with --trace
@@ -807,8 +763,8 @@ int main(int argc, char **argv)
     int rank = 0, nranks = 1;
     int *dev_rank = calloc((size_t)pc.w, sizeof *dev_rank);
     bsipipe_engine_ranks(e, &rank, &nranks, dev_rank);
-    if (ckpt && mpi) {
-        int crc = rank == 0 && checkpoint_open(ckpt, resume, overwrite) ? -EINVAL : 0;
+    if (ck.dir && mpi) {
+        int crc = rank == 0 && train_ckpt_open(&ck) ? -EINVAL : 0;
         if (bsipipe_engine_agree(e, crc, "could not open the checkpoint directory") < 0) {
             if (crc == 0)
                 fprintf(stderr, "bsipipe-train: rank %d: %s\n", rank, bsipipe_error_detail());
@@ -858,8 +814,9 @@ int main(int argc, char **argv)
         printf("EMULATED: compute tasks sleep for their FLOPs at %g TFLOP/s per device; no loss is computed\n",
                tflops);
     long start_it = 0;
-    if (resume) {
-        if (bsipipe_engine_load(e, ckpt, &start_it) < 0) {
+    const char *load_dir = train_ckpt_load_dir(&ck);
+    if (load_dir) {
+        if (bsipipe_engine_load(e, load_dir, &start_it) < 0) {
             fprintf(stderr, "bsipipe-train: cannot resume: %s\n", bsipipe_error_detail());
             bsipipe_engine_destroy(e);
             free(corpus);
@@ -867,7 +824,7 @@ int main(int argc, char **argv)
         }
         if (start_it >= iters) {
             fprintf(stderr, "bsipipe-train: %s/checkpoint.bin holds %ld iterations and --iters is %d (the total): "
-                            "nothing to do; give --iters above %ld to continue training\n", ckpt, start_it, iters,
+                            "nothing to do; give --iters above %ld to continue training\n", load_dir, start_it, iters,
                     start_it);
             if (!emulate) { /* what the finished run left, to compare with another run */
                 long n_params;
@@ -879,14 +836,14 @@ int main(int argc, char **argv)
              * killed: rank 0 says everything and frees the directory, and no
              * rank leaves before it has (the agreement is a barrier). */
             fflush(stdout);
-            release_ckpt_lock();
+            train_ckpt_release();
             if (mpi)
                 bsipipe_engine_agree(e, 0, "finishing a resume with nothing to do");
             bsipipe_engine_destroy(e);
             free(corpus);
             return 1;
         }
-        printf("resumed from %s/checkpoint.bin after iteration %ld\n", ckpt, start_it);
+        printf("resumed from %s/checkpoint.bin after iteration %ld\n", load_dir, start_it);
     }
     if (min_lr < 0)
         min_lr = lr / 10;
@@ -949,7 +906,7 @@ int main(int argc, char **argv)
                             "data and the checkpoint resumed from\n", it + 1,
                     !isfinite(loss) && !isfinite(gnorm) ? "loss and the gradient norm are"
                     : !isfinite(loss) ? "loss is" : "gradient norm is", loss, gnorm, where,
-                    ckpt ? " (the checkpoint keeps the previous iteration)" : "", lr);
+                    ck.dir ? " (the checkpoint keeps the previous iteration)" : "", lr);
             rc = -EDOM;
             break;
         }
@@ -963,11 +920,8 @@ int main(int argc, char **argv)
             printf("iter %4d/%d  loss %.4f  gnorm %.3f  lr %.2e  %8.0f tokens/s  bubble %5.1f%% (plan %.1f%%)  peak "
                    "act %.1f MiB  %.3f s%s\n", it + 1, iters, loss, gnorm, rate, st.tokens_per_s,
                    100 * st.bubble_ratio, 100 * planned, peak_max / 1048576.0, st.wall_s, emu);
-        if (ckpt && ((it + 1) % save_interval == 0 || it + 1 == iters) &&
-            (rc = bsipipe_engine_save(e, ckpt, it + 1)) < 0) {
-            fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());
+        if ((rc = train_ckpt_after_iteration(&ck, e, it + 1, iters, rank)) < 0)
             break;
-        }
         if (done++ == 0) first = loss;
         last = loss;
         tok_s += st.tokens_per_s;

@@ -396,8 +396,25 @@ int bsipipe_checkpoint_exists(const char *dir);
  * also ends with the process). Errors: -EBUSY when another process holds it
  * (the detail names its pid), -ENOENT (no DIR), another negated errno. */
 typedef struct bsipipe_checkpoint_lock bsipipe_checkpoint_lock_t;
+/* (The lock also removes half-made kept directories, below.) */
 int bsipipe_checkpoint_lock(const char *dir, bsipipe_checkpoint_lock_t **out);
 void bsipipe_checkpoint_unlock(bsipipe_checkpoint_lock_t *l); /* NULL is fine */
+
+/* Keeps the checkpoint now in DIR as DIR/iter_NNNNNNN/ too (the iteration it
+ * stores, seven digits or more): checkpoint.bin and, across ranks, the parts
+ * its manifest names, as hard links (no copy; a copy where the file system
+ * has none), made complete under a temporary name and renamed. A kept
+ * directory is a checkpoint directory (bsipipe_engine_load reads it); one of
+ * the same iteration kept before is replaced. Then the kept directories
+ * beyond the newest keep_last (>= 1, by iteration) are removed: their
+ * checkpoint files only, a directory holding anything else stays. Call it
+ * after bsipipe_engine_save returned 0 (across ranks: on one rank, after
+ * every rank's save returned 0), with the directory's lock held.
+ * *iteration (may be NULL): the iteration kept. Errors: -EINVAL (no dir,
+ * keep_last < 1), -ENOENT / BSIPIPE_EFORMAT (DIR holds no checkpoint), a
+ * negated errno (link, copy, mkdir or rename failed: the detail names the
+ * file); DIR's own checkpoint is never touched. */
+int bsipipe_checkpoint_keep(const char *dir, int keep_last, long *iteration);
 
 /* ---- Tracing (tasks/engine_trace.c, docs/tracing.md) ----
  *

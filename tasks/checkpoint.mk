@@ -2,7 +2,7 @@
 # bsipipe_engine_load, declared in tasks/bsipipe_engine.h; format in docs/checkpoint.md).
 # tasks/checkpoint_format.c: the file format and every check of a file read back, without
 # StarPU (fuzz/fuzz_checkpoint.c builds it alone).
-libbsipipe_la_SOURCES += tasks/engine_checkpoint.c tasks/checkpoint_values.c tasks/checkpoint_dir.c tasks/checkpoint_format.c
+libbsipipe_la_SOURCES += tasks/engine_checkpoint.c tasks/checkpoint_values.c tasks/checkpoint_dir.c tasks/checkpoint_keep.c tasks/checkpoint_format.c
 noinst_HEADERS += tasks/checkpoint_format.h
 EXTRA_DIST += docs/checkpoint.md
 check_PROGRAMS += tests/test_checkpoint

@@ -129,6 +129,7 @@ int bsipipe_checkpoint_lock(const char *dir, bsipipe_checkpoint_lock_t **out)
         return bsipipe_error_set(-err, "checkpoint: cannot write the lock %s: %s", dir, strerror(err));
     }
     remove_stale_temps(dir);
+    engine_ckpt_keep_remove_stale(dir);
     *out = l;
     return 0;
 }

@@ -121,6 +121,15 @@ int ckpt_part_name_ok(const char *name, size_t len)
 
 /* ---- reading a file ---- */
 
+int ckpt_is_part_name(const char *name)
+{
+    long it;
+    unsigned long long nonce;
+    int rank, end = 0;
+    return sscanf(name, "checkpoint-i%ld-%16llx-r%d.part%n", &it, &nonce, &rank, &end) == 3 && end > 0 &&
+           name[end] == '\0';
+}
+
 int ckpt_file_read(const char *path, unsigned char **out, uint64_t *size)
 {
     *out = NULL;

@@ -175,6 +175,9 @@ void ckpt_header_clear(ckpt_header_t *h); /* frees rep and part; NULL fields are
 /* A name a manifest may give a part: a file of the checkpoint's directory
  * (no '/', not hidden), NUL-terminated within MAN_NAME_BYTES. */
 int ckpt_part_name_ok(const char *name, size_t len);
+/* 1 if name is what a save across ranks names a part
+ * (checkpoint-i<ITER>-<NONCE>-r<RANK>.part), 0 otherwise. */
+int ckpt_is_part_name(const char *name);
 
 /* Reads a regular file whole (a FIFO or device is refused, not waited on).
  * *out: malloc'ed, caller frees. Errors: -ENOENT, -EINVAL, -errno, -ENOMEM,

@@ -325,15 +325,6 @@ static void part_name(char *out, size_t len, long iteration, uint64_t nonce, int
     snprintf(out, len, "checkpoint-i%ld-%016llx-r%d.part", iteration, (unsigned long long)nonce, rank);
 }
 
-static int is_part_name(const char *name)
-{
-    long it;
-    unsigned long long nonce;
-    int rank, end = 0;
-    return sscanf(name, "checkpoint-i%ld-%16llx-r%d.part%n", &it, &nonce, &rank, &end) == 3 && end > 0 &&
-           name[end] == '\0';
-}
-
 /* Bytes of the part of rank r (its replicas' table, then their data). */
 static uint64_t part_bytes(const bsipipe_engine_t *e, int r, int *n_rep)
 {
@@ -647,7 +638,7 @@ static void remove_parts(const char *dir, const ckpt_header_t *manifest)
         return;
     struct dirent *de;
     while ((de = readdir(d))) {
-        if (!is_part_name(de->d_name))
+        if (!ckpt_is_part_name(de->d_name))
             continue;
         int named = 0;
         for (uint32_t p = 0; manifest && p < manifest->n_parts && !named; p++)

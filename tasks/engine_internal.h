@@ -475,6 +475,9 @@ int engine_ckpt_state_finite(struct bsipipe_engine *e, char *where, size_t len);
  * checkpoint_format.h): 0 or BSIPIPE_EFORMAT with a detail. */
 struct ckpt_load;
 int engine_ckpt_loaded_finite(const struct bsipipe_engine *e, const struct ckpt_load *l, int i);
+/* Removes DIR's half-made kept directories (.iter_N.<pid>.tmp) of processes
+ * that no longer exist (checkpoint_keep.c; called under the lock). */
+void engine_ckpt_keep_remove_stale(const char *dir);
 int engine_tp_set_full(struct bsipipe_engine *e, int pipe, int which, const float *full, float *shard);
 /* The op args that device d's rank-0 worker waits for at `slot` (watchdog),
  * or NULL; and op i's rank-0 arguments. */

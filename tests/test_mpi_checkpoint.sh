@@ -43,13 +43,24 @@ nparts=$(ls "$tmp/ck" | grep -c '^checkpoint-i3-.*\.part$')
 [ "$nparts" = 2 ] || fail "want 2 parts of iteration 3 in DIR, found $nparts"
 cp -r "$tmp/ck" "$tmp/ck1"
 timeout 300 "${MPIRUN[@]}" -np 2 "$train" --mpi "${tiny[@]}" --iters $total --checkpoint "$tmp/ck" --resume \
-    >"$tmp/resumed" 2>&1 || fail "resume on 2 ranks: $(tail -3 "$tmp/resumed")"
+    --keep-last 2 >"$tmp/resumed" 2>&1 || fail "resume on 2 ranks: $(tail -3 "$tmp/resumed")"
 got=$(digest "$tmp/resumed")
 echo "   resumed on 2 ranks: FNV-1a $got"
 [ "$got" = "$want" ] || fail "resumed on 2 ranks: parameters $got, uninterrupted $want"
 a=$(losses "$tmp/straight" | tail -n $((total - 3))) b=$(losses "$tmp/resumed")
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "resumed losses differ: [$a] vs [$b]"
 ls "$tmp/ck" | grep -q "^checkpoint-i3-" && fail "the parts of iteration 3 are left after later saves"
+# --keep-last 2: the last two saves kept as DIR/iter_NNNNNNN, each a manifest and its two parts
+# (hard links), and a kept one resumes in one process to the same parameters.
+kept=$(cd "$tmp/ck" && ls -d iter_* | tr '\n' ' ')
+[ "$kept" = "iter_0000005 iter_0000006 " ] || fail "--keep-last 2 kept [$kept], want iterations 5 and 6"
+n=$(ls "$tmp/ck/iter_0000005" | grep -c '^checkpoint-i5-.*\.part$')
+[ "$n" = 2 ] && [ -f "$tmp/ck/iter_0000005/checkpoint.bin" ] || fail "iter_0000005 holds $n parts, want a manifest and 2"
+STARPU_SILENT=1 timeout 300 "$train" "${tiny[@]}" --iters $total --resume-from "$tmp/ck/iter_0000005" \
+    >"$tmp/fromkept" 2>&1 || fail "resume from a kept checkpoint: $(tail -3 "$tmp/fromkept")"
+got=$(digest "$tmp/fromkept")
+echo "   resumed in one process from iter_0000005: FNV-1a $got"
+[ "$got" = "$want" ] || fail "resumed from iter_0000005: parameters $got, uninterrupted $want"
 STARPU_SILENT=1 timeout 300 "$train" "${tiny[@]}" --iters $total --checkpoint "$tmp/ck1" --resume >"$tmp/single" 2>&1 ||
     fail "resume in one process: $(tail -3 "$tmp/single")"
 got=$(digest "$tmp/single")

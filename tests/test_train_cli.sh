@@ -143,6 +143,29 @@ else fail "--weight-decay changed nothing"; fi
 "$train" $tiny --iters 5 --eval-every 0 --checkpoint "$tmp/ck-si" --save-interval 2 >"$tmp/si" 2>&1 ||
     fail "save interval: $(tail -2 "$tmp/si")"
 expect 1 "checkpoint.bin holds 5 iterations and --iters is 5" $tiny --iters 5 --checkpoint "$tmp/ck-si" --resume
+# --keep-last 2: DIR/iter_0000004 and iter_0000005 (hard links of the saves, the older ones
+# removed); a user's file keeps its directory; --resume-from a kept one continues bit for bit.
+"$train" $tiny --iters 3 --eval-every 0 --checkpoint "$tmp/ck-kl" --keep-last 2 >"$tmp/kl" 2>&1 ||
+    fail "keep-last: $(tail -2 "$tmp/kl")"
+echo mine >"$tmp/ck-kl/iter_0000002/notes.txt"
+"$train" $tiny --iters 5 --eval-every 0 --checkpoint "$tmp/ck-kl" --keep-last 2 --resume >"$tmp/kl" 2>&1 ||
+    fail "keep-last, resumed: $(tail -2 "$tmp/kl")"
+kept=$(cd "$tmp/ck-kl" && ls -d iter_* | tr '\n' ' ')
+if [ "$kept" = "iter_0000002 iter_0000004 iter_0000005 " ] && [ -f "$tmp/ck-kl/iter_0000002/notes.txt" ] &&
+   [ ! -e "$tmp/ck-kl/iter_0000002/checkpoint.bin" ] && [ ! -e "$tmp/ck-kl/iter_0000003" ] &&
+   [ "$(stat -c %i "$tmp/ck-kl/checkpoint.bin")" = "$(stat -c %i "$tmp/ck-kl/iter_0000005/checkpoint.bin")" ]; then ok
+else fail "--keep-last 2 left [$kept]: $(ls -R "$tmp/ck-kl" | tr '\n' ' ')"; fi
+"$train" $tiny --iters 5 --eval-every 0 --resume-from "$tmp/ck-kl/iter_0000004" --checkpoint "$tmp/ck-rf" \
+    >"$tmp/rf" 2>&1 || fail "resume-from: $(tail -2 "$tmp/rf")"
+if grep -q "resumed from $tmp/ck-kl/iter_0000004/checkpoint.bin after iteration 4" "$tmp/rf" &&
+   [ "$(grep '^parameters:' "$tmp/rf")" = "$(grep '^parameters:' "$tmp/kl")" ]; then ok
+else fail "--resume-from iter_0000004: $(grep -E '^(resumed|parameters)' "$tmp/rf" "$tmp/kl")"; fi
+expect 1 "which the first save would replace with a continuation of" $tiny \
+    --resume-from "$tmp/ck-kl/iter_0000004" --checkpoint "$tmp/ck-rf"
+expect 2 "--keep-last needs --checkpoint" $tiny --keep-last 2
+expect 2 "--keep-last expects" $tiny --checkpoint "$tmp/ck-x" --keep-last 0
+expect 2 "--resume and --resume-from both" $tiny --checkpoint "$tmp/ck-kl" --resume --resume-from "$tmp/ck-kl"
+expect 1 "no checkpoint at $tmp/none/checkpoint.bin" $tiny --resume-from "$tmp/none"
 # The header line reaches a file or a pipe at once, not when the first (slow) iteration ends.
 "$train" --emulate --device-tflops 0.00005 --layers 8 --hidden 64 --heads 2 --seq 64 --m 4 --iters 50 \
     >"$tmp/header" 2>&1 &
