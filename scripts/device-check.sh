@@ -337,6 +337,34 @@ elif [ $have_gpu = 1 ]; then
     STATUS[admission]="skipped (no runnable bsipipe-train: carry devbundle/)"
 fi
 
+# The estimate against the GPU's measured peak: a mid-sized model trained one iteration on one
+# GPU, nvidia-smi's used memory of the process sampled every 0.1 s, against the "memory: about
+# X GiB on GPU 0" line (plan, scratch, the CUDA libraries' reserve).
+STATUS[gpu-peak]="skipped (no CUDA GPU found)"
+if [ $have_gpu = 1 ] && [ -x "$PT" ] && command -v nvidia-smi >/dev/null; then
+    say "GPU: measured peak against the admission estimate (hidden 2048, 16 layers, vocabulary 32768)"
+    env "LD_LIBRARY_PATH=$TE_LD" STARPU_SILENT=1 timeout 120 "$PT" --devices cuda --gpus 1 --w 4 --m 8 \
+        --layers 16 --hidden 2048 --heads 16 --seq 1024 --vocab 32768 --iters 2 --eval-every 0 \
+        >"$OUTDIR/gpu-peak.txt" 2>&1 &
+    tpid=$!
+    peak=0
+    while kill -0 $tpid 2>/dev/null; do
+        u=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null |
+            awk -F', *' -v p=$tpid '$1 == p {print $2}')
+        [ -n "$u" ] && [ "$u" -gt "$peak" ] && peak=$u
+        sleep 0.1
+    done
+    wait $tpid; rc=$?
+    est=$(grep -o 'memory: about [0-9.]* GiB on GPU 0' "$OUTDIR/gpu-peak.txt" | grep -o '[0-9.]* GiB' | cut -d' ' -f1)
+    pk=$(awk -v m=$peak 'BEGIN {printf "%.2f", m / 1024}')
+    echo "estimate ${est:-?} GiB, measured peak $pk GiB (exit $rc)" | tee -a "$LOG"
+    if [ $rc = 0 ] && [ -n "$est" ] && awk -v a="$pk" -v b="$est" 'BEGIN {exit !(a <= b)}'; then
+        STATUS[gpu-peak]="ok (peak $pk GiB <= estimate $est GiB)"
+    else
+        STATUS[gpu-peak]="FAIL (exit $rc; peak $pk GiB, estimate ${est:-none} GiB; gpu-peak.txt)"
+    fi
+fi
+
 # compute-sanitizer, where the image has it and its runtime lets it attach: memcheck over
 # every kernel case (bf16s: the tensor-core attention too), racecheck and synccheck over the
 # attention cases. A time-out or a tool that cannot attach is reported, not failed.
@@ -386,6 +414,7 @@ fi
     echo "pipeline fp32:  ${STATUS[pipeline_fp32]}"
     echo "pipeline bf16s: ${STATUS[pipeline_bf16s]}"
     echo "admission:      ${STATUS[admission]}"
+    echo "GPU peak:       ${STATUS[gpu-peak]}"
     echo "memcheck:   ${STATUS[memcheck]}"
     echo "racecheck:  ${STATUS[racecheck]}"
     echo "synccheck:  ${STATUS[synccheck]}"
@@ -435,7 +464,7 @@ fi
 
 fail=0
 for k in build cpu probe kernels tp_segments bench engine_cpu engine engine_bf16 engine_nccl pipeline_fp32 pipeline_bf16s \
-    admission memcheck racecheck synccheck; do
+    admission gpu-peak memcheck racecheck synccheck; do
     case ${STATUS[$k]:-FAIL} in ok*|skipped*) ;; *) fail=1 ;; esac
 done
 [ $fail = 1 ] && exit 1
