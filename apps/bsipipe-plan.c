@@ -86,6 +86,11 @@ static void usage(FILE *out)
 "                     .pipelining's per-rank action CSV (one pipe, k = 1)\n"
 "  --version          the bsipipe version\n"
 "  -h, --help\n", out);
+    fputs("Micro-batch counts each schedule runs (N_s = m*k; a config outside them is\n"
+          "refused naming the nearest valid m):\n", out);
+    for (int kind = 0; kind < BSIPIPE_SCHED_COUNT; kind++)
+        fprintf(out, "  %-11s %s\n", bsipipe_schedule_kind_name((bsipipe_schedule_kind_t)kind),
+                bsipipe_schedule_kind_m_rule((bsipipe_schedule_kind_t)kind));
 }
 
 /* 1 when arg, all of it, is a finite number (into *out). */

@@ -65,6 +65,31 @@ bsipipe_schedule_traits_t bsipipe_schedule_kind_traits(bsipipe_schedule_kind_t k
     return t;
 }
 
+const char *bsipipe_schedule_kind_m_rule(bsipipe_schedule_kind_t kind)
+{
+    /* One sentence per schedule of what bsipipe_parallel_config_validate
+     * below enforces on m (and w where it constrains m). */
+    switch (kind) {
+    case BSIPIPE_SCHED_GPIPE: case BSIPIPE_SCHED_1F1B: case BSIPIPE_SCHED_ZB_H1: case BSIPIPE_SCHED_TERAPIPE:
+    case BSIPIPE_SCHED_SEQ1F1B: case BSIPIPE_SCHED_ZB_V: case BSIPIPE_SCHED_SEQ_ZBV:
+        return "any m >= 1";
+    case BSIPIPE_SCHED_1F1B_I: case BSIPIPE_SCHED_SEQ1F1B_I:
+        return "any m with N_s = m*k >= w (Megatron's micro-batch groups)";
+    case BSIPIPE_SCHED_CHIMERA: case BSIPIPE_SCHED_BSIPIPE_ZB:
+        return "m even (half in each pipe)";
+    case BSIPIPE_SCHED_BSIPIPE:
+        return "m even, N_s = m*k a multiple of k*w (whole basic units)";
+    case BSIPIPE_SCHED_BITPIPE:
+        return "w even, m a multiple of w";
+    case BSIPIPE_SCHED_DUALPIPEV:
+        return "m >= 2w";
+    case BSIPIPE_SCHED_DUALPIPE:
+        return "w even, m even and >= 2w";
+    default:
+        return "?";
+    }
+}
+
 static const char *const comm_names[BSIPIPE_COMM_COUNT] = {"bsipipe", "ordered", "naive", "no-reversal"};
 
 const char *bsipipe_comm_order_name(bsipipe_comm_order_t order)
@@ -141,6 +166,14 @@ int bsipipe_model_dims_validate(const bsipipe_model_dims_t *d)
     return 0;
 }
 
+int bsipipe_interleave_group(int ns, int w)
+{
+    for (int g = w; g <= ns; g++)
+        if (ns % g == 0 || ns % g >= w)
+            return g;
+    return 0;
+}
+
 int bsipipe_parallel_config_validate(const bsipipe_parallel_config_t *pc, const bsipipe_model_dims_t *d)
 {
     char near[48];
@@ -168,18 +201,17 @@ int bsipipe_parallel_config_validate(const bsipipe_parallel_config_t *pc, const 
     } else if (t.interleaved) {
         RULE(pc->p >= 2, "%s interleaves chunks: p must be >= 2 (got p=%d; p=1 is %s)", name, pc->p,
              pc->schedule == BSIPIPE_SCHED_1F1B_I ? "1f1b" : "seq1f1b");
-        RULE(ns % pc->w == 0,
-             "%s (Megatron's interleaved order) needs N_s = m*k a multiple of w=%d (got N_s=%d); "
-             "nearest valid m: %s", name, pc->w, ns,
-             either(near, sizeof near, mult_below(ns, pc->w) / pc->k > 0 ? mult_below(ns, pc->w) / pc->k : 1,
-                    (mult_above(ns, pc->w) + pc->k - 1) / pc->k));
+        RULE(ns >= pc->w,
+             "%s (Megatron's interleaved order) needs at least one unit per device, N_s = m*k >= w=%d "
+             "(got N_s=%d); nearest valid m: %d", name, pc->w, ns, (pc->w + pc->k - 1) / pc->k);
     } else {
         RULE(pc->p == 1, "%s does not interleave: p must be 1 (got p=%d)", name, pc->p);
     }
     if (t.bidirectional) {
         RULE(pc->w >= 2, "%s needs two pipes over at least 2 devices: w >= 2 (got w=%d)", name, pc->w);
         RULE(pc->m % 2 == 0, "%s splits micro-batches between two pipes: m must be even "
-             "(got m=%d); nearest valid m: %d or %d", name, pc->m, pc->m > 1 ? pc->m - 1 : 2, pc->m + 1);
+             "(got m=%d); nearest valid m: %s", name, pc->m,
+             either(near, sizeof near, pc->m > 1 ? pc->m - 1 : pc->m + 1, pc->m + 1));
     }
     if (pc->schedule == BSIPIPE_SCHED_BSIPIPE) {
         int unit = pc->k * pc->w * (pc->w % 2 ? 2 : 1);

@@ -100,6 +100,22 @@ static inline int bsipipe_parallel_config_ns(const bsipipe_parallel_config_t *pc
     return pc->m * pc->k;
 }
 
+/* The micro-batch counts a schedule runs, as one sentence ("any m >= 1",
+ * "m even, ..."), for --help and error messages; the rules themselves are
+ * bsipipe_parallel_config_validate's. */
+const char *bsipipe_schedule_kind_m_rule(bsipipe_schedule_kind_t kind);
+
+/* Megatron's micro-batch group of the interleaved schedules (1f1b-i,
+ * seq1f1b-i; Megatron's microbatch_group_size_per_vp_stage over units, a
+ * unit being one (micro-batch, subsequence)): a device's forwards run chunk
+ * 0 of G units, then chunk 1 of the same G, and so on, group after group; the
+ * last group holds the remainder N_s mod G when it is not 0. Megatron refuses
+ * a remainder below w (that group's chunk c+1 would wait for its chunk c to
+ * come round the ring), so G is the smallest value in w..N_s whose remainder
+ * is 0 or at least w: w itself when w divides N_s (Megatron's default, G =
+ * the pipeline size), N_s at worst. Any N_s >= w has one. 0 when N_s < w. */
+int bsipipe_interleave_group(int ns, int w);
+
 /* Checks every rule of the parallel config against the model (dims may be
  * NULL to check the parallel config alone). Returns 0 or BSIPIPE_ECONFIG with
  * a detail sentence naming the rule and the nearest valid values. */

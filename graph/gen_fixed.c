@@ -4,7 +4,8 @@
  *   1f1b / seq1f1b   : warmup forwards, then one forward one backward, then
  *                      cooldown backwards;
  *   1f1b-i / seq1f1b-i: the same over virtual stages, Megatron's interleaved
- *                      order (groups of w units per chunk);
+ *                      order (groups of G units per chunk, G = w when w
+ *                      divides N_s: bsipipe_interleave_group);
  *   zb-h1            : 1f1b's order of F and B (B = input gradient only),
  *                      each W deferred d backwards on device d (ZeroBubble's
  *                      handcrafted ZB-H1);
@@ -20,21 +21,54 @@
 
 #include <stdlib.h>
 
-/* Virtual index i of a device's forward (or backward) sequence ->
- * (local chunk, unit), Megatron's interleaved numbering. */
-static void virtual_to_unit(const bsipipe_schedule_t *s, long i, int backward, int *local_chunk, int *unit)
+/* Megatron's schedule table (get_schedule_table) over units: groups of G
+ * units (bsipipe_interleave_group), each run chunk by chunk; the last group
+ * holds `last` units (G, or the remainder N_s mod G). For p = 1 every group
+ * is one chunk and the order is the units' own. */
+typedef struct vtable {
+    int p, g, last;
+    long full; /* units in the groups before the last */
+} vtable_t;
+
+static vtable_t vtable_of(const bsipipe_schedule_t *s)
 {
-    int w = s->pc.w, p = s->pc.p;
-    long group = i / ((long)w * p), within = i % ((long)w * p);
-    int lc = (int)(within / w);
-    *local_chunk = backward ? p - 1 - lc : lc;
-    *unit = (int)(group * w + within % w);
+    int ns = s->pc.m * s->pc.k;
+    int g = s->pc.p > 1 ? bsipipe_interleave_group(ns, s->pc.w) : ns;
+    if (g <= 0)
+        g = ns; /* the config's rules refuse N_s < w before this */
+    int last = ns % g ? ns % g : g;
+    return (vtable_t){s->pc.p, g, last, (long)ns - last};
 }
 
-static int push_virtual(bsipipe_schedule_t *s, int device, long i, int backward)
+/* Virtual index i of a device's forward (or backward) sequence ->
+ * (local chunk, unit), Megatron's interleaved numbering. */
+static void virtual_to_unit(const vtable_t *t, long i, int backward, int *local_chunk, int *unit)
+{
+    long in_full = t->full * t->p;
+    int lc;
+    if (i < in_full) {
+        long group = i / ((long)t->g * t->p), within = i % ((long)t->g * t->p);
+        lc = (int)(within / t->g);
+        *unit = (int)(group * t->g + within % t->g);
+    } else {
+        lc = (int)((i - in_full) / t->last);
+        *unit = (int)(t->full + (i - in_full) % t->last);
+    }
+    *local_chunk = backward ? t->p - 1 - lc : lc;
+}
+
+/* The inverse for forwards: the virtual index of (unit, local chunk). */
+static long unit_to_virtual(const vtable_t *t, long unit, int lc)
+{
+    if (unit < t->full)
+        return unit / t->g * ((long)t->g * t->p) + (long)lc * t->g + unit % t->g;
+    return t->full * t->p + (long)lc * t->last + (unit - t->full);
+}
+
+static int push_virtual(bsipipe_schedule_t *s, const vtable_t *t, int device, long i, int backward)
 {
     int lc, unit, k = s->pc.k;
-    virtual_to_unit(s, i, backward, &lc, &unit);
+    virtual_to_unit(t, i, backward, &lc, &unit);
     int mb = unit / k, sub = backward ? k - 1 - unit % k : unit % k;
     return schedule_push_compute(s, backward ? BSIPIPE_OP_B : BSIPIPE_OP_F, mb, sub, lc * s->pc.w + device);
 }
@@ -69,15 +103,15 @@ static int push_w(bsipipe_schedule_t *s, int device, long i)
  * in generate_1f1b gives; a longer micro-batch (k > 2w) spans more groups of
  * w units, and its first backward (last piece) waits for the forward of a
  * later group. */
-static long local_lead(const bsipipe_schedule_t *s, long total)
+static long local_lead(const bsipipe_schedule_t *s, const vtable_t *t, long total)
 {
-    int w = s->pc.w, p = s->pc.p, k = s->pc.k;
+    int k = s->pc.k;
     long lead = 0;
     for (long b = 0; b < total; b++) {
         int lc, unit;
-        virtual_to_unit(s, b, 1, &lc, &unit);
+        virtual_to_unit(t, b, 1, &lc, &unit);
         long fwd_unit = (long)(unit / k) * k + (k - 1 - unit % k); /* the same (mb, sub), forward numbering */
-        long f = fwd_unit / w * ((long)w * p) + (long)lc * w + fwd_unit % w;
+        long f = unit_to_virtual(t, fwd_unit, lc);
         if (f - b > lead)
             lead = f - b;
     }
@@ -89,17 +123,19 @@ static int generate_1f1b(bsipipe_schedule_t *s)
     int w = s->pc.w, p = s->pc.p, rc = 0;
     int split = bsipipe_schedule_kind_traits(s->pc.schedule).split_backward;
     long total = (long)s->pc.m * s->pc.k * p;
-    long lead = local_lead(s, total);
+    vtable_t t = vtable_of(s);
+    long lead = local_lead(s, &t, total);
     for (int d = 0; d < w && rc == 0; d++) {
-        /* Megatron's warmup, plus k-1 forwards so that the first backward
-         * (the micro-batch's last subsequence) has its forward done. */
-        long warmup = p == 1 ? w - d - 1 : 2L * (w - d - 1) + (long)(p - 1) * w;
+        /* Megatron's warmup (groups of G units), plus k-1 forwards so that
+         * the first backward (the micro-batch's last subsequence) has its
+         * forward done. */
+        long warmup = p == 1 ? w - d - 1 : 2L * (w - d - 1) + (long)(p - 1) * t.g;
         warmup += s->pc.k - 1;
-        /* When k does not divide w a micro-batch straddles two groups of w
-         * units, and its first backward (last piece) waits for the forward of
-         * the next group's last chunk: (p-1)w forwards further on. */
-        if (p > 1 && w % s->pc.k)
-            warmup += (long)(p - 1) * w;
+        /* When k does not divide G a micro-batch straddles two groups, and
+         * its first backward (last piece) waits for the forward of the next
+         * group's last chunk: (p-1)G forwards further on. */
+        if (p > 1 && t.g % s->pc.k)
+            warmup += (long)(p - 1) * t.g;
         /* Never below the device's own needs (found by fuzz/fuzz_config:
          * seq1f1b-i with k > 2w, e.g. w=1 p=2 k=3, or w=2 p=2 k=8, built a
          * plan whose first backward waited for a later forward of its own
@@ -111,12 +147,12 @@ static int generate_1f1b(bsipipe_schedule_t *s)
             warmup = total;
         long f = 0, b = 0, wgrad = 0;
         while (f < warmup && rc == 0)
-            rc = push_virtual(s, d, f++, 0);
+            rc = push_virtual(s, &t, d, f++, 0);
         while (b < total && rc == 0) {
             if (f < total)
-                rc = push_virtual(s, d, f++, 0);
+                rc = push_virtual(s, &t, d, f++, 0);
             if (rc == 0)
-                rc = push_virtual(s, d, b++, 1);
+                rc = push_virtual(s, &t, d, b++, 1);
             /* ZB-H1: the W of a backward runs d backwards later, so the last
              * devices, which finish their backwards first, fill the
              * cooldown with deferred W. */

@@ -40,6 +40,10 @@ tests_test_choose_k_LDADD = libbsipipe.la -lm
 check_PROGRAMS += tests/test_zero_bubble
 TESTS += tests/test_zero_bubble
 tests_test_zero_bubble_LDADD = libbsipipe.la
+# test_shapes: any micro-batch count the interleaved schedules can run (sweep).
+check_PROGRAMS += tests/test_shapes
+TESTS += tests/test_shapes
+tests_test_shapes_LDADD = libbsipipe.la
 # test_peer_orders: zb-v and dualpipev against torch's and DeepSeek's orders.
 TESTS += tests/test_peer_orders.sh
 EXTRA_DIST += tests/test_peer_orders.sh tests/peer_orders.py

@@ -9,6 +9,13 @@ torch.distributed.pipelining's per-rank action CSV (one row per rank, cells
             slots of those past m left empty (None);
   dualpipev torch's ScheduleDualPipeV._calculate_single_rank_operations,
             op for op DeepSeek's dualpipev.py;
+  1f1b-i    Megatron-LM's forward_backward_pipelining_with_interleaving
+            (schedules.py: get_schedule_table, get_pp_rank_microbatches and
+            its warmup / 1F1B / cooldown loops), P model chunks per rank,
+            stage = chunk * W + rank, micro-batch groups of G
+            (microbatch_group_size_per_vp_stage; the remainder M mod G must
+            be 0 or at least W, as Megatron checks; G = 0: the smallest such
+            G, which is what bsipipe plans);
   dualpipe  DeepSeek's DualPipe.step (dualpipe.py): two opposing pipes, rank r
             holding stage r of the one whose inputs enter at rank 0 ("down")
             and stage w-1-r of the other ("up"), half of the micro-batches
@@ -25,7 +32,7 @@ With --torch-notation, dualpipev is written as torch writes it instead (B for
 a full backward, "(a;b)OVERLAP_F_B" for a pair): for W = 4, M = 10 that is
 byte for byte torch's own test artifact dualpipev_4rank_10mb.csv.
 
-usage: peer_orders.py [--torch-notation] zb-v|dualpipev|dualpipe W M | --json FILE
+usage: peer_orders.py [--torch-notation] zb-v|dualpipev|dualpipe W M | 1f1b-i W M P G | --json FILE
 """
 import sys
 
@@ -218,6 +225,43 @@ def dualpipe(num_ranks, num_chunks):
     return rows
 
 
+def megatron_interleaved(pp, num_microbatches, num_model_chunks, group):
+    """Rows of Megatron's interleaved 1F1B for pp ranks (compute only)."""
+    if group > num_microbatches or group < pp:
+        raise ValueError(f"group {group} outside [PP={pp}, M={num_microbatches}]")
+    final = num_microbatches % group
+    if 0 < final < pp:
+        raise ValueError(f"remainder {final} of M mod G is below PP={pp}")
+    # get_schedule_table
+    table = []
+    for lo in range(0, num_microbatches, group):
+        hi = num_microbatches if lo + group >= num_microbatches else lo + group
+        table.extend((mb, chunk) for chunk in range(num_model_chunks) for mb in range(lo, hi))
+    total = num_microbatches * num_model_chunks
+    rows = []
+    for rank in range(pp):
+        # get_pp_rank_microbatches (pipeline_parallel_size > 1, interleaved)
+        warmup = (pp - rank - 1) * 2 + (num_model_chunks - 1) * group
+        warmup = min(warmup, total)
+        remaining = total - warmup
+
+        def forward(v):
+            mb, chunk = table[v]
+            return (chunk * pp + rank, "F", mb)
+
+        def backward(v):
+            mb, chunk = table[v]
+            return ((num_model_chunks - 1 - chunk) * pp + rank, "B", mb)
+
+        acts = [forward(k) for k in range(warmup)]
+        for k in range(remaining):
+            acts.append(forward(k + warmup))
+            acts.append(backward(k))
+        acts.extend(backward(k) for k in range(remaining, total))
+        rows.append(acts)
+    return rows
+
+
 def json_rows(path):
     """A bsipipe-plan --format json export's compute ops, as dualpipe's rows
     (its micro-batches numbered within their pipe, the first half down)."""
@@ -255,6 +299,13 @@ def main():
         rows = json_rows(args[1]) if args[0] == "--json" else dualpipe(int(args[1]), int(args[2]))
         for row in rows:
             print(",".join(f"{k}{'du'[p]}{mb}c{st}" for p, k, mb, st in row))
+        return
+    if len(args) == 5 and args[0] == "1f1b-i":
+        w, m, p, g = (int(a) for a in args[1:])
+        if g == 0:
+            g = next(g for g in range(w, m + 1) if m % g == 0 or m % g >= w)
+        for row in megatron_interleaved(w, m, p, g):
+            print(",".join(f"{st}{k}{mb}" for st, k, mb in row))
         return
     notation = bool(args) and args[0] == "--torch-notation"
     args = args[1:] if notation else args

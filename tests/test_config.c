@@ -31,6 +31,7 @@ static bsipipe_parallel_config_t cfg(const char *name, int w, int p, int k, int 
 int main(void)
 {
     bsipipe_schedule_kind_t kind;
+    bsipipe_parallel_config_t pc0;
     for (int i = 0; i < BSIPIPE_SCHED_COUNT; i++) {
         CHECK(bsipipe_schedule_kind_parse(bsipipe_schedule_kind_name((bsipipe_schedule_kind_t)i), &kind) == 0 &&
               (int)kind == i, "name round trip %d", i);
@@ -58,7 +59,18 @@ int main(void)
     expect_rule(cfg("1f1b", 4, 2, 1, 8), NULL, "1f1b does not interleave: p must be 1");
     expect_rule(cfg("gpipe", 4, 1, 2, 8), NULL, "k must be 1");
     expect_rule(cfg("1f1b-i", 4, 1, 1, 8), NULL, "p must be >= 2");
-    expect_rule(cfg("seq1f1b-i", 4, 2, 2, 3), NULL, "N_s = m*k a multiple of w=4");
+    /* Megatron's groups: any N_s >= w runs (issue 32); below, the nearest m. */
+    expect_rule(cfg("seq1f1b-i", 8, 2, 2, 3), NULL, "N_s = m*k >= w=8 (got N_s=6); nearest valid m: 4");
+    expect_rule(cfg("1f1b-i", 8, 2, 1, 7), NULL, "nearest valid m: 8");
+    pc0 = cfg("seq1f1b-i", 4, 2, 2, 3);
+    CHECK(bsipipe_parallel_config_validate(&pc0, NULL) == 0, "seq1f1b-i w=4 N_s=6 refused: %s", bsipipe_error_detail());
+    /* the group: w where w divides N_s, else the smallest with a remainder of 0 or >= w */
+    CHECK(bsipipe_interleave_group(16, 8) == 8 && bsipipe_interleave_group(12, 8) == 12 &&
+          bsipipe_interleave_group(9, 4) == 5 && bsipipe_interleave_group(20, 16) == 20 &&
+          bsipipe_interleave_group(13, 4) == 7 && bsipipe_interleave_group(3, 4) == 0,
+          "bsipipe_interleave_group: %d %d %d %d %d %d", bsipipe_interleave_group(16, 8),
+          bsipipe_interleave_group(12, 8), bsipipe_interleave_group(9, 4), bsipipe_interleave_group(20, 16),
+          bsipipe_interleave_group(13, 4), bsipipe_interleave_group(3, 4));
     expect_rule(cfg("chimera", 4, 1, 1, 5), NULL, "m must be even");
     /* Ranges. */
     expect_rule(cfg("1f1b", 0, 1, 1, 8), NULL, "pipeline depth w must be in 1..");

@@ -48,6 +48,21 @@ for w in 2 4 6 8; do
         n=$((n + 1))
     done
 done
+# 1f1b-i against Megatron's interleaved schedule (any m >= w: micro-batch groups of the smallest
+# size Megatron accepts, w when w divides m, as its default).
+for w in 2 3 4 6 8; do
+    for p in 2 3; do
+        for m in $w $((w + 1)) $((3 * w / 2)) $((2 * w - 1)) $((2 * w)) $((3 * w + 1)); do
+            "$plan" --schedule 1f1b-i --w $w --p $p --m $m --layers $((p * w)) --format torch-csv >"$tmp/ours" \
+                2>"$tmp/err" || { fail "1f1b-i w=$w p=$p m=$m: export: $(cat "$tmp/err")"; continue; }
+            python3 "$peer" 1f1b-i $w $m $p 0 >"$tmp/theirs" || { fail "1f1b-i w=$w m=$m: peer_orders.py failed"; continue; }
+            if cmp -s "$tmp/ours" "$tmp/theirs"; then ok; else
+                fail "1f1b-i w=$w p=$p m=$m: order differs from Megatron's"; diff "$tmp/theirs" "$tmp/ours" | head -4 >&2
+            fi
+            n=$((n + 1))
+        done
+    done
+done
 echo "test_peer_orders: $n orders compared with the peers'"
 # torch's own notation (a full backward B, overlapped pairs): for w = 4,
 # m = 10 this is byte for byte torch's test artifact dualpipev_4rank_10mb.csv.

@@ -1,0 +1,70 @@
+/* test_shapes: the micro-batch counts users run (issue 32). The interleaved
+ * schedules (1f1b-i, seq1f1b-i) take any N_s = m*k >= w through Megatron's
+ * micro-batch groups (bsipipe_interleave_group); swept over w = 2..16,
+ * m = w/k..4w step 1, k = 1..3, p = 2 (and p = 3, 4 up to w = 8): every
+ * config either plans, validates and simulates under unit costs at or below
+ * the closed-form bubble (w-1)/(p*N_s+w-1) (F = 1, B = 2), or, below one unit
+ * per device, is refused naming the nearest valid m. Prints the counts and
+ * the worst ratio to the bound. (The op orders equal Megatron's:
+ * tests/test_peer_orders.sh.) */
+#include "graph/bsipipe_sim.h"
+#include "graph/bsipipe_error.h"
+#include "tests/check.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int main(void)
+{
+    int planned = 0, refused = 0;
+    double worst = 0;
+    char worst_at[96] = "";
+    bsipipe_cost_model_t unit = bsipipe_cost_model_unit();
+    for (int w = 2; w <= 16; w++)
+        for (int p = 2; p <= (w <= 8 ? 4 : 2); p++)
+            for (int k = 1; k <= 3; k++)
+                for (int m = (w + k - 1) / k - 1; m <= 4 * w; m++) {
+                    if (m < 1)
+                        continue;
+                    bsipipe_parallel_config_t pc =
+                        bsipipe_parallel_config_default(k == 1 ? BSIPIPE_SCHED_1F1B_I : BSIPIPE_SCHED_SEQ1F1B_I);
+                    pc.w = w, pc.p = p, pc.k = k, pc.m = m;
+                    const char *name = bsipipe_schedule_kind_name(pc.schedule);
+                    bsipipe_schedule_t *s = NULL;
+                    int rc = bsipipe_schedule_create(&pc, NULL, &s);
+                    if (m * k < w) {
+                        char want[32];
+                        snprintf(want, sizeof want, "nearest valid m: %d", (w + k - 1) / k);
+                        CHECK(rc == BSIPIPE_ECONFIG && strstr(bsipipe_error_detail(), want),
+                              "%s w=%d p=%d k=%d m=%d (N_s < w): rc %d, '%s', want '%s'", name, w, p, k, m, rc,
+                              bsipipe_error_detail(), want);
+                        refused++;
+                        bsipipe_schedule_destroy(s);
+                        continue;
+                    }
+                    CHECK(rc == 0, "%s w=%d p=%d k=%d m=%d: %s", name, w, p, k, m, bsipipe_error_detail());
+                    if (rc)
+                        continue;
+                    rc = bsipipe_schedule_validate(s);
+                    CHECK(rc == 0, "%s w=%d p=%d k=%d m=%d: validate: %s", name, w, p, k, m, bsipipe_error_detail());
+                    bsipipe_sim_result_t *r = NULL;
+                    if (rc == 0)
+                        rc = bsipipe_simulate(s, &unit, &r);
+                    CHECK(rc == 0, "%s w=%d p=%d k=%d m=%d: simulate: %s", name, w, p, k, m, bsipipe_error_detail());
+                    if (rc == 0) {
+                        double bound = (w - 1.0) / (p * (double)m * k + w - 1.0);
+                        CHECK(r->bubble_ratio <= bound + 1e-12, "%s w=%d p=%d k=%d m=%d: bubble %.4f%% above %.4f%%",
+                              name, w, p, k, m, 100 * r->bubble_ratio, 100 * bound);
+                        if (r->bubble_ratio / bound > worst) {
+                            worst = r->bubble_ratio / bound;
+                            snprintf(worst_at, sizeof worst_at, "%s w=%d p=%d k=%d m=%d", name, w, p, k, m);
+                        }
+                        planned++;
+                    }
+                    bsipipe_sim_result_destroy(r);
+                    bsipipe_schedule_destroy(s);
+                }
+    printf("test_shapes: %d interleaved configs planned, validated and simulated (worst bubble / bound %.4f at %s); "
+           "%d with N_s < w refused naming the nearest m\n", planned, worst, worst_at, refused);
+    return check_finish("test_shapes");
+}
