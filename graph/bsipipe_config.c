@@ -209,16 +209,12 @@ int bsipipe_parallel_config_validate(const bsipipe_parallel_config_t *pc, const 
     }
     if (t.bidirectional) {
         RULE(pc->w >= 2, "%s needs two pipes over at least 2 devices: w >= 2 (got w=%d)", name, pc->w);
-        RULE(pc->m % 2 == 0, "%s splits micro-batches between two pipes: m must be even "
+        if (pc->schedule == BSIPIPE_SCHED_BSIPIPE)
+            RULE(pc->m >= 2, "%s needs a micro-batch in each pipe: m >= 2 (got m=%d); nearest valid m: 2", name,
+                 pc->m);
+        RULE(pc->m % 2 == 0 || pc->schedule == BSIPIPE_SCHED_BSIPIPE, "%s splits micro-batches between two pipes: m must be even "
              "(got m=%d); nearest valid m: %s", name, pc->m,
              either(near, sizeof near, pc->m > 1 ? pc->m - 1 : pc->m + 1, pc->m + 1));
-    }
-    if (pc->schedule == BSIPIPE_SCHED_BSIPIPE) {
-        int unit = pc->k * pc->w * (pc->w % 2 ? 2 : 1);
-        RULE(ns % (pc->k * pc->w) == 0 && pc->m % 2 == 0,
-             "bsipipe needs N_s = m*k a multiple of a basic unit k*w = %d with m even (got N_s=%d, "
-             "m=%d); nearest valid m: %s", pc->k * pc->w, ns, pc->m,
-             either(near, sizeof near, mult_below(ns, unit) / pc->k, mult_above(ns, unit) / pc->k));
     }
     if (pc->schedule == BSIPIPE_SCHED_DUALPIPE) {
         RULE(pc->w % 2 == 0, "dualpipe (DeepSeek's order) pairs rank r with rank w-1-r: w must be even (got w=%d); "

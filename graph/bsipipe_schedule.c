@@ -378,9 +378,11 @@ static void mb_grouping(const bsipipe_parallel_config_t *pc, int *group, int *al
 {
     int bsi = pc->schedule == BSIPIPE_SCHED_BSIPIPE, pairs = pc->m % (2 * pc->w) == 0;
     *alternate = bsi && pc->w % 2 && pc->k >= 2 && pairs;
-    int k1_pairs = bsi && pc->k == 1 && pc->m % pc->w == 0 && pc->m >= 2 * pc->w;
+    int k1_pairs = bsi && pc->k == 1 && pc->m >= 2 * pc->w;
     *group = (pc->w % 2 && !*alternate) || k1_pairs ? 2 * pc->w : pc->w;
-    if ((pc->m % *group && !k1_pairs) || /* k1_pairs: an odd number of units ends with a group of w */
+    if (bsi && pc->k == 1 && pc->m > pc->w && pc->m < 2 * pc->w)
+        *group = pc->m;
+    if ((pc->m % *group && !k1_pairs && !bsi) || /* k1_pairs: an odd number of units ends with a group of w */
         pc->schedule == BSIPIPE_SCHED_DUALPIPE) /* DeepSeek's: the first half of the batch down, the rest up */
         *group = pc->m;
 }

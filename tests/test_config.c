@@ -44,8 +44,12 @@ int main(void)
     CHECK_CONTAINS(bsipipe_error_detail(), "valid: gpipe, 1f1b");
 
     /* BSIPipe's rules (the paper's): N_s multiple of k·w, L multiple of p·w. */
-    expect_rule(cfg("bsipipe", 4, 2, 2, 6), &model, "N_s = m*k a multiple of a basic unit k*w = 8");
-    expect_rule(cfg("bsipipe", 4, 2, 2, 6), &model, "nearest valid m: 4 or 8");
+    /* any m >= 2 (issue 32): a last partial basic unit, an odd m split unevenly */
+    expect_rule(cfg("bsipipe", 4, 2, 2, 1), &model, "m >= 2 (got m=1); nearest valid m: 2");
+    pc0 = cfg("bsipipe", 4, 2, 2, 6);
+    CHECK(bsipipe_parallel_config_validate(&pc0, &model) == 0, "bsipipe m=6 refused: %s", bsipipe_error_detail());
+    pc0 = cfg("bsipipe", 3, 2, 1, 3);
+    CHECK(bsipipe_parallel_config_validate(&pc0, NULL) == 0, "bsipipe m=3 refused: %s", bsipipe_error_detail());
     expect_rule(cfg("bsipipe", 4, 2, 2, 8), &(bsipipe_model_dims_t){BSIPIPE_MODEL_GPT, 12, 64, 4, 256, 128, 256},
                 "nearest valid L: 8 or 16");
     /* only one candidate above when the one below would be 0: named once */
@@ -53,7 +57,7 @@ int main(void)
                 "nearest valid L: 126");
     CHECK(strstr(bsipipe_error_detail(), "126 or 126") == NULL, "one nearest L, not twice: %s", bsipipe_error_detail());
     expect_rule(cfg("bsipipe", 4, 3, 2, 8), &model, "bsipipe uses the V-shaped layout: p must be 2");
-    expect_rule(cfg("bsipipe", 3, 2, 1, 3), NULL, "m must be even (got m=3); nearest valid m: 2 or 4");
+    expect_rule(cfg("chimera", 3, 1, 1, 3), NULL, "m must be even (got m=3); nearest valid m: 2 or 4");
     expect_rule(cfg("bsipipe", 1, 2, 1, 2), NULL, "w >= 2");
     /* Interleaving and subsequences only where the schedule has them. */
     expect_rule(cfg("1f1b", 4, 2, 1, 8), NULL, "1f1b does not interleave: p must be 1");

@@ -142,7 +142,7 @@ int main(void)
                 check_one(f ? &llama : &gpt, (bsipipe_schedule_kind_t)kind, policies[p]);
             }
         }
-    /* Micro-batch counts w does not divide (issue 32): Megatron's groups of
+    /* Micro-batch counts w does not divide (issue 32). Interleaved: Megatron's groups of
      * G units (G = 5 for N_s = 5 and 9, 6 for N_s = 6 at w = 4). */
     if (!only || !strcmp(only, "1f1b-i")) {
         check_m(&gpt, BSIPIPE_SCHED_1F1B_I, "bsipipe", 5);
@@ -150,5 +150,11 @@ int main(void)
     }
     if (!only || !strcmp(only, "seq1f1b-i"))
         check_m(&llama, BSIPIPE_SCHED_SEQ1F1B_I, "bsipipe", 3);
+    /* BSIPipe with a last partial basic unit (m = 6: units of 4 and 2) and
+     * an odd m (3: one down, two up) */
+    if (!only || !strcmp(only, "bsipipe")) {
+        check_m(&gpt, BSIPIPE_SCHED_BSIPIPE, "bsipipe", 6);
+        check_m(&llama, BSIPIPE_SCHED_BSIPIPE, "eager", 3);
+    }
     return check_finish("test_engine_equiv");
 }

@@ -50,7 +50,8 @@ expect 2 "unknown or incomplete option" --m
 expect 2 "unexpected argument 'extra'" extra
 expect 2 "--format json and torch-csv export one schedule" --format json
 expect 2 "unknown comm order 'fast'" --comm fast
-expect 1 "nearest valid m: 4 or 8" --schedule bsipipe --w 4 --m 6
+expect 1 "nearest valid m: 2" --schedule bsipipe --w 4 --m 1
+expect 0 "| bsipipe    | 2 | 2 |   12 |" --schedule bsipipe --w 4 --m 6
 expect 1 "layers L=12 must be a multiple of p*w = 8" --schedule bsipipe --layers 12
 expect 1 "deadlock under rendezvous send/recv" --schedule bsipipe --comm naive
 expect 0 "| aware | 0,1,6,7 / 2,3,4,5 |" --w 8 --m 8 --layers 16 --topology 2x4
@@ -142,7 +143,7 @@ expect 2 "--piece-half slows short pieces under FLOPs costs: add --cost flops" -
 expect 2 "--piece-half expects tokens" --cost flops --piece-half x
 expect 0 "| 1f1b       |  1 |" --schedule 1f1b --cost flops --k auto
 expect 1 "gpipe keeps sequences whole, and at k = 1 its activations need" --schedule gpipe --cost flops --k auto --act-budget 0.01
-expect 1 "no k in 1..16 plans for this configuration (k = 1: bsipipe splits micro-batches between two pipes: m must be even" \
-    --schedule bsipipe --m 3 --cost flops --k auto
+expect 1 "no k in 1..16 plans for this configuration (k = 1: bsipipe needs a micro-batch in each pipe: m >= 2" \
+    --schedule bsipipe --m 1 --cost flops --k auto
 expect 2 "--noise-samples and --noise-seed set how --noise samples: add --noise CV" --noise-seed 3
 finish test_plan_cli

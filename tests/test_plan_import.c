@@ -340,8 +340,8 @@ int main(void)
     CHECK(bsipipe_builder_finish(b, &s) == -EINVAL, "finish twice");
     CHECK(bsipipe_builder_placement(b) == NULL, "placement after finish");
     bsipipe_builder_destroy(b);
-    pc.m = 3; /* fine for 1f1b */
-    pc.schedule = BSIPIPE_SCHED_BSIPIPE; /* but not for bsipipe */
+    pc.m = 1; /* fine for 1f1b */
+    pc.schedule = BSIPIPE_SCHED_BSIPIPE; /* but not for bsipipe (a micro-batch in each pipe) */
     pc.p = 2;
     pc.k = 2;
     CHECK(bsipipe_builder_create(&pc, NULL, &b) == BSIPIPE_ECONFIG && b == NULL, "config rules apply");

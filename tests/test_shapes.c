@@ -12,6 +12,7 @@
 #include "tests/check.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int main(void)
@@ -64,6 +65,66 @@ int main(void)
                     bsipipe_sim_result_destroy(r);
                     bsipipe_schedule_destroy(s);
                 }
+    /* BSIPipe: any m >= 2 (odd m: the up pipe one more), a last partial
+     * basic unit; at or below the paper's bound (w-1)/(3N_s+w-1) wherever
+     * N_s >= w and m >= w/2 (fewer micro-batches leave the V's ends idle:
+     * w = 8, k = 4, m = 3 gives 17.2% against 16.3%). */
+    int bsi_planned = 0, bsi_small = 0;
+    double bsi_worst = 0;
+    char bsi_worst_at[96] = "";
+    int full = getenv("BSIPIPE_SHAPES_SWEEP") && !strcmp(getenv("BSIPIPE_SHAPES_SWEEP"), "full");
+    for (int w = 2; w <= (full ? 10 : 8); w++)
+        for (int k = 1; k <= 4; k += full ? 1 : 3 - (k == 2)) /* 1, 2, 4 (full: 1..4) */
+            for (int m = 1; m <= 4 * w; m++) {
+                /* make check: the odd and partial counts around 1, w and 2w, and 3w - 1 */
+                int near_edge = m <= 3 || m == w - 1 || m == w + 1 || m == 2 * w - 1 || m == 2 * w + 1 ||
+                                m == 3 * w - 1;
+                if (!full && (!near_edge || w == 7))
+                    continue;
+                bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(BSIPIPE_SCHED_BSIPIPE);
+                pc.w = w, pc.k = k, pc.m = m;
+                bsipipe_schedule_t *s = NULL;
+                int rc = bsipipe_schedule_create(&pc, NULL, &s);
+                if (m < 2) {
+                    CHECK(rc == BSIPIPE_ECONFIG && strstr(bsipipe_error_detail(), "nearest valid m: 2"),
+                          "bsipipe w=%d k=%d m=1: rc %d '%s'", w, k, rc, bsipipe_error_detail());
+                    bsipipe_schedule_destroy(s);
+                    continue;
+                }
+                CHECK(rc == 0, "bsipipe w=%d k=%d m=%d: %s", w, k, m, bsipipe_error_detail());
+                if (rc)
+                    continue;
+                rc = bsipipe_schedule_validate(s);
+                CHECK(rc == 0, "bsipipe w=%d k=%d m=%d: validate: %s", w, k, m, bsipipe_error_detail());
+                bsipipe_sim_result_t *r = NULL;
+                if (rc == 0)
+                    rc = bsipipe_simulate(s, &unit, &r);
+                CHECK(rc == 0, "bsipipe w=%d k=%d m=%d: simulate: %s", w, k, m, bsipipe_error_detail());
+                /* activations: one basic unit (w micro-batches, p = 2 chunks, k pieces) per device, two
+                 * where BSIPipe groups 2w (k = 1, odd w): the list schedule's cap */
+                int cap = 2 * k * w * (k == 1 || w % 2 ? 2 : 1), peak = 0;
+                for (int d = 0; rc == 0 && d < r->n_devices; d++)
+                    if (r->device[d].peak_act_units > peak)
+                        peak = r->device[d].peak_act_units;
+                CHECK(peak <= cap, "bsipipe w=%d k=%d m=%d: %d stashes on a device, above %d", w, k, m, peak, cap);
+                if (rc == 0 && m * k >= w && 2 * m >= w) {
+                    double bound = bsipipe_bubble_closed_form(&pc);
+                    CHECK(r->bubble_ratio <= bound + 1e-12, "bsipipe w=%d k=%d m=%d: bubble %.4f%% above the bound "
+                          "%.4f%%", w, k, m, 100 * r->bubble_ratio, 100 * bound);
+                    if (r->bubble_ratio / bound > bsi_worst) {
+                        bsi_worst = r->bubble_ratio / bound;
+                        snprintf(bsi_worst_at, sizeof bsi_worst_at, "w=%d k=%d m=%d", w, k, m);
+                    }
+                    bsi_planned++;
+                } else if (rc == 0) {
+                    bsi_small++;
+                }
+                bsipipe_sim_result_destroy(r);
+                bsipipe_schedule_destroy(s);
+            }
+    printf("test_shapes: bsipipe: %d configs with N_s >= w at or below the paper's bound (worst ratio %.4f at %s); "
+           "%d with N_s < w or m < w/2 planned (no bound)\n", bsi_planned, bsi_worst, bsi_worst_at,
+           bsi_small);
     printf("test_shapes: %d interleaved configs planned, validated and simulated (worst bubble / bound %.4f at %s); "
            "%d with N_s < w refused naming the nearest m\n", planned, worst, worst_at, refused);
     return check_finish("test_shapes");

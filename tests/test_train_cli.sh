@@ -18,7 +18,7 @@ expect 1 "deadlock under rendezvous send/recv with blocking receives" $tiny --re
 expect 2 "--recv expects posted" --recv sometimes
 expect 2 "unknown schedule 'fast'" --schedule fast
 expect 2 "unknown or incomplete option" --bogus
-expect 1 "nearest valid m" $tiny --m 6
+expect 1 "nearest valid m" $tiny --m 1
 expect 1 "cannot open data file '$tmp/none.txt'" $tiny --data "$tmp/none.txt"
 : >"$tmp/empty.txt"
 expect 1 "is empty" $tiny --data "$tmp/empty.txt"
