@@ -583,7 +583,7 @@ static int run(const options_t *o)
     optimised_note_t bsipipe_note = {0};
     bsipipe_schedule_t *imported = NULL;
     bsipipe_import_info_t info;
-    char pieces[2048] = "";
+    char pieces[2048] = "", groups[256] = "";
     if (o->plan) {
         /* The model of the flags (or defaults) when the file has none. */
         if (bsipipe_schedule_import_json_ex(o->plan, NULL, &o->dims, &imported, &info) < 0) {
@@ -652,6 +652,12 @@ static int run(const options_t *o)
         }
         planned++;
         status |= show(o, s, &unit, cost, &bsipipe_note, &first);
+        int ns = pc.m * pc.k;
+        if (!o->json && bsipipe_schedule_kind_traits(pc.schedule).interleaved && !bsipipe_schedule_kind_traits(
+                pc.schedule).v_shape && ns % pc.w)
+            snprintf(groups, sizeof groups, "%s: Megatron's micro-batch groups of G = %d units (its "
+                     "--microbatch-group-size-per-virtual-pipeline-stage; w = %d does not divide N_s = %d)",
+                     bsipipe_schedule_kind_name(pc.schedule), bsipipe_interleave_group(ns, pc.w), pc.w, ns);
         if (!pieces[0] && pc.k > 1)
             describe_pieces(s, pieces, sizeof pieces);
         bsipipe_schedule_destroy(s);
@@ -672,6 +678,8 @@ static int run(const options_t *o)
     }
     if (!o->json && pieces[0])
         printf("\n%s\n", pieces);
+    if (!o->json && groups[0])
+        printf("\n%s\n", groups);
     if (!o->json)
         printf("\nbubble(unit): simulated under unit costs (F=1, B=2; a split backward B=1, W=1); closed: the\n"
                "papers' formula (for bsipipe the paper's bound, met on every plan swept; for seq-zbv a bound; *:\n"

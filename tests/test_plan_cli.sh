@@ -52,6 +52,7 @@ expect 2 "--format json and torch-csv export one schedule" --format json
 expect 2 "unknown comm order 'fast'" --comm fast
 expect 1 "nearest valid m: 2" --schedule bsipipe --w 4 --m 1
 expect 0 "| bsipipe    | 2 | 2 |   12 |" --schedule bsipipe --w 4 --m 6
+expect 0 "1f1b-i: Megatron's micro-batch groups of G = 12 units" --schedule 1f1b-i --w 8 --m 12 --layers 16
 expect 1 "layers L=12 must be a multiple of p*w = 8" --schedule bsipipe --layers 12
 expect 1 "deadlock under rendezvous send/recv" --schedule bsipipe --comm naive
 expect 0 "| aware | 0,1,6,7 / 2,3,4,5 |" --w 8 --m 8 --layers 16 --topology 2x4
