@@ -126,6 +126,29 @@ int main(void)
     printf("test_shapes: bsipipe: %d configs with m >= w at or below the paper's bound (worst ratio %.4f at %s); "
            "%d with m < w (or m = w, k = 1, odd w) planned (no bound)\n", bsi_planned, bsi_worst, bsi_worst_at,
            bsi_small);
+    /* Every schedule over the issue's held-out shapes (w = 2..16, m = w..4w,
+     * L = w..3w, k = 1 or 2 where pieces exist): the rules either accept
+     * the config or refuse it naming the nearest valid value (m, L or w). */
+    long accepted = 0, named = 0;
+    for (int kind = 0; kind < BSIPIPE_SCHED_COUNT; kind++)
+        for (int w = 2; w <= 16; w++)
+            for (int m = w; m <= 4 * w; m++)
+                for (int L = w; L <= 3 * w; L++) {
+                    bsipipe_parallel_config_t pc = bsipipe_parallel_config_default((bsipipe_schedule_kind_t)kind);
+                    pc.w = w, pc.m = m, pc.k = bsipipe_schedule_kind_traits(pc.schedule).sequence_level ? 2 : 1;
+                    bsipipe_model_dims_t d = {BSIPIPE_MODEL_GPT, L, 64, 4, 256, 512, 64};
+                    int rc = bsipipe_parallel_config_validate(&pc, &d);
+                    if (rc == 0) {
+                        accepted++;
+                        continue;
+                    }
+                    int ok = rc == BSIPIPE_ECONFIG && strstr(bsipipe_error_detail(), "nearest valid ");
+                    CHECK(ok, "%s w=%d m=%d L=%d refused without the nearest valid value: %s",
+                          bsipipe_schedule_kind_name(pc.schedule), w, m, L, bsipipe_error_detail());
+                    named += ok;
+                }
+    printf("test_shapes: held-out shapes: %ld configs accepted, %ld refused naming the nearest valid m, L or w\n",
+           accepted, named);
     printf("test_shapes: %d interleaved configs planned, validated and simulated (worst bubble / bound %.4f at %s); "
            "%d with N_s < w refused naming the nearest m\n", planned, worst, worst_at, refused);
     return check_finish("test_shapes");
