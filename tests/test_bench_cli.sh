@@ -115,7 +115,7 @@ if grep -E '^\| engine \(--emulate\)' "$tmp/out" | awk -F'|' '{ if ($13 + 0 != 0
     fail "--overhead: the engine's SENDs waited on workers"; fi
 
 # A schedule whose rules m breaks is skipped with the planner's sentence; the run goes on.
-expect 0 "skipping 1f1b-i" --emulate $tiny --w 4 --m 6 --layers 8 --schedules 1f1b,1f1b-i
+expect 0 "skipping chimera" --emulate $tiny --w 4 --m 3 --layers 8 --schedules 1f1b,chimera
 if grep -qE '^\| 1f1b \| .* emulated \| [0-9]+ \(' "$tmp/out" && grep -q "EMULATED" "$tmp/out"; then ok; else
     fail "emulated 1f1b row missing after the skip"; fi
 
