@@ -55,7 +55,7 @@ static int remove_stale_temps(const char *dir)
         int end = 0;
         if (sscanf(de->d_name, "." CKPT_FILE ".%ld.tmp%n", &pid, &end) != 1 || de->d_name[end] != '\0' || pid <= 0)
             continue;
-        if (pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno != ESRCH))
+        if (!ckpt_temp_is_stale(pid))
             continue; /* alive (or not ours to probe): its save may be under way */
         char *p = ckpt_path_join(dir, de->d_name);
         if (p && unlink(p) == 0)

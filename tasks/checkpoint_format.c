@@ -10,6 +10,7 @@
 #include "kernels/bsipipe_model.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,6 +121,11 @@ int ckpt_part_name_ok(const char *name, size_t len)
 }
 
 /* ---- reading a file ---- */
+
+int ckpt_temp_is_stale(long pid)
+{
+    return pid == (long)getpid() || (kill((pid_t)pid, 0) != 0 && errno == ESRCH);
+}
 
 int ckpt_is_part_name(const char *name)
 {

@@ -178,6 +178,9 @@ int ckpt_part_name_ok(const char *name, size_t len);
 /* 1 if name is what a save across ranks names a part
  * (checkpoint-i<ITER>-<NONCE>-r<RANK>.part), 0 otherwise. */
 int ckpt_is_part_name(const char *name);
+/* 1 if the temporary named with `pid` is stale: pid is ours (an earlier
+ * failed call) or no such process exists; 0 when it may be mid-save. */
+int ckpt_temp_is_stale(long pid);
 
 /* Reads a regular file whole (a FIFO or device is refused, not waited on).
  * *out: malloc'ed, caller frees. Errors: -ENOENT, -EINVAL, -errno, -ENOMEM,

@@ -72,7 +72,7 @@ void engine_ckpt_keep_remove_stale(const char *dir)
         int end = 0;
         if (sscanf(de->d_name, ".iter_%ld.%ld.tmp%n", &it, &pid, &end) != 2 || de->d_name[end] != '\0' || pid <= 0)
             continue;
-        if (pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno != ESRCH))
+        if (!ckpt_temp_is_stale(pid))
             continue;
         char *p = ckpt_path_join(dir, de->d_name);
         if (p)
