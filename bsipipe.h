@@ -30,6 +30,7 @@
  * topology */
 #include "graph/bsipipe_error.h"
 #include "graph/bsipipe_config.h"
+#include "graph/bsipipe_layout.h"
 #include "graph/bsipipe_partition.h"
 #include "graph/bsipipe_schedule.h"
 #include "graph/bsipipe_builder.h"

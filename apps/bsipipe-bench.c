@@ -78,8 +78,12 @@ static void usage(FILE *out)
 "                    share and the runtime's mean gap before a compute op, after\n"
 "                    its device's previous op or after a hand-off (not with --mpi)\n"
 "Model (real compute: CPU kernels):\n"
-"  --model gpt|llama --layers N --hidden N --heads N --ffn N --seq N\n"
-"                    (defaults gpt, 8, 128, 4, 4*hidden, 256; vocabulary 256)\n"
+"  --model gpt|llama --layers N --hidden N --heads N --ffn N --seq N --vocab N\n"
+"                    (defaults gpt, 8, 128, 4, 4*hidden, 256, 256)\n"
+"  --layout L        which layers each chunk holds, for every row: auto (by\n"
+"                    cost, any L >= p*w), even (L/(p*w) each, the default) or a\n"
+"                    Megatron layout string (bsipipe-plan --help); given twice,\n"
+"                    each row runs under both, side by side\n"
 "  --seed N          parameters and random tokens (default 1)\n"
 "Emulated device time:\n"
 "  --emulate         F/B/W tasks sleep for their FLOPs at --device-tflops\n"
@@ -210,6 +214,7 @@ typedef struct variant {
     int measured_plan;       /* --calibrate: the plan re-timed on the measured op times */
     int sends;               /* --sends: 0 the engine's default, 1 eager, 2 a SEND task each */
     int buffers;             /* --buffers: 0 the engine's default, 1 reused, 2 registered each iteration */
+    const char *layout;      /* --layout: which layers each chunk holds (NULL: the even split) */
     char label[64];
 } variant_t;
 
@@ -279,6 +284,7 @@ static bsipipe_parallel_config_t make_pc(const variant_t *v, const config_t *c, 
     pc.tp = c->tp > 0 ? c->tp : bench_tp;
     if (p > 0 && t.interleaved) pc.p = p;
     if (k > 0 && t.sequence_level) pc.k = k;
+    pc.layout = v->layout;
     return pc;
 }
 
@@ -1462,6 +1468,8 @@ int main(int argc, char **argv)
     int spins[MAX_SPINS] = {0}, nspin = 1; /* --idle-spin: options.idle_spin_us per row set */
     int sends[2] = {0}, nsends = 1;      /* --sends: variant.sends per row set (0: the engine's default) */
     int buffers[2] = {0}, nbuffers = 1;  /* --buffers: variant.buffers per row set */
+    const char *layouts[2] = {NULL, NULL}; /* --layout, at most twice ("even": NULL) */
+    int nlayouts = 0;
     int recv_blocking = 0, recv_in_place = 0, set_recv = 0; /* --recv */
     bsipipe_engine_devices_t devices = BSIPIPE_DEVICES_CPU;
     double tflops = 0.01, watchdog = 30;
@@ -1470,7 +1478,7 @@ int main(int argc, char **argv)
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
     enum { O_SCHEDS = 256, O_REPS, O_WARMUP, O_ITERS, O_W, O_P, O_K, O_M, O_POLICY, O_COMM, O_WATCHDOG, O_MODEL,
            O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_SEED, O_EMULATE, O_TFLOPS, O_PRESET, O_CSV, O_SVG, O_TRACE,
-           O_MPI, O_DEVICES, O_GPUS, O_PRECISION, O_OVERHEAD, O_TP, O_TP_COLL, O_IDLE_SPIN, O_IDLE_BREAKDOWN, O_RECV, O_CALIBRATE, O_SENDS, O_BUFFERS };
+           O_MPI, O_DEVICES, O_GPUS, O_PRECISION, O_OVERHEAD, O_TP, O_TP_COLL, O_IDLE_SPIN, O_IDLE_BREAKDOWN, O_RECV, O_CALIBRATE, O_SENDS, O_BUFFERS, O_LAYOUT, O_VOCAB };
     static const struct option longopts[] = {
         {"schedules", 1, 0, O_SCHEDS}, {"reps", 1, 0, O_REPS}, {"warmup", 1, 0, O_WARMUP},
         {"iters", 1, 0, O_ITERS}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P}, {"k", 1, 0, O_K}, {"m", 1, 0, O_M},
@@ -1479,7 +1487,7 @@ int main(int argc, char **argv)
         {"heads", 1, 0, O_HEADS}, {"ffn", 1, 0, O_FFN}, {"seq", 1, 0, O_SEQ}, {"seed", 1, 0, O_SEED},
         {"emulate", 0, 0, O_EMULATE}, {"device-tflops", 1, 0, O_TFLOPS}, {"preset", 1, 0, O_PRESET},
         {"csv", 1, 0, O_CSV}, {"svg", 1, 0, O_SVG}, {"trace", 1, 0, O_TRACE}, {"mpi", 0, 0, O_MPI}, {"devices", 1, 0, O_DEVICES}, {"gpus", 1, 0, O_GPUS},
-        {"precision", 1, 0, O_PRECISION}, {"overhead", 0, 0, O_OVERHEAD}, {"tp", 1, 0, O_TP}, {"tp-collectives", 1, 0, O_TP_COLL}, {"idle-spin", 1, 0, O_IDLE_SPIN}, {"sends", 1, 0, O_SENDS}, {"buffers", 1, 0, O_BUFFERS}, {"idle-breakdown", 0, 0, O_IDLE_BREAKDOWN}, {"recv", 1, 0, O_RECV},
+        {"precision", 1, 0, O_PRECISION}, {"overhead", 0, 0, O_OVERHEAD}, {"tp", 1, 0, O_TP}, {"tp-collectives", 1, 0, O_TP_COLL}, {"idle-spin", 1, 0, O_IDLE_SPIN}, {"sends", 1, 0, O_SENDS}, {"buffers", 1, 0, O_BUFFERS}, {"layout", 1, 0, O_LAYOUT}, {"vocab", 1, 0, O_VOCAB}, {"idle-breakdown", 0, 0, O_IDLE_BREAKDOWN}, {"recv", 1, 0, O_RECV},
         {"calibrate", 0, 0, O_CALIBRATE},
         {"version", 0, 0, 'V'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
@@ -1523,6 +1531,13 @@ int main(int argc, char **argv)
             if ((nbuffers = parse_modes("--buffers", optarg, buffers_names, buffers)) < 0)
                 return 2;
             break;
+        case O_LAYOUT:
+            if (nlayouts == 2) {
+                fprintf(stderr, PROG ": --layout given more than twice; compare two layouts at a time\n");
+                return 2;
+            }
+            layouts[nlayouts++] = strcmp(optarg, "even") == 0 ? NULL : optarg;
+            break;
         case O_SENDS:
             if ((nsends = parse_modes("--sends", optarg, sends_names, sends)) < 0)
                 return 2;
@@ -1545,6 +1560,7 @@ int main(int argc, char **argv)
         case O_HEADS: bad = cli_parse_int(PROG, "--heads", optarg, 1, 4096, &dims.n_heads); break;
         case O_FFN: bad = cli_parse_int(PROG, "--ffn", optarg, 1, 1 << 20, &dims.ffn_hidden); break;
         case O_SEQ: bad = cli_parse_int(PROG, "--seq", optarg, 1, 1 << 20, &dims.seq_len); set_seq = 1; break;
+        case O_VOCAB: bad = cli_parse_int(PROG, "--vocab", optarg, 2, 1 << 24, &dims.vocab); break;
         case O_SEED: bad = cli_parse_int(PROG, "--seed", optarg, 0, 1 << 30, &seed); break;
         case O_EMULATE: emulate = 1; break;
         case O_TFLOPS: bad = cli_parse_double(PROG, "--device-tflops", optarg, 1e-6, 1e6, &tflops); set_tflops = 1; break;
@@ -1811,6 +1827,28 @@ int main(int argc, char **argv)
         expand_modes(var, &nv, "--buffers", buffers, nbuffers, offsetof(variant_t, buffers), "%s buffers",
                      (const char *const[2]){"reused", "per-iteration"}) < 0)
         return 2;
+
+    /* --layout: every row under the one given, or each under both. */
+    if (nlayouts == 2) {
+        if (nv * 2 > MAX_VARIANTS) {
+            fprintf(stderr, PROG ": %d rows x 2 layouts is more than %d rows; name fewer schedules\n", nv,
+                    MAX_VARIANTS);
+            return 2;
+        }
+        for (int i = nv - 1; i >= 0; i--) {
+            variant_t base = var[i];
+            for (int j = 0; j < 2; j++) {
+                var[2 * i + j] = base;
+                var[2 * i + j].layout = layouts[j];
+                snprintf(var[2 * i + j].label, sizeof var[2 * i + j].label, "%.36s [%.20s]", base.label,
+                         layouts[j] ? layouts[j] : "even");
+            }
+        }
+        nv *= 2;
+    } else if (nlayouts == 1) {
+        for (int i = 0; i < nv; i++)
+            var[i].layout = layouts[0];
+    }
 
     /* --calibrate: each bsipipe row gets a twin whose plan is re-timed on
      * the measured op times, run side by side. */

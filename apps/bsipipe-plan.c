@@ -4,6 +4,7 @@
 #include "apps/cli.h"
 #include "graph/bsipipe_draw.h"
 #include "graph/bsipipe_error.h"
+#include "graph/bsipipe_layout.h"
 #include "graph/bsipipe_partition.h"
 #include "graph/bsipipe_sim.h"
 #include "graph/bsipipe_topology.h"
@@ -49,6 +50,12 @@ static void usage(FILE *out)
 "                     pass (by default both bubbles are printed under the table)\n"
 "Model:\n"
 "  --model gpt|llama  --layers N  --hidden N  --heads N  --ffn N  --vocab N  --seq N\n"
+"  --layout auto|STRING  which layers each of the p*w chunks holds (default: L/(p*w)\n"
+"                     each). auto: the split whose slowest chunk (layers, the\n"
+"                     embedding and the head by their FLOPs) is cheapest, any L >=\n"
+"                     p*w; STRING: Megatron's layout, e.g. Et*4|(t*4|)*6t*2L\n"
+"                     (docs/schedules.md, \"Placing layers\"). The split and its\n"
+"                     imbalance are printed under the table\n"
 "Cost model:\n"
 "  --cost unit|flops  unit: F=1, B=2 per subsequence-chunk, free transfers;\n"
 "                     flops: FLOPs / --device-tflops (default 150), NVLink-class\n"
@@ -113,6 +120,7 @@ typedef struct options {
     int set_p, set_k, set_m, set_w;
     unsigned set; /* CLI_SET_* bits of every flag given (--plan checks them against the file) */
     const char *plan; /* --plan FILE */
+    const char *layout; /* --layout (NULL: the even split) */
     double tflops;
     bsipipe_schedule_kind_t kind;
     bsipipe_partition_kind_t partition;
@@ -167,6 +175,7 @@ static bsipipe_parallel_config_t config_for(const options_t *o, bsipipe_schedule
     pc.comm = o->comm;
     pc.concat = o->concat;
     pc.optimise = o->optimise;
+    pc.layout = o->layout;
     return pc;
 }
 
@@ -182,6 +191,38 @@ static void describe_pieces(const bsipipe_schedule_t *s, char *buf, size_t size)
     if (n < size)
         snprintf(buf + n, size - n, ", %s partition, boundaries on multiples of %d token%s (docs/schedules.md)",
                  pc->partition == BSIPIPE_PARTITION_EVEN ? "even" : "FLOPs-balanced", align, align > 1 ? "s" : "");
+}
+
+/* The layers of s's chunks and how even their costs are, once per chunk
+ * count (lines[n] holds up to n_max of them, each `size` long). */
+static void describe_layers(const bsipipe_schedule_t *s, char lines[][512], int *n, int n_max)
+{
+    const bsipipe_model_dims_t *d = bsipipe_schedule_model(s);
+    int C = bsipipe_schedule_n_chunks(s), counts[4096], even = d->n_layers % C == 0;
+    char head[96];
+    snprintf(head, sizeof head, "layers of the %d chunks:", C);
+    for (int i = 0; i < *n; i++)
+        if (strncmp(lines[i], head, strlen(head)) == 0)
+            return;
+    if (*n >= n_max || C > 4096)
+        return;
+    for (int c = 0; c < C; c++) {
+        int l0, l1;
+        bsipipe_schedule_chunk_layers(s, c, &l0, &l1);
+        counts[c] = l1 - l0;
+    }
+    double mine = bsipipe_layout_imbalance(d, counts, C);
+    for (int c = 0; c < C; c++)
+        counts[c] = d->n_layers / C;
+    double evenly = even ? bsipipe_layout_imbalance(d, counts, C) : 0;
+    char evens[64] = "";
+    if (even)
+        snprintf(evens, sizeof evens, "; the even split: %.3fx", evenly);
+    else
+        snprintf(evens, sizeof evens, "; no even split (p*w does not divide L = %d)", d->n_layers);
+    snprintf(lines[(*n)++], 512, "%s %s; slowest chunk %.3fx the mean (F+B FLOPs, head %.2f layers)%s", head,
+             bsipipe_schedule_config(s)->layout ? bsipipe_schedule_config(s)->layout : "even", mine,
+             bsipipe_model_head_flops(d, d->seq_len) / bsipipe_model_layer_flops(d, 0, d->seq_len), evens);
 }
 
 static void print_row(const options_t *o, const bsipipe_schedule_t *s, const bsipipe_sim_result_t *unit,
@@ -583,7 +624,8 @@ static int run(const options_t *o)
     optimised_note_t bsipipe_note = {0};
     bsipipe_schedule_t *imported = NULL;
     bsipipe_import_info_t info;
-    char pieces[2048] = "", groups[256] = "";
+    char pieces[2048] = "", groups[256] = "", layers[4][512];
+    int n_layers = 0;
     if (o->plan) {
         /* The model of the flags (or defaults) when the file has none. */
         if (bsipipe_schedule_import_json_ex(o->plan, NULL, &o->dims, &imported, &info) < 0) {
@@ -617,6 +659,8 @@ static int run(const options_t *o)
         status = show(o, imported, &unit, cost, &bsipipe_note, &first);
         if (bsipipe_schedule_config(imported)->k > 1)
             describe_pieces(imported, pieces, sizeof pieces);
+        if (bsipipe_schedule_config(imported)->layout)
+            describe_layers(imported, layers, &n_layers, 4);
         bsipipe_schedule_destroy(imported);
     }
     for (int kind = 0; !imported && kind < BSIPIPE_SCHED_COUNT; kind++) {
@@ -660,6 +704,8 @@ static int run(const options_t *o)
                      bsipipe_schedule_kind_name(pc.schedule), bsipipe_interleave_group(ns, pc.w), pc.w, ns);
         if (!pieces[0] && pc.k > 1)
             describe_pieces(s, pieces, sizeof pieces);
+        if (o->layout)
+            describe_layers(s, layers, &n_layers, 4);
         bsipipe_schedule_destroy(s);
     }
     if (!o->json && n_auto > 0)
@@ -680,6 +726,8 @@ static int run(const options_t *o)
         printf("\n%s\n", pieces);
     if (!o->json && groups[0])
         printf("\n%s\n", groups);
+    for (int i = 0; !o->json && i < n_layers; i++)
+        printf("%s%s\n", i == 0 ? "\n" : "", layers[i]);
     if (!o->json)
         printf("\nbubble(unit): simulated under unit costs (F=1, B=2; a split backward B=1, W=1); closed: the\n"
                "papers' formula (for bsipipe the paper's bound, met on every plan swept; for seq-zbv a bound; *:\n"
@@ -703,7 +751,7 @@ int main(int argc, char **argv)
     enum { O_SCHED = 256, O_W, O_P, O_K, O_M, O_TP, O_PART, O_COMM, O_NOCONCAT, O_NOOPT, O_RECV, O_SEND, O_NIC, O_MODEL, O_LAYERS, O_HIDDEN,
            O_HEADS, O_FFN, O_VOCAB, O_SEQ, O_COST, O_TFLOPS, O_DPN, O_PRESET, O_DRAW, O_WIDTH, O_SVG, O_FORMAT,
            O_TOPOLOGY, O_NAIVE_MAPPING, O_PLAN, O_NOISE, O_NOISE_SAMPLES, O_NOISE_SEED,
-           O_ACT_BUDGET, O_PIECE_HALF };
+           O_ACT_BUDGET, O_PIECE_HALF, O_LAYOUT };
     static const struct option longopts[] = {
         {"schedule", 1, 0, O_SCHED}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P}, {"k", 1, 0, O_K}, {"m", 1, 0, O_M},
         {"tp", 1, 0, O_TP}, {"partition", 1, 0, O_PART}, {"comm", 1, 0, O_COMM}, {"no-concat", 0, 0, O_NOCONCAT}, {"no-optimise", 0, 0, O_NOOPT}, {"recv", 1, 0, O_RECV}, {"send", 1, 0, O_SEND}, {"nic", 1, 0, O_NIC},
@@ -712,7 +760,7 @@ int main(int argc, char **argv)
         {"device-tflops", 1, 0, O_TFLOPS}, {"devices-per-node", 1, 0, O_DPN}, {"preset", 1, 0, O_PRESET},
         {"draw", 0, 0, O_DRAW}, {"width", 1, 0, O_WIDTH}, {"svg", 1, 0, O_SVG}, {"format", 1, 0, O_FORMAT},
         {"topology", 1, 0, O_TOPOLOGY}, {"naive-mapping", 0, 0, O_NAIVE_MAPPING}, {"plan", 1, 0, O_PLAN},
-        {"act-budget", 1, 0, O_ACT_BUDGET}, {"piece-half", 1, 0, O_PIECE_HALF},
+        {"act-budget", 1, 0, O_ACT_BUDGET}, {"layout", 1, 0, O_LAYOUT}, {"piece-half", 1, 0, O_PIECE_HALF},
         {"noise", 1, 0, O_NOISE}, {"noise-samples", 1, 0, O_NOISE_SAMPLES}, {"noise-seed", 1, 0, O_NOISE_SEED},
         {"version", 0, 0, 'V'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
@@ -783,6 +831,7 @@ int main(int argc, char **argv)
             o.set |= CLI_SET_MODEL;
             break;
         case O_LAYERS: bad |= cli_parse_int("bsipipe-plan", "--layers", optarg, 1, 65536, &o.dims.n_layers); o.set |= CLI_SET_LAYERS; break;
+        case O_LAYOUT: o.layout = optarg; o.set |= CLI_SET_LAYOUT; break;
         case O_HIDDEN: bad |= cli_parse_int("bsipipe-plan", "--hidden", optarg, 1, 1 << 20, &o.dims.hidden); o.set |= CLI_SET_HIDDEN; break;
         case O_HEADS: bad |= cli_parse_int("bsipipe-plan", "--heads", optarg, 1, 1 << 20, &o.dims.n_heads); o.set |= CLI_SET_HEADS; break;
         case O_FFN: bad |= cli_parse_int("bsipipe-plan", "--ffn", optarg, 1, 1 << 22, &o.dims.ffn_hidden); o.set |= CLI_SET_FFN; ffn_set = 1; break;

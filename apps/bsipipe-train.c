@@ -91,6 +91,9 @@ static void usage(FILE *out)
 "                    resume with another --tp\n"
 "  --model gpt|llama --layers N --hidden N --heads N --ffn N --seq N\n"
 "                    (defaults gpt, 8, 128, 4, 4*hidden, 256; vocabulary 256 bytes)\n"
+"  --layout auto|STR  layers per chunk: auto splits any L >= p*w by cost, STR is\n"
+"                    Megatron's layout string (default: L/(p*w) each; bsipipe-plan\n"
+"                    --help); checkpoints resume under another layout\n"
 "  --iters N         iterations (default 30)     --seed N   (default 1)\n"
 "  --lr X            AdamW learning rate (default 1e-3, the library's and bsipipe-ref's)\n"
 "  --weight-decay X  AdamW weight decay of the matrices (default 0.1)\n"
@@ -280,7 +283,7 @@ int main(int argc, char **argv)
     lr_decay_t decay = LR_COSINE;
     int emulate = 0, mpi = 0, naive_mapping = 0;
     train_ckpt_t ck = {.save_interval = 1};
-    const char *trace = NULL, *transport = NULL, *precision = NULL, *plan_path = NULL;
+    const char *trace = NULL, *transport = NULL, *precision = NULL, *plan_path = NULL, *layout = NULL;
     cli_plan_flags_t given = {0}; /* explicit flags, checked against a --plan */
     bsipipe_engine_devices_t devices = BSIPIPE_DEVICES_CPU;
     int gpus = 0;
@@ -291,7 +294,7 @@ int main(int argc, char **argv)
     enum { O_SCHED = 256, O_POLICY, O_W, O_P, O_K, O_M, O_MODEL, O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_ITERS,
            O_SEED, O_LR, O_WARMUP, O_DECAY, O_DECAY_ITERS, O_MINLR, O_EVAL, O_DATA, O_COMM, O_RECV, O_SENDS, O_WATCHDOG, O_UNCHECKED, O_EMULATE, O_TFLOPS, O_CKPT, O_RESUME, O_TRACE,
            O_MPI, O_NAIVE_MAPPING, O_DEVICES, O_GPUS, O_TRANSPORT, O_PRECISION, O_OVERWRITE, O_MEMLIMIT, O_PLAN, O_TP,
-           O_WD, O_BETA1, O_BETA2, O_EPS, O_CLIP, O_LOG_INTERVAL, O_LOG_JSON, O_PEAK, O_SAVE_INTERVAL, O_KEEP_LAST, O_RESUME_FROM };
+           O_WD, O_BETA1, O_BETA2, O_EPS, O_CLIP, O_LOG_INTERVAL, O_LOG_JSON, O_PEAK, O_SAVE_INTERVAL, O_KEEP_LAST, O_RESUME_FROM, O_LAYOUT };
     static const struct option longopts[] = {
         {"schedule", 1, 0, O_SCHED}, {"policy", 1, 0, O_POLICY}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P},
         {"k", 1, 0, O_K}, {"m", 1, 0, O_M}, {"model", 1, 0, O_MODEL}, {"layers", 1, 0, O_LAYERS},
@@ -308,7 +311,7 @@ int main(int argc, char **argv)
         {"weight-decay", 1, 0, O_WD}, {"adam-beta1", 1, 0, O_BETA1}, {"adam-beta2", 1, 0, O_BETA2},
         {"adam-eps", 1, 0, O_EPS}, {"clip-grad", 1, 0, O_CLIP}, {"log-interval", 1, 0, O_LOG_INTERVAL},
         {"log-json", 1, 0, O_LOG_JSON}, {"peak-tflops", 1, 0, O_PEAK}, {"save-interval", 1, 0, O_SAVE_INTERVAL},
-        {"keep-last", 1, 0, O_KEEP_LAST}, {"resume-from", 1, 0, O_RESUME_FROM},
+        {"keep-last", 1, 0, O_KEEP_LAST}, {"resume-from", 1, 0, O_RESUME_FROM}, {"layout", 1, 0, O_LAYOUT},
         {"version", 0, 0, 'V'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
@@ -391,6 +394,7 @@ int main(int argc, char **argv)
         case O_SAVE_INTERVAL: bad = cli_parse_int("bsipipe-train", "--save-interval", optarg, 1, 1 << 30, &ck.save_interval); break;
         case O_KEEP_LAST: bad = cli_parse_int("bsipipe-train", "--keep-last", optarg, 1, 1 << 20, &ck.keep_last); break;
         case O_RESUME_FROM: ck.resume_from = optarg; break;
+        case O_LAYOUT: layout = optarg; given.set |= CLI_SET_LAYOUT; break;
         case O_WATCHDOG: bad = cli_parse_double("bsipipe-train", "--watchdog", optarg, 0.01, 86400, &watchdog); break;
         case O_UNCHECKED: unchecked = 1; break;
         case O_EMULATE: emulate = 1; break;
@@ -444,6 +448,7 @@ int main(int argc, char **argv)
         }
         given.pc = bsipipe_parallel_config_default(kind);
         given.pc.w = w, given.pc.p = p, given.pc.k = k, given.pc.m = m, given.pc.comm = comm, given.pc.tp = tp;
+        given.pc.layout = layout;
         given.dims = dims;
         int rc = cli_plan_conflicts("bsipipe-train", plan_path, &given, user_plan, info.has_model);
         if (rc) {
@@ -499,6 +504,7 @@ int main(int argc, char **argv)
     pc.tp = tp;
     if (p > 0) pc.p = p;
     if (k > 0) pc.k = k;
+    pc.layout = layout;
     if (user_plan)
         pc = *bsipipe_schedule_config(user_plan);
 
@@ -607,6 +613,8 @@ int main(int argc, char **argv)
            "data: %s (%ld bytes)\n", dims.family == BSIPIPE_MODEL_LLAMA ? "LLaMA" : "GPT", dims.n_layers, dims.hidden,
            dims.n_heads, dims.seq_len, bsipipe_engine_n_params(e) / 1e6, bsipipe_schedule_kind_name(kind), pc.w, pc.p,
            pc.k, pc.m, policy, source, len);
+    if (bsipipe_schedule_config(s)->layout)
+        printf("bsipipe-train: layers per chunk: %s\n", bsipipe_schedule_config(s)->layout);
     if (mpi) {
         printf("StarPU-MPI: %d ranks; rank of each device:", nranks);
         for (int d = 0; d < pc.w; d++)

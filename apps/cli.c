@@ -172,6 +172,25 @@ int cli_plan_conflicts(const char *prog, const char *file, const cli_plan_flags_
     CONFLICT(CLI_SET_VOCAB, "--vocab", "vocab", "%d", md->vocab, d->vocab)
     CONFLICT(CLI_SET_SEQ, "--seq", "seq_len", "%d", md->seq_len, d->seq_len)
 #undef CONFLICT
+    if ((f->set & CLI_SET_LAYOUT) && my->layout) {
+        /* compared as placed: "auto" conflicts only with another split */
+        bsipipe_parallel_config_t mine_pc = *pc;
+        mine_pc.layout = my->layout;
+        int C = bsipipe_schedule_n_chunks(s), differs = 0, *counts = malloc(sizeof(int) * (size_t)C);
+        if (!counts || bsipipe_parallel_config_layers(&mine_pc, d, counts) < 0)
+            differs = 1;
+        for (int c = 0; c < C && !differs; c++) {
+            int l0, l1;
+            bsipipe_schedule_chunk_layers(s, c, &l0, &l1);
+            differs = counts[c] != l1 - l0;
+        }
+        free(counts);
+        if (differs) {
+            fprintf(stderr, "%s: --layout %s conflicts with the plan's layout=%s (%s): drop --layout, or edit the "
+                    "plan\n", prog, my->layout, pc->layout ? pc->layout : "even", file);
+            return 2;
+        }
+    }
     return 0;
 }
 

@@ -46,11 +46,11 @@ enum {
     CLI_SET_SCHEDULE = 1 << 0, CLI_SET_W = 1 << 1, CLI_SET_P = 1 << 2, CLI_SET_K = 1 << 3, CLI_SET_M = 1 << 4,
     CLI_SET_TP = 1 << 5, CLI_SET_COMM = 1 << 6, CLI_SET_PARTITION = 1 << 7, CLI_SET_NO_CONCAT = 1 << 8,
     CLI_SET_MODEL = 1 << 9, CLI_SET_LAYERS = 1 << 10, CLI_SET_HIDDEN = 1 << 11, CLI_SET_HEADS = 1 << 12,
-    CLI_SET_FFN = 1 << 13, CLI_SET_VOCAB = 1 << 14, CLI_SET_SEQ = 1 << 15
+    CLI_SET_FFN = 1 << 13, CLI_SET_VOCAB = 1 << 14, CLI_SET_SEQ = 1 << 15, CLI_SET_LAYOUT = 1 << 16
 };
 typedef struct cli_plan_flags {
     unsigned set;
-    bsipipe_parallel_config_t pc; /* schedule, w, p, k, m, tp, comm, partition, concat */
+    bsipipe_parallel_config_t pc; /* schedule, w, p, k, m, tp, comm, partition, concat, layout */
     bsipipe_model_dims_t dims;
 } cli_plan_flags_t;
 /* The first explicit flag that disagrees with the plan s read from `file`

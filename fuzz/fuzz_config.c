@@ -126,6 +126,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int rc = bsipipe_model_dims_validate(d);
         FUZZ_REQUIRE(rc == 0 || rc == BSIPIPE_ECONFIG, "dims rc %d", rc);
     }
+    /* A layout: none, "auto", or up to 48 characters of the grammar's
+     * alphabet (and a few strangers) */
+    char layout[49];
+    uint8_t mode = fuzz_byte(&in);
+    if (mode % 3 == 1) {
+        pc.layout = "auto";
+    } else if (mode % 3 == 2) {
+        static const char alphabet[] = "Et|L()*0123456789, mx";
+        int n = fuzz_byte(&in) % 49;
+        for (int i = 0; i < n; i++)
+            layout[i] = alphabet[fuzz_byte(&in) % (sizeof alphabet - 1)];
+        layout[n] = '\0';
+        pc.layout = layout;
+    }
     int rc = bsipipe_parallel_config_validate(&pc, d);
     if (rc < 0) {
         FUZZ_REQUIRE(rc == BSIPIPE_ECONFIG, "validate rc %d", rc);

@@ -18,7 +18,7 @@ FUZZ_ALL = config cli topology checkpoint import
 FUZZ_TARGETS = $(FUZZ_ALL)
 FUZZ_TIME = 600
 FUZZ_LIBSRC = \
-	graph/bsipipe_error.c graph/bsipipe_config.c graph/bsipipe_partition.c \
+	graph/bsipipe_error.c graph/bsipipe_config.c graph/bsipipe_layout.c graph/bsipipe_partition.c \
 	graph/bsipipe_schedule.c graph/gen_fixed.c graph/gen_greedy.c graph/gen_bitpipe.c graph/gen_zb.c graph/opt_justify.c \
 	graph/comm.c graph/bsipipe_sim.c graph/bsipipe_validate.c graph/bsipipe_draw.c graph/torch_csv.c graph/bsipipe_topology.c \
 	kernels/cpu/model_dims.c kernels/cpu/tp_common.c api/bsipipe_version.c apps/cli.c \
@@ -36,7 +36,7 @@ FUZZ_SEEDS_CHECKPOINT = \
 FUZZ_SEEDS_IMPORT = \
 	fuzz/corpus/import/1f1b.json fuzz/corpus/import/bsipipe.json fuzz/corpus/import/chimera.json \
 	fuzz/corpus/import/gpipe.json fuzz/corpus/import/hand-seq1f1b-w2.json \
-	fuzz/corpus/import/huge-config.json fuzz/corpus/import/index-order.json \
+	fuzz/corpus/import/huge-config.json fuzz/corpus/import/index-order.json fuzz/corpus/import/layout.json \
 	fuzz/corpus/import/seq1f1b-i.json fuzz/corpus/import/truncated.json \
 	fuzz/corpus/import/unknown-field.json fuzz/corpus/import/zb-h1.json
 FUZZ_SEEDS = \

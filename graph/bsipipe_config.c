@@ -1,9 +1,12 @@
 /* bsipipe_config.c: schedule names, defaults and the rules of a configuration. */
 #include "graph/bsipipe_config.h"
 #include "graph/bsipipe_error.h"
+#include "graph/bsipipe_layout.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *const schedule_names[BSIPIPE_SCHED_COUNT] = {
@@ -78,9 +81,9 @@ const char *bsipipe_schedule_kind_m_rule(bsipipe_schedule_kind_t kind)
     case BSIPIPE_SCHED_CHIMERA: case BSIPIPE_SCHED_BSIPIPE_ZB:
         return "m even (half in each pipe)";
     case BSIPIPE_SCHED_BSIPIPE:
-        return "m even, N_s = m*k a multiple of k*w (whole basic units)";
+        return "any m >= 2 (a last partial basic unit; an odd m puts one more in the up pipe)";
     case BSIPIPE_SCHED_BITPIPE:
-        return "w even, m a multiple of w";
+        return "w even, any m >= 2 (a last partial unit of m mod w; an odd one puts one more in the up pipe)";
     case BSIPIPE_SCHED_DUALPIPEV:
         return "m >= 2w";
     case BSIPIPE_SCHED_DUALPIPE:
@@ -174,6 +177,55 @@ int bsipipe_interleave_group(int ns, int w)
     return 0;
 }
 
+int bsipipe_parallel_config_chunk_device(const bsipipe_parallel_config_t *pc, int pipe, int chunk)
+{
+    int w = pc->w;
+    int down = bsipipe_schedule_kind_traits(pc->schedule).v_shape ? (chunk < w ? chunk : 2 * w - 1 - chunk)
+                                                                   : chunk % w;
+    return pipe == 1 ? w - 1 - down : down;
+}
+
+/* --layout auto: the split by chunk; on one V-shaped pipe (zb-v,
+ * dualpipev, seq-zbv) then balanced by device, each device running the
+ * first and the last chunk of the same micro-batch. The simulator at the
+ * paper's setting with a 128k vocabulary (docs/schedules.md, "Placing
+ * layers"): +7% tokens/s on zb-v and dualpipev from the device balance,
+ * but -7% on 1f1b-i and -3.5% on bsipipe, whose chunk chains it lengthens. */
+static int layers_auto(const bsipipe_parallel_config_t *pc, const bsipipe_model_dims_t *d, int *counts)
+{
+    bsipipe_schedule_traits_t t = bsipipe_schedule_kind_traits(pc->schedule);
+    int chunks = pc->p * pc->w, pipes = t.bidirectional ? 2 : 1;
+    int rc = bsipipe_layout_auto(d, chunks, counts);
+    if (rc < 0 || !t.v_shape || t.bidirectional)
+        return rc;
+    int *dev = malloc(sizeof(int) * (size_t)(pipes * chunks));
+    if (!dev)
+        return bsipipe_error_set(-ENOMEM, "out of memory");
+    for (int pipe = 0; pipe < pipes; pipe++)
+        for (int c = 0; c < chunks; c++)
+            dev[pipe * chunks + c] = bsipipe_parallel_config_chunk_device(pc, pipe, c);
+    rc = bsipipe_layout_balance_devices(d, counts, chunks, dev, pipes, pc->w);
+    free(dev);
+    return rc;
+}
+
+int bsipipe_parallel_config_layers(const bsipipe_parallel_config_t *pc, const bsipipe_model_dims_t *d, int *counts)
+{
+    char near[48];
+    int chunks = pc->p * pc->w;
+    if (pc->layout && strcmp(pc->layout, "auto") == 0)
+        return layers_auto(pc, d, counts);
+    if (pc->layout)
+        return bsipipe_layout_parse(pc->layout, chunks, d->n_layers, counts);
+    RULE(d->n_layers % chunks == 0,
+         "layers L=%d must be a multiple of p*w = %d for an even split; nearest valid L: %s, or place them "
+         "with --layout auto (by cost) or a layout string", d->n_layers, chunks,
+         either(near, sizeof near, mult_below(d->n_layers, chunks), mult_above(d->n_layers, chunks)));
+    for (int c = 0; c < chunks; c++)
+        counts[c] = d->n_layers / chunks;
+    return 0;
+}
+
 int bsipipe_parallel_config_validate(const bsipipe_parallel_config_t *pc, const bsipipe_model_dims_t *d)
 {
     char near[48];
@@ -209,10 +261,11 @@ int bsipipe_parallel_config_validate(const bsipipe_parallel_config_t *pc, const 
     }
     if (t.bidirectional) {
         RULE(pc->w >= 2, "%s needs two pipes over at least 2 devices: w >= 2 (got w=%d)", name, pc->w);
-        if (pc->schedule == BSIPIPE_SCHED_BSIPIPE)
+        int partial = pc->schedule == BSIPIPE_SCHED_BSIPIPE || pc->schedule == BSIPIPE_SCHED_BITPIPE;
+        if (partial)
             RULE(pc->m >= 2, "%s needs a micro-batch in each pipe: m >= 2 (got m=%d); nearest valid m: 2", name,
                  pc->m);
-        RULE(pc->m % 2 == 0 || pc->schedule == BSIPIPE_SCHED_BSIPIPE, "%s splits micro-batches between two pipes: m must be even "
+        RULE(pc->m % 2 == 0 || partial, "%s splits micro-batches between two pipes: m must be even "
              "(got m=%d); nearest valid m: %s", name, pc->m,
              either(near, sizeof near, pc->m > 1 ? pc->m - 1 : pc->m + 1, pc->m + 1));
     }
@@ -230,9 +283,6 @@ int bsipipe_parallel_config_validate(const bsipipe_parallel_config_t *pc, const 
     if (pc->schedule == BSIPIPE_SCHED_BITPIPE) {
         RULE(pc->w % 2 == 0, "bitpipe splits each basic unit of w micro-batches evenly between its two pipes: "
              "w must be even (got w=%d); nearest valid w: %d or %d", pc->w, pc->w - 1, pc->w + 1);
-        RULE(pc->m % pc->w == 0, "bitpipe runs basic units of w=%d micro-batches: m must be a multiple of w "
-             "(got m=%d); nearest valid m: %s", pc->w, pc->m,
-             either(near, sizeof near, mult_below(pc->m, pc->w), mult_above(pc->m, pc->w)));
     }
     if (pc->nodes > 0) {
         int devices = pc->w * pc->tp;
@@ -242,16 +292,20 @@ int bsipipe_parallel_config_validate(const bsipipe_parallel_config_t *pc, const 
              "devices per node %d does not match w*D_t/nodes = %d", pc->devices_per_node,
              devices / pc->nodes);
     }
+    RULE(d || !pc->layout, "a layout (\"%s\") places a model's layers: give the model's dimensions too",
+         pc->layout ? pc->layout : "");
     if (!d)
         return 0;
     int rc = bsipipe_model_dims_validate(d);
     if (rc < 0)
         return rc;
-    int chunks = pc->p * pc->w;
-    RULE(d->n_layers % chunks == 0,
-         "layers L=%d must be a multiple of p*w = %d so every chunk has the same layers; "
-         "nearest valid L: %s", d->n_layers, chunks,
-         either(near, sizeof near, mult_below(d->n_layers, chunks), mult_above(d->n_layers, chunks)));
+    int chunks = pc->p * pc->w, *counts = malloc(sizeof(int) * (size_t)chunks);
+    if (!counts)
+        return bsipipe_error_set(-ENOMEM, "out of memory");
+    rc = bsipipe_parallel_config_layers(pc, d, counts);
+    free(counts);
+    if (rc < 0)
+        return rc;
     RULE(d->hidden % pc->tp == 0 && d->n_heads % pc->tp == 0,
          "D_t=%d must divide the hidden size %d and the head count %d", pc->tp, d->hidden, d->n_heads);
     RULE(d->seq_len % pc->tp == 0,

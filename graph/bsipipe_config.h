@@ -87,6 +87,11 @@ typedef struct bsipipe_parallel_config {
                               of the iteration first (memory grows with N_s) */
     int optimise;          /* BSIPipe: 1 = the optimising pass runs on the constructed
                               order (unit costs, never more memory); 0 = as constructed */
+    const char *layout;    /* which layers each chunk holds (graph/bsipipe_layout.h):
+                              NULL = L/(p*w) each, "auto" = split by cost, else a
+                              Megatron-style string. Not owned: the caller keeps it
+                              alive while it uses this config; a schedule holds its
+                              own copy, resolved to the explicit string */
 } bsipipe_parallel_config_t;
 
 /* The defaults for `kind`: w=4, p=2 where the schedule interleaves (BSIPipe,
@@ -116,8 +121,20 @@ const char *bsipipe_schedule_kind_m_rule(bsipipe_schedule_kind_t kind);
  * the pipeline size), N_s at worst. Any N_s >= w has one. 0 when N_s < w. */
 int bsipipe_interleave_group(int ns, int w);
 
+/* The device of (pipe, chunk) under pc (the placement of every plan):
+ * chunk c on device c mod w (sequential, interleaved), or c for c < w and
+ * 2w-1-c after (V-shaped); the up pipe (pipe 1) of a bidirectional schedule
+ * mirrors the down pipe, device w-1-d. */
+int bsipipe_parallel_config_chunk_device(const bsipipe_parallel_config_t *pc, int pipe, int chunk);
+
+/* Layers each of the p*w chunks holds under pc->layout for model d, into
+ * counts[0..p*w) (caller-owned): the even split when pc->layout is NULL.
+ * 0, or BSIPIPE_ECONFIG naming the problem (an even split that does not
+ * divide, a layout string's error and its position). */
+int bsipipe_parallel_config_layers(const bsipipe_parallel_config_t *pc, const bsipipe_model_dims_t *d, int *counts);
+
 /* Checks every rule of the parallel config against the model (dims may be
- * NULL to check the parallel config alone). Returns 0 or BSIPIPE_ECONFIG with
+ * NULL to check the parallel config alone; a layout needs the model). Returns 0 or BSIPIPE_ECONFIG with
  * a detail sentence naming the rule and the nearest valid values. */
 int bsipipe_parallel_config_validate(const bsipipe_parallel_config_t *pc,
                                      const bsipipe_model_dims_t *dims);

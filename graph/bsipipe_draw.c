@@ -226,10 +226,11 @@ int bsipipe_export_json(FILE *out, const bsipipe_schedule_t *s, const bsipipe_si
     int W = bsipipe_schedule_n_devices(s);
     fprintf(out, "{\n  \"format\": \"bsipipe-plan/1\",\n");
     fprintf(out, "  \"config\": {\"schedule\": \"%s\", \"w\": %d, \"p\": %d, \"k\": %d, \"m\": %d, \"tp\": %d, "
-                 "\"n_s\": %d, \"partition\": \"%s\", \"comm\": \"%s\", \"concat\": %s},\n",
+                 "\"n_s\": %d, \"partition\": \"%s\", \"comm\": \"%s\", \"concat\": %s%s%s%s},\n",
             bsipipe_schedule_kind_name(pc->schedule), pc->w, pc->p, pc->k, pc->m, pc->tp, pc->m * pc->k,
             pc->partition == BSIPIPE_PARTITION_EVEN ? "even" : "balanced", bsipipe_comm_order_name(pc->comm),
-            pc->concat ? "true" : "false");
+            pc->concat ? "true" : "false", pc->layout ? ", \"layout\": \"" : "", pc->layout ? pc->layout : "",
+            pc->layout ? "\"" : "");
     fprintf(out, "  \"model\": {\"family\": \"%s\", \"layers\": %d, \"hidden\": %d, \"heads\": %d, \"ffn\": %d, "
                  "\"vocab\": %d, \"seq_len\": %d},\n", md->family == BSIPIPE_MODEL_LLAMA ? "llama" : "gpt",
             md->n_layers, md->hidden, md->n_heads, md->ffn_hidden, md->vocab, md->seq_len);

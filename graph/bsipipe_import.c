@@ -126,7 +126,7 @@ static int get_bool(const import_ctx_t *c, const char *where, const json_t *obj,
 static int parse_config(const import_ctx_t *c, const json_t *cfg, bsipipe_parallel_config_t *pc)
 {
     static const char *const known[] = {"schedule", "w", "p", "k", "m", "tp", "n_s", "partition", "comm",
-                                        "concat", "optimise", NULL};
+                                        "concat", "optimise", "layout", NULL};
     if (!json_is_object(cfg))
         return fail(c, BSIPIPE_EFORMAT, "field \"config\": expected an object, got %s", json_type_name(cfg));
     int rc = check_keys(c, "config", cfg, known);
@@ -148,6 +148,7 @@ static int parse_config(const import_ctx_t *c, const json_t *cfg, bsipipe_parall
         (rc = get_int(c, "config", cfg, "tp", 0, 1, 1, 1 << 20, &pc->tp)) < 0 ||
         (rc = get_int(c, "config", cfg, "n_s", 0, 0, 0, INT_MAX, &ns)) < 0 ||
         (rc = get_str(c, "config", cfg, "partition", 0, &partition)) < 0 ||
+        (rc = get_str(c, "config", cfg, "layout", 0, &pc->layout)) < 0 ||
         (rc = get_str(c, "config", cfg, "comm", 0, &comm)) < 0 ||
         (rc = get_bool(c, "config", cfg, "concat", 1, &pc->concat)) < 0 ||
         (rc = get_bool(c, "config", cfg, "optimise", 0, &opt)) < 0)

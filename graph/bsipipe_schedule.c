@@ -3,6 +3,7 @@
  * transfers from comm.c. */
 #include "graph/schedule_internal.h"
 #include "graph/bsipipe_error.h"
+#include "graph/bsipipe_layout.h"
 #include "graph/bsipipe_partition.h"
 #include "graph/bsipipe_sim.h"
 
@@ -104,17 +105,9 @@ int compute_deps(const bsipipe_schedule_t *s, const bsipipe_op_t *op, bsipipe_op
 /* Placement: (pipe, chunk) -> device. */
 static void place_chunks(bsipipe_schedule_t *s)
 {
-    int w = s->pc.w, C = s->n_chunks;
-    for (int c = 0; c < C; c++) {
-        int down;
-        if (bsipipe_schedule_kind_traits(s->pc.schedule).v_shape)
-            down = c < w ? c : 2 * w - 1 - c;      /* V-shape */
-        else
-            down = c % w;                          /* sequential (p=1) or interleaved */
-        s->chunk_dev[c] = down;
-        if (s->n_pipes == 2)
-            s->chunk_dev[C + c] = w - 1 - down;    /* the up pipe mirrors the down pipe */
-    }
+    for (int pipe = 0; pipe < s->n_pipes; pipe++)
+        for (int c = 0; c < s->n_chunks; c++)
+            s->chunk_dev[pipe * s->n_chunks + c] = bsipipe_parallel_config_chunk_device(&s->pc, pipe, c);
 }
 
 /* Gradient sync of every chunk replica (bidirectional schedules), in chunk
@@ -155,6 +148,8 @@ void bsipipe_schedule_destroy(bsipipe_schedule_t *s)
     free(s->cap_ops);
     free(s->chunk_dev);
     free(s->sub_starts);
+    free(s->layer_starts);
+    free(s->layout);
     free(s);
 }
 
@@ -382,9 +377,31 @@ static void mb_grouping(const bsipipe_parallel_config_t *pc, int *group, int *al
     *group = (pc->w % 2 && !*alternate) || k1_pairs ? 2 * pc->w : pc->w;
     if (bsi && pc->k == 1 && pc->m > pc->w && pc->m < 2 * pc->w)
         *group = pc->m;
-    if ((pc->m % *group && !k1_pairs && !bsi) || /* k1_pairs: an odd number of units ends with a group of w */
+    if ((pc->m % *group && !k1_pairs && !bsi && pc->schedule != BSIPIPE_SCHED_BITPIPE) || /* k1_pairs: an odd
+                                       number of units ends with a group of w; bitpipe: a last partial unit */
         pc->schedule == BSIPIPE_SCHED_DUALPIPE) /* DeepSeek's: the first half of the batch down, the rest up */
         *group = pc->m;
+}
+
+/* The layer boundaries of pc's layout over s's model; an explicit layout
+ * is kept as its canonical string (an "auto" one resolved), so that the
+ * plan written out and read back places the same layers. */
+static int place_layers(bsipipe_schedule_t *s, const bsipipe_parallel_config_t *pc)
+{
+    int C = s->n_chunks, *counts = s->layer_starts + 1; /* counts, then summed in place */
+    int rc = bsipipe_parallel_config_layers(pc, &s->dims, counts);
+    if (rc < 0)
+        return rc;
+    if (pc->layout) {
+        size_t len = (size_t)C * 16 + 16;
+        if (!(s->layout = malloc(len)) || !bsipipe_layout_format(counts, C, s->layout, len))
+            return bsipipe_error_set(-ENOMEM, "out of memory");
+        s->pc.layout = s->layout;
+    }
+    s->layer_starts[0] = 0;
+    for (int c = 1; c <= C; c++)
+        s->layer_starts[c] += s->layer_starts[c - 1];
+    return 0;
 }
 
 /* Ops per iteration must stay addressable by int per device. */
@@ -419,12 +436,18 @@ int schedule_alloc(const bsipipe_parallel_config_t *pc, const bsipipe_model_dims
     s->n_chunks = pc->p * pc->w;
     s->chunk_dev = malloc(sizeof(int) * (size_t)(s->n_pipes * s->n_chunks));
     s->sub_starts = malloc(sizeof(int) * (size_t)(pc->k + 1));
+    s->layer_starts = malloc(sizeof(int) * (size_t)(s->n_chunks + 1));
     s->n_ops = calloc((size_t)s->n_devices, sizeof(int));
     s->cap_ops = calloc((size_t)s->n_devices, sizeof(int));
     s->ops = calloc((size_t)s->n_devices, sizeof *s->ops);
-    if (!s->chunk_dev || !s->sub_starts || !s->n_ops || !s->cap_ops || !s->ops) {
+    if (!s->chunk_dev || !s->sub_starts || !s->layer_starts || !s->n_ops || !s->cap_ops || !s->ops) {
         bsipipe_schedule_destroy(s);
         return bsipipe_error_set(-ENOMEM, "out of memory");
+    }
+    s->pc.layout = NULL; /* the caller's string: replaced by the schedule's own below */
+    if ((rc = place_layers(s, pc)) < 0) {
+        bsipipe_schedule_destroy(s);
+        return rc;
     }
     place_chunks(s);
     align = bsipipe_partition_align(s->dims.seq_len, pc->k, pc->tp);
@@ -548,9 +571,8 @@ int bsipipe_schedule_chunk_device(const bsipipe_schedule_t *s, bsipipe_pipe_t pi
 
 void bsipipe_schedule_chunk_layers(const bsipipe_schedule_t *s, int chunk, int *first, int *last)
 {
-    int per = s->dims.n_layers / s->n_chunks;
-    *first = chunk * per;
-    *last = (chunk + 1) * per;
+    *first = s->layer_starts[chunk];
+    *last = s->layer_starts[chunk + 1];
 }
 
 const bsipipe_op_t *bsipipe_schedule_device_ops(const bsipipe_schedule_t *s, int device, int *n_ops)

@@ -193,9 +193,11 @@ double bsipipe_bubble_closed_form(const bsipipe_parallel_config_t *pc)
         return (w - 1) / (pc->p * ns + w - 1);
     case BSIPIPE_SCHED_ZB_H1: case BSIPIPE_SCHED_BSIPIPE:
         return (w - 1) / (3 * ns + w - 1);
-    case BSIPIPE_SCHED_BITPIPE: { /* unit costs: 2(w-2) idle in one unit, w-2 more per further unit */
-        double idle = (pc->m / pc->w + 1) * (w - 2);
-        return idle / (6 * ns + idle);
+    case BSIPIPE_SCHED_BITPIPE: { /* unit costs: 2(w-2) idle in one unit, w-2 more per further unit; a
+                                     partial last unit (the order of a whole one, ops left out) at most
+                                     the span of whole units: exact when w divides m, a bound otherwise */
+        double units = (pc->m + pc->w - 1) / pc->w, span = 6 * w * units + (units + 1) * (w - 2);
+        return 1 - 6 * ns / span;
     }
     case BSIPIPE_SCHED_ZB_V: case BSIPIPE_SCHED_DUALPIPEV:
         /* w-1 idle units per device (start-up), the cooldown filled with W;

@@ -17,6 +17,11 @@
  *
  * Under unit costs (F = 1, B = 2) one unit idles 2(w-2) per device, which
  * is optimal for one unit; each further unit adds w-2 (the partial flush).
+ * An m that w does not divide ends with a partial unit of r = m mod w
+ * micro-batches (r/2 down, the rest up): the order of a whole last unit
+ * with the absent micro-batches' ops left out. Leaving every op of a
+ * micro-batch out keeps the order valid (the others' inputs and their
+ * order on each device are unchanged).
  * BSIPipe at k = 1 takes this order when it beats its list-scheduled one
  * (bsipipe_schedule.c). */
 #include "graph/schedule_internal.h"
@@ -79,17 +84,24 @@ static int push_entry(bsipipe_schedule_t *s, int d, entry_t e, bsipipe_op_kind_t
     default: chunk = w + d; break;          /* up, arm 1 */
     }
     /* Pipe-local index -> global micro-batch: groups of w, the first half
-     * of each group down, the second up (schedule_mb_pipe). */
-    int mb = e.index / half * w + pipe * half + e.index % half;
-    return schedule_push_compute(s, kind, mb, 0, chunk);
+     * of each group down, the second up (schedule_mb_pipe); a last partial
+     * group of r holds r/2 down and the rest up, and the padded unit's
+     * other micro-batches are absent: their ops are left out. */
+    int u = e.index / half, i = e.index % half, base = u * w;
+    int size = s->pc.m - base < w ? s->pc.m - base : w, down = size / 2;
+    if (i >= (pipe ? size - down : down))
+        return 0;
+    return schedule_push_compute(s, kind, base + pipe * down + i, 0, chunk);
 }
 
 int generate_bitpipe(bsipipe_schedule_t *s)
 {
-    int w = s->pc.w, units = s->pc.m / w, per_unit = 2 * w, rc = 0;
-    if (w % 2 || s->pc.m % w || s->pc.k != 1 || s->n_pipes != 2 || s->n_chunks != 2 * w)
-        return bsipipe_error_set(BSIPIPE_ECONFIG, "the BitPipe order needs even w, k = 1, p = 2 and m a "
-                                 "multiple of w (got w=%d, k=%d, m=%d)", w, s->pc.k, s->pc.m);
+    int w = s->pc.w, units = (s->pc.m + w - 1) / w, per_unit = 2 * w, rc = 0;
+    if (w % 2 || s->pc.k != 1 || s->n_pipes != 2 || s->n_chunks != 2 * w || schedule_mb_group(s) != w ||
+        s->mb_alternate)
+        return bsipipe_error_set(BSIPIPE_ECONFIG, "the BitPipe order needs even w, k = 1, p = 2 and micro-batch "
+                                 "groups of w (got w=%d, k=%d, m=%d, groups of %d)", w, s->pc.k, s->pc.m,
+                                 schedule_mb_group(s));
     entry_t *fw = malloc(sizeof *fw * (size_t)per_unit * units);
     entry_t *bw = malloc(sizeof *bw * (size_t)per_unit * units);
     if (!fw || !bw) {

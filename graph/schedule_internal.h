@@ -13,6 +13,8 @@ struct bsipipe_schedule {
     int n_devices, n_pipes, n_chunks;
     int *chunk_dev;    /* [pipe * n_chunks + chunk] -> device */
     int *sub_starts;   /* k + 1 token boundaries */
+    int *layer_starts; /* n_chunks + 1 layer boundaries: chunk c holds [c], [c+1]) */
+    char *layout;      /* pc.layout resolved to its explicit string (NULL: the even split) */
     int *n_ops, *cap_ops;
     bsipipe_op_t **ops; /* per device, in order */
     int n_channels;

@@ -196,6 +196,37 @@ int ckpt_file_read(const char *path, unsigned char **out, uint64_t *size)
 /* ---- checks of an image on its own ---- */
 
 /* The tables of an image whose size, CRC and counters passed. */
+
+/* Each pipe's replicas tile its whole-model vector in chunk order, from 0,
+ * and every pipe's is as long (want NULL), or as long as want's (another
+ * layout of the same model: the slices may differ). 0 or BSIPIPE_EFORMAT. */
+static int replicas_tile(const char *path, const ckpt_header_t *h, const ckpt_header_t *want)
+{
+    int64_t first_end = -1;
+    for (uint32_t pipe = 0; pipe < h->pipes; pipe++) {
+        int64_t at = 0, end = 0;
+        for (uint32_t c = 0; c < h->chunks; c++) {
+            const ckpt_replica_t *g = &h->rep[pipe * h->chunks + c];
+            if (g->base != at)
+                return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s is corrupted: the replica of pipe %u, chunk "
+                                         "%u holds elements [%lld, +%lld), which do not continue its pipe's model "
+                                         "at %lld", path, pipe, c, (long long)g->base, (long long)g->n,
+                                         (long long)at);
+            at += g->n;
+        }
+        for (uint32_t c = 0; want && pipe < want->pipes && c < want->chunks; c++)
+            end += want->rep[pipe * want->chunks + c].n;
+        if (want && at != end)
+            return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s: pipe %u's replicas hold %lld elements, this "
+                                     "run's %lld", path, pipe, (long long)at, (long long)end);
+        if (!want && first_end >= 0 && at != first_end)
+            return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s is corrupted: pipe %u's replicas hold %lld "
+                                     "elements, pipe 0's %lld", path, pipe, (long long)at, (long long)first_end);
+        first_end = at;
+    }
+    return 0;
+}
+
 static int parse_tables(const char *path, const unsigned char *b, uint64_t size, ckpt_header_t *h)
 {
     int man = h->version == CKPT_VERSION_MANIFEST;
@@ -288,7 +319,7 @@ static int parse_tables(const char *path, const unsigned char *b, uint64_t size,
     if (!man && data != end)
         return bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s is corrupted: the replicas' data ends at byte %llu, "
                                  "the CRC starts at %llu", path, (unsigned long long)data, (unsigned long long)end);
-    return 0;
+    return replicas_tile(path, h, NULL);
 }
 
 int ckpt_image_parse(const char *path, const unsigned char *b, uint64_t size, ckpt_header_t *h)
@@ -481,16 +512,9 @@ int ckpt_header_match(const char *path, const ckpt_header_t *want, const ckpt_he
         return bsipipe_error_set(BSIPIPE_EFORMAT,
                                  "checkpoint: %s has %u pipes x %u chunks of replicas, this run has %u x %u", path,
                                  got->pipes, got->chunks, want->pipes, want->chunks);
-    for (uint64_t i = 0; i < n_rep(want); i++) {
-        const ckpt_replica_t *g = &got->rep[i], *w = &want->rep[i];
-        if (g->base != w->base || g->n != w->n)
-            return bsipipe_error_set(BSIPIPE_EFORMAT,
-                                     "checkpoint: %s: replica %llu (pipe %d, chunk %d) holds elements [%lld, +%lld), "
-                                     "this run's holds [%lld, +%lld)", path, (unsigned long long)i, w->pipe,
-                                     w->chunk, (long long)g->base, (long long)g->n, (long long)w->base,
-                                     (long long)w->n);
-    }
-    return 0;
+    /* The layout (which layers each chunk holds) may differ: each pipe's
+     * replicas must tile the same whole-model vector, in chunk order. */
+    return replicas_tile(path, got, want);
 }
 
 /* ---- a directory ---- */

@@ -28,10 +28,10 @@ static long first_bad_value(const float *vals, long n, int which)
 
 /* "Adam second moment of layer3.wqkv [64 x 192], element 17 = nan
  * (replica pipe 0, chunk 2)" for element j of replica i's slice. */
-static void describe_value(const bsipipe_engine_t *e, int i, int which, long j, float v, char *out, size_t len)
+static void describe_value(const bsipipe_engine_t *e, long base, int i, int which, long j, float v, char *out,
+                           size_t len)
 {
-    const replica_t *r = &e->rep[i];
-    long at = r->base + j;
+    long at = base + j;
     int nt = bsipipe_model_tensors(&e->dims, NULL, 0);
     bsipipe_tensor_info_t *ti = nt > 0 ? malloc(sizeof *ti * (size_t)nt) : NULL;
     char tensor[96];
@@ -74,7 +74,7 @@ int engine_ckpt_state_finite(bsipipe_engine_t *e, char *where, size_t len)
             }
             long j = first_bad_value(vals, r->n, which);
             if (j >= 0) {
-                describe_value(e, i, which, j, vals[j], where, len);
+                describe_value(e, r->base, i, which, j, vals[j], where, len);
                 rc = -EDOM;
             }
             if (e->T <= 1)
@@ -89,7 +89,7 @@ int engine_ckpt_state_finite(bsipipe_engine_t *e, char *where, size_t len)
 int engine_ckpt_loaded_finite(const bsipipe_engine_t *e, const ckpt_load_t *l, int i)
 {
     const unsigned char *p = ckpt_load_replica(l, (size_t)i);
-    long n = e->rep[i].n;
+    long n = (long)l->h.rep[i].n; /* the file's replica: its layout may differ from the engine's */
     if (!p || n <= 0)
         return 0;
     float *vals = malloc(sizeof(float) * (size_t)n);
@@ -101,7 +101,7 @@ int engine_ckpt_loaded_finite(const bsipipe_engine_t *e, const ckpt_load_t *l, i
         long j = first_bad_value(vals, n, which);
         if (j >= 0) {
             char where[192];
-            describe_value(e, i, which, j, vals[j], where, sizeof where);
+            describe_value(e, (long)l->h.rep[i].base, i, which, j, vals[j], where, sizeof where);
             rc = bsipipe_error_set(BSIPIPE_EFORMAT, "checkpoint: %s holds a state that is not finite: %s; it is not "
                                    "resumed (its CRC matches: it was saved so). Resume from an earlier copy, or "
                                    "start afresh with --overwrite", l->path, where);

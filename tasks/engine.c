@@ -598,6 +598,7 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
         bsipipe_engine_destroy(e);
         return bsipipe_error_set(rc, "%s", why);
     }
+    e->o.pc.layout = bsipipe_schedule_config(e->sched)->layout; /* the schedule's own string, not the caller's */
     e->W = bsipipe_schedule_n_devices(e->sched);
     e->C = bsipipe_schedule_n_chunks(e->sched);
     e->k = o->pc.k;

@@ -655,11 +655,24 @@ static void remove_parts(const char *dir, const ckpt_header_t *manifest)
 
 /* ---- load ---- */
 
-static void set_handle(starpu_data_handle_t h, const unsigned char *src, long n)
+static void set_handle(starpu_data_handle_t h, const float *src, long n)
 {
     starpu_data_acquire(h, STARPU_W);
-    ckpt_floats_from_le((float *)starpu_data_get_local_ptr(h), src, (size_t)n);
+    memcpy(starpu_data_get_local_ptr(h), src, sizeof(float) * (size_t)n);
     starpu_data_release(h);
+}
+
+/* Whether the file's replica j holds elements one of this process's
+ * replicas of the same pipe needs (the file's layout may differ). */
+static int replica_needed(const bsipipe_engine_t *e, const ckpt_header_t *h, int j)
+{
+    const ckpt_replica_t *g = &h->rep[j];
+    for (int c = 0; c < e->C; c++) {
+        const replica_t *r = &e->rep[(j / (int)h->chunks) * e->C + c];
+        if (engine_local(e, r->device) && r->base < g->base + g->n && g->base < r->base + r->n)
+            return 1;
+    }
+    return 0;
 }
 
 int bsipipe_engine_load(bsipipe_engine_t *e, const char *dir, long *iteration)
@@ -667,9 +680,12 @@ int bsipipe_engine_load(bsipipe_engine_t *e, const char *dir, long *iteration)
     if (!e || !dir || !*dir)
         return bsipipe_error_set(-EINVAL, "checkpoint: no engine or no directory");
     /* Every rank reads DIR/checkpoint.bin and checks it on its own, then
-     * against this engine, then reads and checks the parts holding its own
-     * replicas; the ranks agree before any touches its engine, so a refusal
-     * leaves every rank's engine as it was. */
+     * against this engine, then reads and checks the parts holding what its
+     * own replicas need; the ranks agree before any touches its engine, so
+     * a refusal leaves every rank's engine as it was. Each pipe's replicas
+     * in the file tile the whole-model vector: it is put together, and
+     * this engine's replicas (another layout, another TP degree) are cut
+     * from it. */
     ckpt_load_t l;
     ckpt_header_t want;
     int rc = ckpt_load_open(dir, &l);
@@ -677,57 +693,47 @@ int bsipipe_engine_load(bsipipe_engine_t *e, const char *dir, long *iteration)
         rc = ckpt_header_match(l.path, &want, &l.h);
         ckpt_header_clear(&want);
     }
-    for (int i = 0; rc == 0 && i < n_replicas(e); i++)
-        if (engine_local(e, e->rep[i].device))
-            rc = ckpt_load_part(&l, (uint32_t)l.h.rep[i].part);
-    for (int i = 0; rc == 0 && i < n_replicas(e); i++)
-        if (engine_local(e, e->rep[i].device))
-            rc = engine_ckpt_loaded_finite(e, &l, i);
+    for (int j = 0; rc == 0 && j < n_replicas(e); j++)
+        if (replica_needed(e, &l.h, j))
+            rc = ckpt_load_part(&l, (uint32_t)l.h.rep[j].part);
+    for (int j = 0; rc == 0 && j < n_replicas(e); j++)
+        if (replica_needed(e, &l.h, j))
+            rc = engine_ckpt_loaded_finite(e, &l, j);
     rc = engine_mpi_agree_named(e, rc, "could not read the checkpoint");
     long P = bsipipe_engine_n_params(e);
     float *full = NULL, *shard = NULL;
-    if (rc == 0 && e->T > 1 &&
-        (!(full = malloc(sizeof(float) * (size_t)P)) ||
-         !(shard = malloc(sizeof(float) * (size_t)bsipipe_tp_model_params(&e->dims, e->T)))))
+    if (rc == 0 && (!(full = malloc(sizeof(float) * (size_t)P)) ||
+                    (e->T > 1 && !(shard = malloc(sizeof(float) * (size_t)bsipipe_tp_model_params(&e->dims, e->T))))))
         rc = bsipipe_error_set(-ENOMEM, "checkpoint: out of memory");
-    if (rc == 0 && e->T > 1) {
-        /* Tensor parallelism: each pipe's replicas tile the whole-model
-         * vector; every rank's shards are cut from it, whatever degree
-         * saved the file. */
+    if (rc == 0) { /* everything checked: only now touch the engine */
         starpu_task_wait_for_all();
         for (int pipe = 0; pipe < bsipipe_schedule_n_pipes(e->sched) && rc == 0; pipe++)
             for (int which = 0; which < 3 && rc == 0; which++) {
+                for (int c = 0; c < (int)l.h.chunks; c++) {
+                    int j = pipe * (int)l.h.chunks + c;
+                    const ckpt_replica_t *g = &l.h.rep[j];
+                    const unsigned char *p = replica_needed(e, &l.h, j) ? ckpt_load_replica(&l, (size_t)j) : NULL;
+                    if (!p) /* no replica of this process needs it (MPI: another rank's) */
+                        memset(full + g->base, 0, sizeof(float) * (size_t)g->n);
+                    else
+                        ckpt_floats_from_le(full + g->base, p + 4 * (size_t)which * (size_t)g->n, (size_t)g->n);
+                }
+                if (e->T > 1) {
+                    rc = engine_tp_set_full(e, pipe, which == 0 ? ENGINE_TP_PARAMS : which == 1 ? ENGINE_TP_M
+                                                                                             : ENGINE_TP_V, full, shard);
+                    continue;
+                }
                 for (int c = 0; c < e->C; c++) {
                     replica_t *r = &e->rep[pipe * e->C + c];
-                    const unsigned char *p = ckpt_load_replica(&l, (size_t)(pipe * e->C + c));
-                    if (!engine_local(e, r->device) || !p) { /* another process's (MPI): its shards are cut there */
-                        memset(full + r->base, 0, sizeof(float) * (size_t)r->n);
-                        continue;
-                    }
-                    ckpt_floats_from_le(full + r->base, p + 4 * (size_t)which * (size_t)r->n, (size_t)r->n);
+                    if (engine_local(e, r->device)) /* another rank's replica: that rank sets it */
+                        set_handle(which == 0 ? r->h_params : which == 1 ? r->h_m : r->h_v, full + r->base, r->n);
                 }
-                rc = engine_tp_set_full(e, pipe, which == 0 ? ENGINE_TP_PARAMS : which == 1 ? ENGINE_TP_M
-                                                                                         : ENGINE_TP_V, full, shard);
             }
         if (rc == 0) {
             e->steps = (long)l.h.steps;
             if (iteration)
                 *iteration = (long)l.h.iteration;
         }
-    } else if (rc == 0) { /* everything checked: only now touch the engine */
-        starpu_task_wait_for_all();
-        for (int i = 0; i < n_replicas(e); i++) {
-            replica_t *r = &e->rep[i];
-            if (!engine_local(e, r->device))
-                continue; /* another rank's replica: that rank sets it */
-            const unsigned char *p = ckpt_load_replica(&l, (size_t)i);
-            set_handle(r->h_params, p, r->n);
-            set_handle(r->h_m, p + 4 * (size_t)r->n, r->n);
-            set_handle(r->h_v, p + 8 * (size_t)r->n, r->n);
-        }
-        e->steps = (long)l.h.steps;
-        if (iteration)
-            *iteration = (long)l.h.iteration;
     }
     free(full);
     free(shard);

@@ -40,6 +40,10 @@ tests_test_choose_k_LDADD = libbsipipe.la -lm
 check_PROGRAMS += tests/test_zero_bubble
 TESTS += tests/test_zero_bubble
 tests_test_zero_bubble_LDADD = libbsipipe.la
+# test_layout: layout strings, the split by cost, plans on uneven layouts.
+check_PROGRAMS += tests/test_layout
+TESTS += tests/test_layout
+tests_test_layout_LDADD = libbsipipe.la
 # test_shapes: any micro-batch count the interleaved schedules can run (sweep).
 check_PROGRAMS += tests/test_shapes
 TESTS += tests/test_shapes

@@ -27,7 +27,7 @@ static void header(ckpt_header_t *h, ckpt_replica_t *rep, int version)
     uint64_t off = CKPT_FIXED_BYTES + NREP * CKPT_REPLICA_BYTES;
     for (int i = 0; i < NREP; i++) {
         rep[i] = (ckpt_replica_t){.pipe = i / CHUNKS, .chunk = i % CHUNKS, .device = i % CHUNKS,
-                                  .base = i % CHUNKS ? 3 : 0, .n = rep_n[i], .offset = off};
+                                  .base = i % CHUNKS ? rep_n[i - 1] : 0, .n = rep_n[i], .offset = off};
         off += 12 * (uint64_t)rep_n[i];
     }
 }
@@ -144,6 +144,18 @@ static void test_v1(void)
         CHECK(ckpt_header_match("DIR/checkpoint.bin", &h, &got) == 0, "another tp refused: %s",
               bsipipe_error_detail());
         h.pc[5] = tp;
+        /* Another layout (pipe 1 split 3 + 2 instead of 2 + 3) matches:
+         * each pipe's replicas tile the same model; a gap does not. */
+        got.rep[2].n = 3, got.rep[3].base = 3, got.rep[3].n = 2;
+        CHECK(ckpt_header_match("DIR/checkpoint.bin", &h, &got) == 0, "another layout refused: %s",
+              bsipipe_error_detail());
+        got.rep[3].base = 4, got.rep[3].n = 1;
+        CHECK(ckpt_header_match("DIR/checkpoint.bin", &h, &got) == BSIPIPE_EFORMAT, "a gap matched");
+        CHECK_CONTAINS(bsipipe_error_detail(), "the replica of pipe 1, chunk 1 holds elements [4, +1), which do not "
+                       "continue its pipe's model at 3");
+        got.rep[3].base = 3, got.rep[3].n = 1;
+        CHECK(ckpt_header_match("DIR/checkpoint.bin", &h, &got) == BSIPIPE_EFORMAT, "a shorter pipe matched");
+        CHECK_CONTAINS(bsipipe_error_detail(), "pipe 1's replicas hold 4 elements, this run's 5");
     }
     ckpt_header_clear(&got);
 

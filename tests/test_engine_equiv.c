@@ -41,12 +41,19 @@ static void make_data(int m, int S, int V, unsigned seed, int *tokens, int *targ
     }
 }
 
-/* m = 0: the schedule's default here (4, or 8 where m >= 2w). */
-static void check_m(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t kind, const char *policy, int m)
+/* Uneven layer counts (issue 32): L = 10 and 11 over 4 or 8 chunks. */
+static const bsipipe_model_dims_t gpt10 = {BSIPIPE_MODEL_GPT, 10, 32, 2, 64, 64, 32};
+static const bsipipe_model_dims_t llama11 = {BSIPIPE_MODEL_LLAMA, 11, 32, 2, 48, 64, 32};
+
+/* m = 0: the schedule's default here (4, or 8 where m >= 2w); layout NULL:
+ * the even split. */
+static void check_layout(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t kind, const char *policy, int m,
+                         const char *layout)
 {
     bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(kind);
     pc.w = 4;
     pc.m = kind == BSIPIPE_SCHED_DUALPIPEV || kind == BSIPIPE_SCHED_DUALPIPE ? 8 : 4; /* their m >= 2w */
+    pc.layout = layout;
     if (m > 0)
         pc.m = m;
     bsipipe_engine_options_t o = bsipipe_engine_options_default(dims, &pc);
@@ -74,9 +81,10 @@ static void check_m(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t ki
         char worst[64] = "";
         double err = grad_error(dims, g, bsipipe_ref_trainer_grads(ref), worst, sizeof worst);
         double tol = 8.0 * pc.m * pc.k * FLT_EPSILON;
-        printf("%-6s %-9s %-6s m=%-2d loss %.7f ref %.7f  grad max rel diff %.2e (%s)\n",
+        printf("%-6s %-9s %-6s m=%-2d loss %.7f ref %.7f  grad max rel diff %.2e (%s)%s%s\n",
                dims->family == BSIPIPE_MODEL_GPT ? "gpt" : "llama", bsipipe_schedule_kind_name(kind), policy, pc.m, loss,
-               ref_loss, err, worst);
+               ref_loss, err, worst, layout ? " layout " : "",
+               layout ? bsipipe_schedule_config(bsipipe_engine_schedule(e))->layout : "");
         CHECK(fabs(loss - ref_loss) <= 4 * tol * fabs(ref_loss), "%s/%s loss %.9f vs %.9f",
               bsipipe_schedule_kind_name(kind), policy, loss, ref_loss);
         CHECK(err <= tol, "%s/%s gradients differ: %.3e > %.3e (%s)", bsipipe_schedule_kind_name(kind), policy, err,
@@ -114,6 +122,11 @@ static void check_m(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t ki
     free(g);
     free(tokens);
     free(targets);
+}
+
+static void check_m(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t kind, const char *policy, int m)
+{
+    check_layout(dims, kind, policy, m, NULL);
 }
 
 static void check_one(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t kind, const char *policy)
@@ -156,5 +169,21 @@ int main(void)
         check_m(&gpt, BSIPIPE_SCHED_BSIPIPE, "bsipipe", 6);
         check_m(&llama, BSIPIPE_SCHED_BSIPIPE, "eager", 3);
     }
+    /* BitPipe with a last partial unit: m = 6 at w = 4 (a unit of 4, then
+     * 1 down and 1 up) and m = 5 (then 0 down, 1 up) */
+    if (!only || !strcmp(only, "bitpipe")) {
+        check_m(&gpt, BSIPIPE_SCHED_BITPIPE, "bsipipe", 6);
+        check_m(&llama, BSIPIPE_SCHED_BITPIPE, "eager", 5);
+    }
+    /* Layers placed unevenly: by cost (L = 10 on 4 chunks: the head's chunk
+     * lighter) and by a layout string (L = 11 on BSIPipe's 8 chunks) */
+    if (!only || !strcmp(only, "1f1b"))
+        check_layout(&gpt10, BSIPIPE_SCHED_1F1B, "bsipipe", 0, "auto");
+    if (!only || !strcmp(only, "zb-v"))
+        check_layout(&gpt10, BSIPIPE_SCHED_ZB_V, "eager", 0, "auto");
+    if (!only || !strcmp(only, "bsipipe"))
+        check_layout(&llama11, BSIPIPE_SCHED_BSIPIPE, "bsipipe", 6, "Et*2|t|t|t*2|(t|)*2t*2|tL");
+    if (!only || !strcmp(only, "seq1f1b-i"))
+        check_layout(&gpt10, BSIPIPE_SCHED_SEQ1F1B_I, "bsipipe", 3, "auto");
     return check_finish("test_engine_equiv");
 }

@@ -54,6 +54,19 @@ expect 1 "nearest valid m: 2" --schedule bsipipe --w 4 --m 1
 expect 0 "| bsipipe    | 2 | 2 |   12 |" --schedule bsipipe --w 4 --m 6
 expect 0 "1f1b-i: Megatron's micro-batch groups of G = 12 units" --schedule 1f1b-i --w 8 --m 12 --layers 16
 expect 1 "layers L=12 must be a multiple of p*w = 8" --schedule bsipipe --layers 12
+# Layers placed by --layout: auto (by cost), a layout string, its errors with their position.
+expect 0 "layers of the 8 chunks: Et*4|(t*4|)*5t*5|tL; slowest chunk 1.894x the mean" \
+    --schedule bsipipe --layers 30 --vocab 32768 --layout auto
+expect 0 "layers of the 4 chunks: Et*2|(t*3|)*2t*2L; slowest chunk" --schedule 1f1b --layers 10 --layout Et*2\|t*3\|t*3\|t*2L
+expect 1 'position 9: a stage past the plan'"'"'s p*w = 4 chunks begins here' --schedule 1f1b --layers 5 --layout 'Et|t|t|t|tL'
+expect 1 "position 4: 'm' (Megatron's MTP layer)" --schedule 1f1b --layers 4 --layout 'Et|m|t|t|tL'
+"$prog" --schedule 1f1b --layers 10 --layout auto --format json >"$tmp/layout.json" 2>"$tmp/err" ||
+    fail "json export with a layout: $(cat "$tmp/err")"
+if grep -qF '"layout": "Et*2|(t*3|)*2t*2L"' "$tmp/layout.json"; then ok; else fail "no layout in the JSON plan"; fi
+expect 0 "layers of the 4 chunks: Et*2|(t*3|)*2t*2L" --plan "$tmp/layout.json"
+expect 0 "plan $tmp/layout.json" --plan "$tmp/layout.json" --layout auto
+expect 2 "--layout Et*4|t*2|t*2|t*2L conflicts with the plan's layout=Et*2|(t*3|)*2t*2L" --plan "$tmp/layout.json" \
+    --layout 'Et*4|t*2|t*2|t*2L'
 expect 1 "deadlock under rendezvous send/recv" --schedule bsipipe --comm naive
 expect 0 "| aware | 0,1,6,7 / 2,3,4,5 |" --w 8 --m 8 --layers 16 --topology 2x4
 expect 0 "| naive | 0,1,2,3 / 4,5,6,7 |" --w 8 --m 8 --layers 16 --topology "synthetic:group:2 core:4 pu:1"

@@ -11,6 +11,7 @@
 #include "graph/bsipipe_error.h"
 #include "tests/check.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,29 +127,77 @@ int main(void)
     printf("test_shapes: bsipipe: %d configs with m >= w at or below the paper's bound (worst ratio %.4f at %s); "
            "%d with m < w (or m = w, k = 1, odd w) planned (no bound)\n", bsi_planned, bsi_worst, bsi_worst_at,
            bsi_small);
+    /* BitPipe: any m >= 2, a last partial unit of m mod w (its order the
+     * whole unit's, the absent micro-batches' ops left out): at the closed
+     * form when w divides m, at most the span of ceil(m/w) whole units
+     * (6wU + (U+1)(w-2) under unit costs) otherwise. */
+    int bit_planned = 0, bit_exact = 0;
+    for (int w = 2; w <= 12; w += 2)
+        for (int m = 2; m <= 3 * w + 1; m++) {
+            bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(BSIPIPE_SCHED_BITPIPE);
+            pc.w = w, pc.m = m;
+            bsipipe_schedule_t *s = NULL;
+            bsipipe_sim_result_t *r = NULL;
+            int rc = bsipipe_schedule_create(&pc, NULL, &s);
+            if (rc == 0)
+                rc = bsipipe_schedule_validate(s);
+            if (rc == 0)
+                rc = bsipipe_simulate(s, &unit, &r);
+            CHECK(rc == 0, "bitpipe w=%d m=%d: %s", w, m, bsipipe_error_detail());
+            if (rc == 0) {
+                double bound = bsipipe_bubble_closed_form(&pc);
+                CHECK(r->bubble_ratio <= bound + 1e-12, "bitpipe w=%d m=%d: bubble %.4f%% above %.4f%%", w, m,
+                      100 * r->bubble_ratio, 100 * bound);
+                if (m % w == 0) {
+                    CHECK(fabs(r->bubble_ratio - bound) < 1e-12, "bitpipe w=%d m=%d: bubble %.4f%%, closed %.4f%%",
+                          w, m, 100 * r->bubble_ratio, 100 * bound);
+                    bit_exact++;
+                }
+                bit_planned++;
+            }
+            bsipipe_sim_result_destroy(r);
+            bsipipe_schedule_destroy(s);
+        }
+    printf("test_shapes: bitpipe: %d configs (m = 2..3w+1, even w <= 12) at or below the bound, %d whole-unit ones "
+           "at it\n", bit_planned, bit_exact);
     /* Every schedule over the issue's held-out shapes (w = 2..16, m = w..4w,
-     * L = w..3w, k = 1 or 2 where pieces exist): the rules either accept
-     * the config or refuse it naming the nearest valid value (m, L or w). */
-    long accepted = 0, named = 0;
+     * L = w..3w, k = 1 or 2 where pieces exist, a head costing 1 to 4
+     * layers): the rules either accept the config or refuse it naming the
+     * nearest valid value (m, L or w); an L that p*w does not divide is
+     * placed by --layout auto. */
+    long accepted = 0, named = 0, placed = 0;
     for (int kind = 0; kind < BSIPIPE_SCHED_COUNT; kind++)
         for (int w = 2; w <= 16; w++)
             for (int m = w; m <= 4 * w; m++)
                 for (int L = w; L <= 3 * w; L++) {
                     bsipipe_parallel_config_t pc = bsipipe_parallel_config_default((bsipipe_schedule_kind_t)kind);
                     pc.w = w, pc.m = m, pc.k = bsipipe_schedule_kind_traits(pc.schedule).sequence_level ? 2 : 1;
-                    bsipipe_model_dims_t d = {BSIPIPE_MODEL_GPT, L, 64, 4, 256, 512, 64};
+                    /* the head: 832 * (1..4) vocabulary words cost 1..4 layers at hidden 64, S = 64 */
+                    bsipipe_model_dims_t d = {BSIPIPE_MODEL_GPT, L, 64, 4, 256, 832 * (1 + (m + L) % 4), 64};
                     int rc = bsipipe_parallel_config_validate(&pc, &d);
                     if (rc == 0) {
                         accepted++;
                         continue;
                     }
-                    int ok = rc == BSIPIPE_ECONFIG && strstr(bsipipe_error_detail(), "nearest valid ");
+                    char why[512];
+                    snprintf(why, sizeof why, "%s", bsipipe_error_detail());
+                    if (rc == BSIPIPE_ECONFIG && strstr(why, "--layout auto")) {
+                        pc.layout = "auto";
+                        int arc = bsipipe_parallel_config_validate(&pc, &d);
+                        CHECK(arc == 0 || L < pc.p * w, "%s w=%d m=%d L=%d: --layout auto: %s",
+                              bsipipe_schedule_kind_name(pc.schedule), w, m, L, bsipipe_error_detail());
+                        if (arc == 0) {
+                            placed++;
+                            continue;
+                        }
+                    }
+                    int ok = rc == BSIPIPE_ECONFIG && strstr(why, "nearest valid ");
                     CHECK(ok, "%s w=%d m=%d L=%d refused without the nearest valid value: %s",
-                          bsipipe_schedule_kind_name(pc.schedule), w, m, L, bsipipe_error_detail());
+                          bsipipe_schedule_kind_name(pc.schedule), w, m, L, why);
                     named += ok;
                 }
-    printf("test_shapes: held-out shapes: %ld configs accepted, %ld refused naming the nearest valid m, L or w\n",
-           accepted, named);
+    printf("test_shapes: held-out shapes: %ld configs accepted, %ld more with --layout auto, %ld refused naming the "
+           "nearest valid m, L or w\n", accepted, placed, named);
     printf("test_shapes: %d interleaved configs planned, validated and simulated (worst bubble / bound %.4f at %s); "
            "%d with N_s < w refused naming the nearest m\n", planned, worst, worst_at, refused);
     return check_finish("test_shapes");

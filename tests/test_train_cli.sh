@@ -166,6 +166,20 @@ expect 2 "--keep-last needs --checkpoint" $tiny --keep-last 2
 expect 2 "--keep-last expects" $tiny --checkpoint "$tmp/ck-x" --keep-last 0
 expect 2 "--resume and --resume-from both" $tiny --checkpoint "$tmp/ck-kl" --resume --resume-from "$tmp/ck-kl"
 expect 1 "no checkpoint at $tmp/none/checkpoint.bin" $tiny --resume-from "$tmp/none"
+# Layers placed by --layout: 30 layers on w = 8 by cost with m = 12; a checkpoint of one layout
+# continues under another bit for bit (1F1B's order and arithmetic do not depend on the layout).
+lay="--layers 10 --hidden 32 --heads 2 --seq 32 --m 8 --lr 3e-3 --eval-every 0 --schedule 1f1b --lr-decay-iters 5"
+expect 0 "layers per chunk: Et*3|(t*4|)*6t*3L" --layers 30 --hidden 32 --heads 2 --seq 32 --w 8 --m 12 --iters 2 \
+    --schedule 1f1b --layout auto
+"$train" $lay --iters 5 --layout 'Et*3|t*3|t*2|t*2L' >"$tmp/lay-b" 2>&1 || fail "layout B: $(tail -2 "$tmp/lay-b")"
+"$train" $lay --iters 3 --layout auto --checkpoint "$tmp/ck-lay" >"$tmp/lay-a" 2>&1 || fail "layout A: $(tail -2 "$tmp/lay-a")"
+"$train" $lay --iters 5 --layout 'Et*3|t*3|t*2|t*2L' --checkpoint "$tmp/ck-lay" --resume >"$tmp/lay-ab" 2>&1 ||
+    fail "layout A resumed under B: $(tail -2 "$tmp/lay-ab")"
+if grep -q "resumed from" "$tmp/lay-ab" && grep -q '^parameters:' "$tmp/lay-b" &&
+   [ "$(grep '^parameters:' "$tmp/lay-ab")" = "$(grep '^parameters:' "$tmp/lay-b")" ]; then ok
+else fail "resumed under another layout: $(grep -E '^(resumed|parameters)' "$tmp/lay-ab" "$tmp/lay-b")"; fi
+expect 1 "layout \"Et*3|t*3L\", position 9: 2 stages, but the plan has p*w = 4 chunks" $lay --layout 'Et*3|t*3L'
+expect 1 "nearest valid L: 8 or 12, or place them with --layout auto" $lay
 # The header line reaches a file or a pipe at once, not when the first (slow) iteration ends.
 "$train" --emulate --device-tflops 0.00005 --layers 8 --hidden 64 --heads 2 --seq 64 --m 4 --iters 50 \
     >"$tmp/header" 2>&1 &
