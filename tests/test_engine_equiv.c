@@ -44,14 +44,15 @@ static void make_data(int m, int S, int V, unsigned seed, int *tokens, int *targ
 /* Uneven layer counts (issue 32): L = 10 and 11 over 4 or 8 chunks. */
 static const bsipipe_model_dims_t gpt10 = {BSIPIPE_MODEL_GPT, 10, 32, 2, 64, 64, 32};
 static const bsipipe_model_dims_t llama11 = {BSIPIPE_MODEL_LLAMA, 11, 32, 2, 48, 64, 32};
+static const bsipipe_model_dims_t gpt30 = {BSIPIPE_MODEL_GPT, 30, 32, 2, 64, 64, 32};
 
 /* m = 0: the schedule's default here (4, or 8 where m >= 2w); layout NULL:
  * the even split. */
-static void check_layout(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t kind, const char *policy, int m,
-                         const char *layout)
+static void check_shape(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t kind, const char *policy, int w,
+                        int m, const char *layout)
 {
     bsipipe_parallel_config_t pc = bsipipe_parallel_config_default(kind);
-    pc.w = 4;
+    pc.w = w;
     pc.m = kind == BSIPIPE_SCHED_DUALPIPEV || kind == BSIPIPE_SCHED_DUALPIPE ? 8 : 4; /* their m >= 2w */
     pc.layout = layout;
     if (m > 0)
@@ -81,8 +82,8 @@ static void check_layout(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind
         char worst[64] = "";
         double err = grad_error(dims, g, bsipipe_ref_trainer_grads(ref), worst, sizeof worst);
         double tol = 8.0 * pc.m * pc.k * FLT_EPSILON;
-        printf("%-6s %-9s %-6s m=%-2d loss %.7f ref %.7f  grad max rel diff %.2e (%s)%s%s\n",
-               dims->family == BSIPIPE_MODEL_GPT ? "gpt" : "llama", bsipipe_schedule_kind_name(kind), policy, pc.m, loss,
+        printf("%-6s %-9s %-6s w=%d m=%-2d loss %.7f ref %.7f  grad max rel diff %.2e (%s)%s%s\n",
+               dims->family == BSIPIPE_MODEL_GPT ? "gpt" : "llama", bsipipe_schedule_kind_name(kind), policy, pc.w, pc.m, loss,
                ref_loss, err, worst, layout ? " layout " : "",
                layout ? bsipipe_schedule_config(bsipipe_engine_schedule(e))->layout : "");
         CHECK(fabs(loss - ref_loss) <= 4 * tol * fabs(ref_loss), "%s/%s loss %.9f vs %.9f",
@@ -122,6 +123,12 @@ static void check_layout(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind
     free(g);
     free(tokens);
     free(targets);
+}
+
+static void check_layout(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t kind, const char *policy, int m,
+                         const char *layout)
+{
+    check_shape(dims, kind, policy, 4, m, layout);
 }
 
 static void check_m(const bsipipe_model_dims_t *dims, bsipipe_schedule_kind_t kind, const char *policy, int m)
@@ -185,5 +192,13 @@ int main(void)
         check_layout(&llama11, BSIPIPE_SCHED_BSIPIPE, "bsipipe", 6, "Et*2|t|t|t*2|(t|)*2t*2|tL");
     if (!only || !strcmp(only, "seq1f1b-i"))
         check_layout(&gpt10, BSIPIPE_SCHED_SEQ1F1B_I, "bsipipe", 3, "auto");
+    /* The issue's shape: 30 layers on w = 8 placed by cost, m = 12, every
+     * schedule that runs m = 12 at w = 8 (dualpipe and dualpipev need m >= 16) */
+    for (int kind = 0; kind < BSIPIPE_SCHED_COUNT; kind++) {
+        if ((only && strcmp(only, bsipipe_schedule_kind_name((bsipipe_schedule_kind_t)kind))) ||
+            kind == BSIPIPE_SCHED_DUALPIPE || kind == BSIPIPE_SCHED_DUALPIPEV)
+            continue;
+        check_shape(&gpt30, (bsipipe_schedule_kind_t)kind, "bsipipe", 8, 12, "auto");
+    }
     return check_finish("test_engine_equiv");
 }
