@@ -37,7 +37,7 @@ tests="tests/test_partition tests/test_config tests/test_schedules tests/test_co
        tests/test_transport_rendezvous tests/test_transport_deadlock tests/test_transport_reset
        tests/test_policy_order tests/test_engine_starpu_running tests/test_blas_threads
        tests/test_plan_import tests/test_plan_json_cli.sh tests/test_tp_cost tests/test_kernel_tp
-       tests/test_critical_path tests/test_engine_tp tests/test_checkpoint_format tests/test_zero_bubble tests/test_shapes
+       tests/test_critical_path tests/test_engine_tp tests/test_checkpoint_format tests/test_zero_bubble tests/test_shapes tests/test_layout
        tests/test_peer_orders.sh"
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

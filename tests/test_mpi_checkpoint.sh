@@ -200,5 +200,12 @@ echo "   parameters: FNV-1a $got"
 [ "$got" = "$want" ] || fail "after the crashes (seed $seed): parameters $got, uninterrupted $want"
 left=$(ls -A "$dir" | grep -v -E '^checkpoint\.bin$|^checkpoint-i'$total'-[0-9a-f]{16}-r[01]\.part$' | tr '\n' ' ')
 [ -z "$left" ] || fail "files left in DIR after the last save: $left"
+# Layers placed by cost across ranks: 10 layers on 4 chunks, 2 ranks, the digest of one process.
+lay=(--layers 10 --hidden 32 --heads 2 --seq 32 --m 4 --iters 2 --eval-every 0 --schedule 1f1b --w 4 --layout auto)
+timeout 300 "${MPIRUN[@]}" -np 2 "$train" --mpi "${lay[@]}" >"$tmp/lay-mpi" 2>&1 || fail "--layout auto on 2 ranks"
+timeout 300 "$train" "${lay[@]}" >"$tmp/lay-one" 2>&1 || fail "--layout auto in one process"
+got=$(digest "$tmp/lay-mpi")
+echo "   --layout auto on 2 ranks: FNV-1a $got"
+[ -n "$got" ] && [ "$got" = "$(digest "$tmp/lay-one")" ] || fail "--layout auto: 2 ranks $got, one process $(digest "$tmp/lay-one")"
 echo "test_mpi_checkpoint: $fails failed"
 [ "$fails" -eq 0 ]

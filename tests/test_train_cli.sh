@@ -178,6 +178,12 @@ expect 0 "layers per chunk: Et*3|(t*4|)*6t*3L" --layers 30 --hidden 32 --heads 2
 if grep -q "resumed from" "$tmp/lay-ab" && grep -q '^parameters:' "$tmp/lay-b" &&
    [ "$(grep '^parameters:' "$tmp/lay-ab")" = "$(grep '^parameters:' "$tmp/lay-b")" ]; then ok
 else fail "resumed under another layout: $(grep -E '^(resumed|parameters)' "$tmp/lay-ab" "$tmp/lay-b")"; fi
+# ... and under tensor parallelism (each rank's shards cut from the uneven chunks): --tp 2's printed losses
+"$train" $lay --iters 2 --layout auto --tp 2 >"$tmp/lay-tp2" 2>&1 || fail "--layout auto --tp 2: $(tail -2 "$tmp/lay-tp2")"
+"$train" $lay --iters 2 --layout auto >"$tmp/lay-tp1" 2>&1 || fail "--layout auto --tp 1"
+a=$(grep -E '^iter +[12]/2 ' "$tmp/lay-tp1" | awk '{print $3, $4, $5, $6}')
+b=$(grep -E '^iter +[12]/2 ' "$tmp/lay-tp2" | awk '{print $3, $4, $5, $6}')
+if [ -n "$a" ] && [ "$a" = "$b" ]; then ok; else fail "--layout auto --tp 2 losses differ from --tp 1: [$b] vs [$a]"; fi
 expect 1 "layout \"Et*3|t*3L\", position 9: 2 stages, but the plan has p*w = 4 chunks" $lay --layout 'Et*3|t*3L'
 expect 1 "nearest valid L: 8 or 12, or place them with --layout auto" $lay
 # The header line reaches a file or a pipe at once, not when the first (slow) iteration ends.
