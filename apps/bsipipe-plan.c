@@ -222,7 +222,7 @@ static void describe_layers(const bsipipe_schedule_t *s, char lines[][512], int 
         snprintf(evens, sizeof evens, "; no even split (p*w does not divide L = %d)", d->n_layers);
     snprintf(lines[(*n)++], 512, "%s %s; slowest chunk %.3fx the mean (F+B FLOPs, head %.2f layers)%s", head,
              bsipipe_schedule_config(s)->layout ? bsipipe_schedule_config(s)->layout : "even", mine,
-             bsipipe_model_head_flops(d, d->seq_len) / bsipipe_model_layer_flops(d, 0, d->seq_len), evens);
+             bsipipe_layout_head_layers(d), evens);
 }
 
 static void print_row(const options_t *o, const bsipipe_schedule_t *s, const bsipipe_sim_result_t *unit,

@@ -194,17 +194,16 @@ int bsipipe_parallel_config_chunk_device(const bsipipe_parallel_config_t *pc, in
 static int layers_auto(const bsipipe_parallel_config_t *pc, const bsipipe_model_dims_t *d, int *counts)
 {
     bsipipe_schedule_traits_t t = bsipipe_schedule_kind_traits(pc->schedule);
-    int chunks = pc->p * pc->w, pipes = t.bidirectional ? 2 : 1;
+    int chunks = pc->p * pc->w;
     int rc = bsipipe_layout_auto(d, chunks, counts);
     if (rc < 0 || !t.v_shape || t.bidirectional)
         return rc;
-    int *dev = malloc(sizeof(int) * (size_t)(pipes * chunks));
+    int *dev = malloc(sizeof(int) * (size_t)chunks);
     if (!dev)
         return bsipipe_error_set(-ENOMEM, "out of memory");
-    for (int pipe = 0; pipe < pipes; pipe++)
-        for (int c = 0; c < chunks; c++)
-            dev[pipe * chunks + c] = bsipipe_parallel_config_chunk_device(pc, pipe, c);
-    rc = bsipipe_layout_balance_devices(d, counts, chunks, dev, pipes, pc->w);
+    for (int c = 0; c < chunks; c++)
+        dev[c] = bsipipe_parallel_config_chunk_device(pc, 0, c);
+    rc = bsipipe_layout_balance_devices(d, counts, chunks, dev, 1, pc->w);
     free(dev);
     return rc;
 }

@@ -193,8 +193,7 @@ int bsipipe_layout_parse(const char *text, int n_chunks, int n_layers, int *coun
     return rc;
 }
 
-/* The head's cost in layers (both over the whole sequence). */
-static double head_layers(const bsipipe_model_dims_t *d)
+double bsipipe_layout_head_layers(const bsipipe_model_dims_t *d)
 {
     double layer = bsipipe_model_layer_flops(d, 0, d->seq_len), head = bsipipe_model_head_flops(d, d->seq_len);
     return layer > 0 && head > 0 ? head / layer : 0;
@@ -202,7 +201,7 @@ static double head_layers(const bsipipe_model_dims_t *d)
 
 double bsipipe_layout_chunk_cost(const bsipipe_model_dims_t *d, const int *counts, int n_chunks, int chunk)
 {
-    return counts[chunk] + (chunk == n_chunks - 1 ? head_layers(d) : 0);
+    return counts[chunk] + (chunk == n_chunks - 1 ? bsipipe_layout_head_layers(d) : 0);
 }
 
 double bsipipe_layout_imbalance(const bsipipe_model_dims_t *d, const int *counts, int n_chunks)
@@ -243,7 +242,7 @@ int bsipipe_layout_auto(const bsipipe_model_dims_t *d, int n_chunks, int *counts
     if (!d || !counts || C < 1 || L < C)
         return bsipipe_error_set(BSIPIPE_ECONFIG, "layout auto: %d layers cannot fill %d chunks with one or more "
                                  "each; use L >= p*w", L, C);
-    double head = head_layers(d);
+    double head = bsipipe_layout_head_layers(d);
     double *cand = malloc(sizeof *cand * 2 * (size_t)L);
     if (!cand)
         return bsipipe_error_set(-ENOMEM, "layout auto: out of memory");

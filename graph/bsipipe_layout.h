@@ -40,6 +40,10 @@ extern "C" {
  * expected; counts is then unspecified. */
 int bsipipe_layout_parse(const char *text, int n_chunks, int n_layers, int *counts);
 
+/* The head's cost in layers: its FLOPs over a transformer layer's, both
+ * over the whole sequence (0 for dimensions the FLOPs model refuses). */
+double bsipipe_layout_head_layers(const bsipipe_model_dims_t *d);
+
 /* Cost of one chunk's forward and backward under the FLOPs model, in
  * layers: a transformer layer costs 1, the head its FLOPs over a layer's
  * (both over the whole sequence; the engine runs the head's forward and

@@ -377,8 +377,9 @@ static void mb_grouping(const bsipipe_parallel_config_t *pc, int *group, int *al
     *group = (pc->w % 2 && !*alternate) || k1_pairs ? 2 * pc->w : pc->w;
     if (bsi && pc->k == 1 && pc->m > pc->w && pc->m < 2 * pc->w)
         *group = pc->m;
-    if ((pc->m % *group && !k1_pairs && !bsi && pc->schedule != BSIPIPE_SCHED_BITPIPE) || /* k1_pairs: an odd
-                                       number of units ends with a group of w; bitpipe: a last partial unit */
+    /* Else one group of m; not for k1_pairs (an odd number of units ends
+     * with a group of w), bsipipe or bitpipe (a last partial group). */
+    if ((pc->m % *group && !k1_pairs && !bsi && pc->schedule != BSIPIPE_SCHED_BITPIPE) ||
         pc->schedule == BSIPIPE_SCHED_DUALPIPE) /* DeepSeek's: the first half of the batch down, the rest up */
         *group = pc->m;
 }

@@ -135,7 +135,7 @@ int main(void)
     char text[128];
     bsipipe_layout_format(n8, 8, text, sizeof text);
     printf("24 layers, head %.2f layers: auto %s imbalance %.3f, even %.3f\n",
-           bsipipe_layout_chunk_cost(&big, (int[]){0}, 1, 0), text, a, e);
+           bsipipe_layout_head_layers(&big), text, a, e);
     CHECK(n8[7] < 3 && a < e, "auto %s (%.3f) is not better than the even split (%.3f)", text, a, e);
 
     /* One V-shaped pipe (zb-v): device d runs chunks d and 2w-1-d, so the
