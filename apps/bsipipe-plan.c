@@ -25,7 +25,7 @@ static void usage(FILE *out)
 "Plans pipeline schedules, simulates them and compares them side by side.\n\n"
 "Schedule:\n"
 "  --schedule NAME    gpipe 1f1b 1f1b-i zb-h1 chimera terapipe seq1f1b seq1f1b-i\n"
-"                     bsipipe bitpipe zb-v dualpipev seq-zbv bsipipe-zb dualpipe,\n"
+"                     bsipipe bitpipe zb-v dualpipev seq-zbv bsipipe-zb dualpipe zb-i,\n"
 "                     or 'all' (default: all)\n"
 "  --plan FILE        a plan from JSON (--format json's output, or written by\n"
 "                     hand: docs/plan-json.md) instead of --schedule: validated,\n"
@@ -642,9 +642,10 @@ static int run(const options_t *o)
         const bsipipe_parallel_config_t *pc = imported ? bsipipe_schedule_config(imported) : NULL;
         if (imported)
             printf("bsipipe-plan: plan %s: %s order of %ld compute ops, valid; transfers derived in the %s comm "
-                   "order%s (%ld SEND/RECV/SYNC/STEP of the file ignored)\n", o->plan,
+                   "order%s (%ld SEND/RECV/SYNC/STEP of the file ignored)%s\n", o->plan,
                    bsipipe_schedule_kind_name(pc->schedule), info.compute_ops, bsipipe_comm_order_name(pc->comm),
-                   info.has_model ? "; model from the file" : "", info.ignored_ops);
+                   info.has_model ? "; model from the file" : "", info.ignored_ops,
+                   info.comm_ops ? "; the file's SEND/RECV actions are those transfers" : "");
         printf("bsipipe-plan: %s model, L=%d, hidden=%d, heads=%d, S=%d tokens; w=%d, m=%d, D_t=%d; cost model: %s\n\n",
                d->family == BSIPIPE_MODEL_LLAMA ? "LLaMA" : "GPT", d->n_layers, d->hidden, d->n_heads, d->seq_len,
                pc ? pc->w : o->w, pc ? pc->m : o->m, pc ? pc->tp : o->tp, o->unit_cost ? "unit (F=1, B=2)" : "FLOPs");

@@ -76,7 +76,7 @@ static void usage(FILE *out)
 "Trains a transformer with a pipeline schedule; every forward, backward,\n"
 "transfer, sync and step is a StarPU task.\n\n"
 "  --schedule NAME   gpipe 1f1b 1f1b-i zb-h1 chimera terapipe seq1f1b seq1f1b-i\n"
-"                    bsipipe bitpipe zb-v dualpipev seq-zbv bsipipe-zb dualpipe\n"
+"                    bsipipe bitpipe zb-v dualpipev seq-zbv bsipipe-zb dualpipe zb-i\n"
 "                    (default bsipipe)\n"
 "  --policy NAME     bsipipe (in-order, default; env BSIPIPE_POLICY) or a StarPU\n"
 "                    policy from the list below (dmda, prio, eager, ...)\n"

@@ -114,6 +114,7 @@ typedef struct bsipipe_import_info {
     int has_model;    /* 1: the model came from the file */
     long ignored_ops; /* SEND, RECV, SYNC, STEP entries skipped */
     long compute_ops; /* F, B, W entries read */
+    long comm_ops;    /* torch CSV: SEND/RECV actions, checked against the plan's transfers */
 } bsipipe_import_info_t;
 int bsipipe_schedule_import_json_ex(const char *path, const char *text, const bsipipe_model_dims_t *dims,
                                     bsipipe_schedule_t **out, bsipipe_import_info_t *info);
@@ -123,12 +124,15 @@ int bsipipe_schedule_import_json_ex(const char *path, const char *text, const bs
  * Reads a per-rank action CSV as torch's _dump_csv writes it (or
  * bsipipe-plan --format torch-csv): row r is rank r's actions in order, a
  * cell "{stage}{F|I|B|W}{mb}" (stage = chunk), "(a;b)OVERLAP_F_B" its two
- * actions in sequence, an empty cell an empty slot; SEND_F/RECV_F/SEND_B/
- * RECV_B, UNSHARD, RESHARD and REDUCE_GRAD are skipped (info->ignored_ops):
- * transfers are derived again. The config comes from the actions: w = rows,
+ * actions in sequence, an empty cell an empty slot; UNSHARD, RESHARD and
+ * REDUCE_GRAD are skipped (info->ignored_ops). Transfers are derived again;
+ * a compute_comms file's SEND_F/RECV_F/SEND_B/RECV_B (info->comm_ops) must
+ * be exactly those, each send after its producer and each receive before its
+ * consumer on the rank's row. The config comes from the actions: w = rows,
  * p = stages / w, m = largest micro-batch + 1, k = 1; a V placement (stage s
  * and 2w-1-s on rank s) is zb-v (every backward split: a B becomes B then
- * W), a looped one 1f1b, zb-h1 (I/W present) or 1f1b-i (p > 1). The model
+ * W), a looped one 1f1b, zb-h1 (I/W present), 1f1b-i (p > 1) or zb-i (p > 1,
+ * I/W present). The model
  * is `dims`. Errors: BSIPIPE_EFORMAT naming the line and column of a
  * malformed action, a placement bsipipe lacks, a file that is not regular
  * or is over 64 MiB; the builder's errors prefixed with the file and the

@@ -12,6 +12,7 @@
 static const char *const schedule_names[BSIPIPE_SCHED_COUNT] = {
     "gpipe", "1f1b", "1f1b-i", "zb-h1", "chimera",
     "terapipe", "seq1f1b", "seq1f1b-i", "bsipipe", "bitpipe", "zb-v", "dualpipev", "seq-zbv", "bsipipe-zb", "dualpipe",
+    "zb-i",
 };
 
 const char *bsipipe_schedule_kind_name(bsipipe_schedule_kind_t kind)
@@ -40,7 +41,7 @@ int bsipipe_schedule_kind_parse(const char *name, bsipipe_schedule_kind_t *kind)
         }
     return bsipipe_error_set(-EINVAL,
         "unknown schedule '%s'; valid: gpipe, 1f1b, 1f1b-i, zb-h1, chimera, terapipe, "
-        "seq1f1b, seq1f1b-i, bsipipe, bitpipe, zb-v, dualpipev, seq-zbv, bsipipe-zb, dualpipe", name ? name : "(null)");
+        "seq1f1b, seq1f1b-i, bsipipe, bitpipe, zb-v, dualpipev, seq-zbv, bsipipe-zb, dualpipe, zb-i", name ? name : "(null)");
 }
 
 bsipipe_schedule_traits_t bsipipe_schedule_kind_traits(bsipipe_schedule_kind_t kind)
@@ -63,6 +64,7 @@ bsipipe_schedule_traits_t bsipipe_schedule_kind_traits(bsipipe_schedule_kind_t k
     case BSIPIPE_SCHED_BSIPIPE_ZB:
         t.sequence_level = 1; t.interleaved = 1; t.bidirectional = 1; t.split_backward = 1; t.v_shape = 1; break;
     case BSIPIPE_SCHED_DUALPIPE: t.bidirectional = 1; t.split_backward = 1; break;
+    case BSIPIPE_SCHED_ZB_I: t.interleaved = 1; t.split_backward = 1; break;
     default: break;
     }
     return t;
@@ -88,6 +90,9 @@ const char *bsipipe_schedule_kind_m_rule(bsipipe_schedule_kind_t kind)
         return "m >= 2w";
     case BSIPIPE_SCHED_DUALPIPE:
         return "w even, m even and >= 2w";
+    case BSIPIPE_SCHED_ZB_I:
+        return "m a multiple of its rounds, max(1, floor(m/w)) (torch's rule: any m up to 2w-1, then even m "
+               "up to 3w-1, ...)";
     default:
         return "?";
     }
@@ -225,6 +230,11 @@ int bsipipe_parallel_config_layers(const bsipipe_parallel_config_t *pc, const bs
     return 0;
 }
 
+int bsipipe_zb_i_rounds(int m, int w)
+{
+    return m / w > 1 ? m / w : 1;
+}
+
 int bsipipe_parallel_config_validate(const bsipipe_parallel_config_t *pc, const bsipipe_model_dims_t *d)
 {
     char near[48];
@@ -251,8 +261,8 @@ int bsipipe_parallel_config_validate(const bsipipe_parallel_config_t *pc, const 
         RULE(pc->p == 2, "%s uses the V-shaped layout: p must be 2 (got p=%d)", name, pc->p);
     } else if (t.interleaved) {
         RULE(pc->p >= 2, "%s interleaves chunks: p must be >= 2 (got p=%d; p=1 is %s)", name, pc->p,
-             pc->schedule == BSIPIPE_SCHED_1F1B_I ? "1f1b" : "seq1f1b");
-        RULE(ns >= pc->w,
+             pc->schedule == BSIPIPE_SCHED_1F1B_I ? "1f1b" : pc->schedule == BSIPIPE_SCHED_ZB_I ? "zb-h1" : "seq1f1b");
+        RULE(ns >= pc->w || pc->schedule == BSIPIPE_SCHED_ZB_I,
              "%s (Megatron's interleaved order) needs at least one unit per device, N_s = m*k >= w=%d "
              "(got N_s=%d); nearest valid m: %d", name, pc->w, ns, (pc->w + pc->k - 1) / pc->k);
     } else {
@@ -279,6 +289,18 @@ int bsipipe_parallel_config_validate(const bsipipe_parallel_config_t *pc, const 
         RULE(pc->m >= 2 * pc->w, "dualpipev (DeepSeek's and torch's order) needs at least as many micro-batches as "
              "stages, m >= 2w = %d (got m=%d); nearest valid m: %d, or use zb-v, which runs any m",
              2 * pc->w, pc->m, 2 * pc->w);
+    if (pc->schedule == BSIPIPE_SCHED_ZB_I) {
+        /* torch's ScheduleInterleavedZeroBubble: rounds of m / rounds micro-batches */
+        int below = pc->m, above = pc->m;
+        while (below > pc->w && below % bsipipe_zb_i_rounds(below, pc->w))
+            below--;
+        while (above % bsipipe_zb_i_rounds(above, pc->w))
+            above++;
+        RULE(pc->m % bsipipe_zb_i_rounds(pc->m, pc->w) == 0,
+             "zb-i (torch's interleaved zero bubble) runs m in rounds of equal size, max(1, floor(m/w)) = %d of "
+             "them: m=%d is not a multiple; nearest valid m: %s", bsipipe_zb_i_rounds(pc->m, pc->w), pc->m,
+             either(near, sizeof near, below, above));
+    }
     if (pc->schedule == BSIPIPE_SCHED_BITPIPE) {
         RULE(pc->w % 2 == 0, "bitpipe splits each basic unit of w micro-batches evenly between its two pipes: "
              "w must be even (got w=%d); nearest valid w: %d or %d", pc->w, pc->w - 1, pc->w + 1);

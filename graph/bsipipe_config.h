@@ -29,11 +29,12 @@ typedef enum bsipipe_schedule_kind {
     BSIPIPE_SCHED_SEQ_ZBV,    /* ZB-V at subsequence level: one V pipe, split backward, pieces */
     BSIPIPE_SCHED_BSIPIPE_ZB, /* BSIPipe with split backward: two mirrored V pipes of pieces */
     BSIPIPE_SCHED_DUALPIPE,   /* DeepSeek's DualPipe: two opposing pipes (Chimera's placement), F&B pairs */
+    BSIPIPE_SCHED_ZB_I,       /* interleaved zero bubble: 1f1b-i with split backward (torch's order) */
     BSIPIPE_SCHED_COUNT
 } bsipipe_schedule_kind_t;
 
 /* Canonical lower-case names: gpipe 1f1b 1f1b-i zb-h1 chimera terapipe
- * seq1f1b seq1f1b-i bsipipe bitpipe zb-v dualpipev seq-zbv bsipipe-zb dualpipe. */
+ * seq1f1b seq1f1b-i bsipipe bitpipe zb-v dualpipev seq-zbv bsipipe-zb dualpipe zb-i. */
 const char *bsipipe_schedule_kind_name(bsipipe_schedule_kind_t kind);
 /* Parses a name (case-insensitive, '_' accepted for '-'); -EINVAL if unknown. */
 int bsipipe_schedule_kind_parse(const char *name, bsipipe_schedule_kind_t *kind);
@@ -120,6 +121,9 @@ const char *bsipipe_schedule_kind_m_rule(bsipipe_schedule_kind_t kind);
  * is 0 or at least w: w itself when w divides N_s (Megatron's default, G =
  * the pipeline size), N_s at worst. Any N_s >= w has one. 0 when N_s < w. */
 int bsipipe_interleave_group(int ns, int w);
+/* zb-i's rounds (torch's ScheduleInterleavedZeroBubble): max(1, floor(m/w));
+ * m must be a multiple of them, each round m / rounds micro-batches. */
+int bsipipe_zb_i_rounds(int m, int w);
 
 /* The device of (pipe, chunk) under pc (the placement of every plan):
  * chunk c on device c mod w (sequential, interleaved), or c for c < w and

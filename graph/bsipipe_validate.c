@@ -193,6 +193,8 @@ double bsipipe_bubble_closed_form(const bsipipe_parallel_config_t *pc)
         return (w - 1) / (pc->p * ns + w - 1);
     case BSIPIPE_SCHED_ZB_H1: case BSIPIPE_SCHED_BSIPIPE:
         return (w - 1) / (3 * ns + w - 1);
+    case BSIPIPE_SCHED_ZB_I: /* the start-up floor, w-1 idle units per device (m >= w) */
+        return pc->m >= pc->w ? (w - 1) / (3 * pc->p * ns + w - 1) : -1;
     case BSIPIPE_SCHED_BITPIPE: { /* unit costs: 2(w-2) idle in one unit, w-2 more per further unit; a
                                      partial last unit (the order of a whole one, ops left out) at most
                                      the span of whole units: exact when w divides m, a bound otherwise */

@@ -15,6 +15,11 @@
  *   dualpipe  : DeepSeek's DualPipe (dualpipe.py), the same eight steps over
  *               two opposing pipes on Chimera's placement: m/2 micro-batches
  *               each, the first half of the batch down.
+ *   zb-i      : interleaved zero bubble, in the order torch's
+ *               ScheduleInterleavedZeroBubble writes it (ZeroBubble's ZB-1P
+ *               over p looped chunks): Megatron's interleaved warmup with one
+ *               forward less per hop (w-1-r plus (p-1) rounds' worth), then F
+ *               and B pairs, rank r deferring each W by r backwards.
  *   seq-zbv,
  *   bsipipe-zb: a list schedule in time under unit costs (F = B = W = 1) over
  *               the pieces of one V pipe (seq-zbv) or two mirrored ones
@@ -107,6 +112,53 @@ static int generate_zbv(bsipipe_schedule_t *s)
             rc = bsipipe_error_set(BSIPIPE_EDEPEND, "zb-v: device %d's order counts %d/%d/%d forwards/backwards/"
                                    "weight gradients of chunk %d, %d expected", r, f0, b0, w0, c0, count);
     }
+    return rc;
+}
+
+/* zb-i on rank r, op for op torch's _get_1f1b_rank_ops(enable_zero_bubble)
+ * as ScheduleInterleavedZeroBubble calls it: steps count a rank's forwards
+ * (and its backwards from the warmup on); a chunk changes every `per_round`
+ * steps, forwards up the local chunks, backwards down them. */
+static int generate_zb_interleaved(bsipipe_schedule_t *s)
+{
+    int w = s->pc.w, p = s->pc.p, m = s->pc.m, rc = 0;
+    int per_round = m / bsipipe_zb_i_rounds(m, w);
+    long total = (long)p * m;
+    int *next = calloc((size_t)(3 * p), sizeof(int)); /* per local chunk: next F, B, W micro-batch */
+    long *b_steps = malloc(sizeof(long) * (size_t)total);
+    if (!next || !b_steps) {
+        rc = bsipipe_error_set(-ENOMEM, "out of memory building the zb-i schedule");
+        goto out;
+    }
+    for (int r = 0; r < w && rc == 0; r++) {
+        long warmup = (long)(p - 1) * per_round + (w - 1 - r), n_b = 0, n_w = 0;
+        if (warmup > total)
+            warmup = total;
+        for (int i = 0; i < 3 * p; i++)
+            next[i] = 0;
+#define F_LC(step) ((int)(((step) / per_round) % p))
+#define B_LC(step) (p - 1 - (int)((((step) - warmup) / per_round) % p))
+#define PUSH(K, LC) do { int lc_ = (LC); \
+            if (rc == 0) rc = schedule_push_compute(s, (K), next[3 * lc_ + (K)]++, 0, lc_ * w + r); } while (0)
+        for (long op = 0; op < warmup + total && rc == 0; op++) {
+            if (op < total)
+                PUSH(BSIPIPE_OP_F, F_LC(op));
+            if (op < warmup)
+                continue;
+            PUSH(BSIPIPE_OP_B, B_LC(op));
+            b_steps[n_b++] = op;
+            if (op - warmup >= r) /* torch's num_1f1b_microbatches = rank */
+                PUSH(BSIPIPE_OP_W, B_LC(b_steps[n_w++]));
+        }
+        while (n_w < n_b && rc == 0)
+            PUSH(BSIPIPE_OP_W, B_LC(b_steps[n_w++]));
+#undef PUSH
+#undef B_LC
+#undef F_LC
+    }
+out:
+    free(next);
+    free(b_steps);
     return rc;
 }
 
@@ -415,6 +467,8 @@ int generate_zb(bsipipe_schedule_t *s)
     case BSIPIPE_SCHED_DUALPIPEV:
     case BSIPIPE_SCHED_DUALPIPE:
         return generate_dual(s);
+    case BSIPIPE_SCHED_ZB_I:
+        return generate_zb_interleaved(s);
     default:
         return generate_zb_list(s);
     }

@@ -56,29 +56,40 @@ int bsipipe_export_torch_csv(FILE *out, const bsipipe_schedule_t *s)
 /* Plans larger than this are refused before they are read whole. */
 #define TORCH_CSV_MAX_BYTES (64L << 20)
 
+/* A compute action (type F, I, B or W) or a transfer of torch's
+ * compute_comms listing (type one of COMM_TYPES). */
 typedef struct csv_action {
-    int rank, stage, mb;
-    char type; /* F, I, B or W */
+    int rank, stage, mb, col;
+    char type;
 } csv_action_t;
+
+/* SEND_F, RECV_F, SEND_B, RECV_B as one letter each. */
+static const char COMM_TYPES[] = "sSrR";
+static const char *const comm_names[] = {"SEND_F", "SEND_B", "RECV_F", "RECV_B"};
+
+typedef struct csv_list {
+    csv_action_t *a;
+    long n, cap;
+} csv_list_t;
 
 typedef struct csv_plan {
     const char *name;
-    csv_action_t *act;
-    long n, cap, ignored;
+    csv_list_t compute, comm;
+    long ignored;
     int ranks;
 } csv_plan_t;
 
-static int csv_push(csv_plan_t *p, int rank, int stage, char type, int mb)
+static int csv_push(csv_plan_t *p, csv_list_t *l, csv_action_t a)
 {
-    if (p->n == p->cap) {
-        long cap = p->cap ? 2 * p->cap : 256;
-        csv_action_t *a = realloc(p->act, (size_t)cap * sizeof *a);
-        if (!a)
+    if (l->n == l->cap) {
+        long cap = l->cap ? 2 * l->cap : 256;
+        csv_action_t *grown = realloc(l->a, (size_t)cap * sizeof *grown);
+        if (!grown)
             return bsipipe_error_set(-ENOMEM, "%s: out of memory", p->name);
-        p->act = a;
-        p->cap = cap;
+        l->a = grown;
+        l->cap = cap;
     }
-    p->act[p->n++] = (csv_action_t){rank, stage, mb, type};
+    l->a[l->n++] = a;
     return 0;
 }
 
@@ -95,8 +106,8 @@ static long csv_number(const char **s)
     return digits && !isdigit((unsigned char)**s) ? v : -1;
 }
 
-/* One action "{stage}{type}{mb}" (cell[0..len)), appended to the plan;
- * a communication or FSDP action is counted and skipped. */
+/* One action "{stage}{type}{mb}" (cell[0..len)), appended to the plan's
+ * compute or transfer list; an FSDP action is counted and skipped. */
 static int csv_parse_action(csv_plan_t *p, int row, int col, const char *cell, size_t len)
 {
     char text[64];
@@ -107,13 +118,19 @@ static int csv_parse_action(csv_plan_t *p, int row, int col, const char *cell, s
     text[len] = 0;
     const char *s = text;
     long stage = csv_number(&s);
-    static const char *const skipped[] = {"SEND_F", "RECV_F", "SEND_B", "RECV_B", "UNSHARD", "RESHARD",
-                                          "REDUCE_GRAD"};
+    for (int i = 0; stage >= 0 && i < 4; i++) { /* a transfer: checked once the plan is built */
+        size_t n = strlen(comm_names[i]);
+        const char *t = s + n;
+        long mb = -1;
+        if (!strncmp(s, comm_names[i], n) && (mb = csv_number(&t)) >= 0 && *t == 0)
+            return csv_push(p, &p->comm, (csv_action_t){row, (int)stage, (int)mb, col, COMM_TYPES[i]});
+    }
+    static const char *const skipped[] = {"UNSHARD", "RESHARD", "REDUCE_GRAD"};
     for (size_t i = 0; stage >= 0 && i < sizeof skipped / sizeof skipped[0]; i++) {
         size_t n = strlen(skipped[i]);
         const char *t = s + n;
         if (!strncmp(s, skipped[i], n) && (*t == 0 || (csv_number(&t) >= 0 && *t == 0))) {
-            p->ignored++; /* derived again, or not bsipipe's business */
+            p->ignored++; /* FSDP's: not bsipipe's business */
             return 0;
         }
     }
@@ -122,11 +139,11 @@ static int csv_parse_action(csv_plan_t *p, int row, int col, const char *cell, s
         s++;
         long mb = csv_number(&s);
         if (mb >= 0 && *s == 0)
-            return csv_push(p, row, (int)stage, type, (int)mb);
+            return csv_push(p, &p->compute, (csv_action_t){row, (int)stage, (int)mb, col, type});
     }
     return bsipipe_error_set(BSIPIPE_EFORMAT, "%s: line %d, column %d: '%s' is not a torch action: expected "
-                             "{stage}{F|I|B|W}{micro-batch} such as 3F0 (or a SEND/RECV, skipped)", p->name,
-                             row + 1, col + 1, text);
+                             "{stage}{F|I|B|W}{micro-batch} such as 3F0, or {stage}{SEND|RECV}_{F|B}{micro-batch}",
+                             p->name, row + 1, col + 1, text);
 }
 
 /* An overlapped pair "(a;b)OVERLAP_F_B": its actions in order. */
@@ -187,25 +204,26 @@ static int csv_parse(csv_plan_t *p, const char *text)
 }
 
 /* The config the actions describe: w ranks, p = stages / w, V or looped
- * placement, split when any I or W appears. */
+ * placement, split when any I or W appears: looped and split is zb-i (p > 1)
+ * or zb-h1, looped is 1f1b-i or 1f1b, a V is zb-v. */
 static int csv_config(const csv_plan_t *p, bsipipe_parallel_config_t *pc, int *split)
 {
     int w = p->ranks, stages = 0, m = 0;
     *split = 0;
-    for (long i = 0; i < p->n; i++) {
-        if (p->act[i].stage + 1 > stages) stages = p->act[i].stage + 1;
-        if (p->act[i].mb + 1 > m) m = p->act[i].mb + 1;
-        *split |= p->act[i].type == 'I' || p->act[i].type == 'W';
+    for (long i = 0; i < p->compute.n; i++) {
+        if (p->compute.a[i].stage + 1 > stages) stages = p->compute.a[i].stage + 1;
+        if (p->compute.a[i].mb + 1 > m) m = p->compute.a[i].mb + 1;
+        *split |= p->compute.a[i].type == 'I' || p->compute.a[i].type == 'W';
     }
-    if (w == 0 || p->n == 0)
+    if (w == 0 || p->compute.n == 0)
         return bsipipe_error_set(BSIPIPE_EFORMAT, "%s: no actions: a torch plan has one row of actions per rank",
                                  p->name);
     if (stages % w)
         return bsipipe_error_set(BSIPIPE_EFORMAT, "%s: %d stages on %d ranks: a torch plan bsipipe runs has the "
                                  "same number of stages on every rank", p->name, stages, w);
     int per = stages / w, v = per == 2, looped = 1;
-    for (long i = 0; i < p->n; i++) {
-        int s = p->act[i].stage, r = p->act[i].rank;
+    for (long i = 0; i < p->compute.n; i++) {
+        int s = p->compute.a[i].stage, r = p->compute.a[i].rank;
         v &= r == (s < w ? s : 2 * w - 1 - s);
         looped &= r == s % w;
     }
@@ -213,17 +231,119 @@ static int csv_config(const csv_plan_t *p, bsipipe_parallel_config_t *pc, int *s
         return bsipipe_error_set(BSIPIPE_EFORMAT, "%s: stages are placed neither looped (stage s on rank s %% w) "
                                  "nor in a V (stage s and 2w-1-s on rank s): bsipipe has no such placement", p->name);
     bsipipe_schedule_kind_t kind = v ? BSIPIPE_SCHED_ZB_V
-                                 : per > 1 ? BSIPIPE_SCHED_1F1B_I
+                                 : per > 1 ? (*split ? BSIPIPE_SCHED_ZB_I : BSIPIPE_SCHED_1F1B_I)
                                  : *split ? BSIPIPE_SCHED_ZB_H1 : BSIPIPE_SCHED_1F1B;
-    if (!v && per > 1 && *split)
-        return bsipipe_error_set(BSIPIPE_EFORMAT, "%s: a looped plan with %d stages per rank and a split backward "
-                                 "(interleaved zero bubble) has no bsipipe schedule yet", p->name, per);
     *split |= v; /* the V schedules split every backward: a B is B then W */
     *pc = bsipipe_parallel_config_default(kind);
     pc->w = w;
     pc->p = per;
     pc->m = m;
     return 0;
+}
+
+/* ---- compute_comms: the file's transfers against the derived ones ------- */
+
+/* The transfer a SEND/RECV op of the plan is in torch's terms: a forward's
+ * output leaves stage c as c's SEND_F and arrives as c+1's RECV_F; an
+ * input gradient leaves stage c as SEND_B and arrives as c-1's RECV_B. */
+static csv_action_t comm_of_op(const bsipipe_op_t *op, int device)
+{
+    int act = op->tensor == BSIPIPE_TENSOR_ACT, send = op->kind == BSIPIPE_OP_SEND;
+    int stage = send ? op->chunk : act ? op->chunk + 1 : op->chunk - 1;
+    return (csv_action_t){device, stage, op->mb, -1, COMM_TYPES[(send ? 0 : 2) + !act]};
+}
+
+static int cmp_comm(const void *x, const void *y)
+{
+    const csv_action_t *a = x, *b = y;
+    if (a->rank != b->rank) return a->rank < b->rank ? -1 : 1;
+    if (a->type != b->type) return a->type < b->type ? -1 : 1;
+    if (a->stage != b->stage) return a->stage < b->stage ? -1 : 1;
+    if (a->mb != b->mb) return a->mb < b->mb ? -1 : 1;
+    return a->col < b->col ? -1 : a->col > b->col;
+}
+
+/* The same transfer, wherever the row lists it. */
+static int cmp_transfer(const csv_action_t *a, const csv_action_t *b)
+{
+    csv_action_t x = *a, y = *b;
+    x.col = y.col = 0;
+    return cmp_comm(&x, &y);
+}
+
+static const char *comm_name(char type)
+{
+    return comm_names[strchr(COMM_TYPES, type) - COMM_TYPES];
+}
+
+/* Column (0-based) of the compute action that produces (SEND) or consumes
+ * (RECV) transfer c on its rank: the forward or the backward of its stage
+ * and micro-batch; -1 if the row has none. */
+static int comm_partner_col(const csv_plan_t *p, const csv_action_t *c)
+{
+    int fwd = c->type == 's' || c->type == 'r';
+    for (long i = 0; i < p->compute.n; i++) {
+        const csv_action_t *a = &p->compute.a[i];
+        if (a->rank == c->rank && a->stage == c->stage && a->mb == c->mb && (fwd ? a->type == 'F'
+                                                                                : a->type == 'I' || a->type == 'B'))
+            return a->col;
+    }
+    return -1;
+}
+
+/* A compute_comms file: its SEND/RECV actions must be the transfers the
+ * plan derives, rank by rank, each send after the op that produces it and
+ * each receive before the op that consumes it. */
+static int csv_check_comms(const csv_plan_t *p, const bsipipe_schedule_t *s)
+{
+    if (p->comm.n == 0)
+        return 0; /* compute_only: nothing to check */
+    csv_list_t want = {0};
+    int rc = 0;
+    for (int d = 0; d < bsipipe_schedule_n_devices(s) && rc == 0; d++) {
+        int n;
+        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(s, d, &n);
+        for (int i = 0; i < n && rc == 0; i++)
+            if (ops[i].kind == BSIPIPE_OP_SEND || ops[i].kind == BSIPIPE_OP_RECV)
+                rc = csv_push((csv_plan_t *)p, &want, comm_of_op(&ops[i], d));
+    }
+    csv_action_t *got = rc == 0 ? malloc(sizeof *got * (size_t)p->comm.n) : NULL;
+    if (rc == 0 && !got)
+        rc = bsipipe_error_set(-ENOMEM, "%s: out of memory", p->name);
+    if (rc == 0) {
+        memcpy(got, p->comm.a, sizeof *got * (size_t)p->comm.n);
+        qsort(got, (size_t)p->comm.n, sizeof *got, cmp_comm);
+        if (want.n)
+            qsort(want.a, (size_t)want.n, sizeof *want.a, cmp_comm);
+    }
+    for (long i = 0, j = 0; rc == 0 && (i < p->comm.n || j < want.n);) {
+        const csv_action_t *g = i < p->comm.n ? &got[i] : NULL, *x = j < want.n ? &want.a[j] : NULL;
+        int c = g && x ? cmp_transfer(g, x) : g ? -1 : 1;
+        if (c < 0)
+            rc = bsipipe_error_set(BSIPIPE_EFORMAT, "%s: line %d, column %d: %d%s%d is not a transfer of this plan: "
+                                   "bsipipe derives a %s where stage %d's %s of micro-batch %d crosses ranks, once "
+                                   "(listed on rank %d: %s)", p->name, g->rank + 1, g->col + 1, g->stage,
+                                   comm_name(g->type), g->mb, comm_name(g->type), g->stage,
+                                   g->type == 's' || g->type == 'r' ? "forward output" : "input gradient", g->mb,
+                                   g->rank, i > 0 && cmp_transfer(&got[i - 1], g) == 0 ? "a second time" : "no such transfer");
+        else if (c > 0)
+            rc = bsipipe_error_set(BSIPIPE_EFORMAT, "%s: line %d lacks %d%s%d, a transfer the plan needs (the "
+                                   "file lists its other SEND/RECV actions; list every one, or none)", p->name,
+                                   x->rank + 1, x->stage, comm_name(x->type), x->mb);
+        else {
+            int partner = comm_partner_col(p, g), send = g->type == 's' || g->type == 'S';
+            if (partner >= 0 && (send ? partner >= g->col : partner <= g->col))
+                rc = bsipipe_error_set(BSIPIPE_EFORMAT, "%s: line %d, column %d: %d%s%d comes %s the op it %s "
+                                       "(column %d): a send follows its producer, a receive precedes its consumer",
+                                       p->name, g->rank + 1, g->col + 1, g->stage, comm_name(g->type), g->mb,
+                                       send ? "before" : "after", send ? "sends the output of" : "feeds", partner + 1);
+            i++;
+            j++;
+        }
+    }
+    free(got);
+    free(want.a);
+    return rc;
 }
 
 int bsipipe_schedule_import_torch_csv(const char *path, const bsipipe_model_dims_t *dims, bsipipe_schedule_t **out,
@@ -248,8 +368,8 @@ int bsipipe_schedule_import_torch_csv(const char *path, const bsipipe_model_dims
         rc = csv_config(&p, &pc, &split);
     if (rc == 0)
         rc = bsipipe_builder_create(&pc, dims, &b);
-    for (long i = 0; rc == 0 && i < p.n; i++) {
-        const csv_action_t *a = &p.act[i];
+    for (long i = 0; rc == 0 && i < p.compute.n; i++) {
+        const csv_action_t *a = &p.compute.a[i];
         bsipipe_op_kind_t kind = a->type == 'F' ? BSIPIPE_OP_F : a->type == 'W' ? BSIPIPE_OP_W : BSIPIPE_OP_B;
         rc = bsipipe_builder_append(b, a->rank, kind, BSIPIPE_PIPE_DOWN, a->mb, 0, a->stage);
         if (rc == 0 && split && a->type == 'B') /* a full backward of a split plan */
@@ -269,13 +389,19 @@ int bsipipe_schedule_import_torch_csv(const char *path, const bsipipe_model_dims
             snprintf(detail, sizeof detail, "%s", bsipipe_error_detail());
             rc = bsipipe_error_set(rc, "%s: %s", path, detail);
         }
+        if (rc == 0 && (rc = csv_check_comms(&p, *out)) < 0) {
+            bsipipe_schedule_destroy(*out);
+            *out = NULL;
+        }
     }
     if (rc == 0 && info) {
-        info->compute_ops = p.n;
+        info->compute_ops = p.compute.n;
+        info->comm_ops = p.comm.n;
         info->ignored_ops = p.ignored;
     }
     bsipipe_builder_destroy(b);
-    free(p.act);
+    free(p.compute.a);
+    free(p.comm.a);
     free(text);
     return rc;
 }

@@ -9,6 +9,11 @@ torch.distributed.pipelining's per-rank action CSV (one row per rank, cells
             slots of those past m left empty (None);
   dualpipev torch's ScheduleDualPipeV._calculate_single_rank_operations,
             op for op DeepSeek's dualpipev.py;
+  zb-i      torch's ScheduleInterleavedZeroBubble._calculate_single_rank_operations
+            and _get_1f1b_rank_ops(enable_zero_bubble=True): P stages per
+            rank, looped (stage = chunk * W + rank), rounds of M / max(1, M // W)
+            micro-batches; its _add_bubbles_to_actions only inserts empty
+            slots, which the rows drop;
   1f1b-i    Megatron-LM's forward_backward_pipelining_with_interleaving
             (schedules.py: get_schedule_table, get_pp_rank_microbatches and
             its warmup / 1F1B / cooldown loops), P model chunks per rank,
@@ -32,7 +37,11 @@ With --torch-notation, dualpipev is written as torch writes it instead (B for
 a full backward, "(a;b)OVERLAP_F_B" for a pair): for W = 4, M = 10 that is
 byte for byte torch's own test artifact dualpipev_4rank_10mb.csv.
 
-usage: peer_orders.py [--torch-notation] zb-v|dualpipev|dualpipe W M | 1f1b-i W M P G | --json FILE
+With --comms, a compute_only CSV (bsipipe-plan --format torch-csv) gets
+torch's SEND/RECV actions (_add_send_recv, over the rows with empty slots
+dropped): the compute_comms listing.
+
+usage: peer_orders.py [--torch-notation] zb-v|dualpipev|dualpipe W M | 1f1b-i W M P G | zb-i W M P | --json FILE | --comms looped|v FILE
 """
 import sys
 
@@ -225,6 +234,61 @@ def dualpipe(num_ranks, num_chunks):
     return rows
 
 
+def interleaved_zb(pp, n_mb, n_local):
+    """Rows of ScheduleInterleavedZeroBubble for pp ranks, n_local stages each."""
+    number_of_rounds = max(1, n_mb // pp)
+    microbatches_per_round = n_mb // number_of_rounds
+    if n_mb % number_of_rounds != 0:
+        raise ValueError(f"M={n_mb} is not a multiple of the rounds ({number_of_rounds})")
+    rows = []
+    for rank in range(pp):
+        # _get_warmup_ops(multiply_factor=1)
+        warmup_ops = (n_local - 1) * microbatches_per_round + 1 * ((pp - 1) - rank)
+        warmup_ops = min(warmup_ops, n_mb * n_local)
+        microbatch_ops = n_local * n_mb
+        fwd_bwd_ops = microbatch_ops - warmup_ops
+        cooldown_ops = microbatch_ops - fwd_bwd_ops
+
+        def forward_stage_index(step):
+            local_index = (step // microbatches_per_round) % n_local
+            return local_index * pp + rank
+
+        def backward_stage_index(step):
+            local_index = n_local - 1 - ((step - warmup_ops) // microbatches_per_round) % n_local
+            return local_index * pp + rank
+
+        num_1f1b_microbatches = rank
+        # _get_1f1b_rank_ops(..., enable_zero_bubble=True), empty slots left out
+        fwd_mb, bwd_mb, weight_mb = {}, {}, {}
+        acts, backward_op_ids, weight_op_count = [], [], 0
+
+        def take(counter, stage):
+            counter[stage] = counter.get(stage, 0) + 1
+            return counter[stage] - 1
+
+        for op in range(warmup_ops + fwd_bwd_ops + cooldown_ops):
+            if op < warmup_ops:
+                st = forward_stage_index(op)
+                acts.append((st, "F", take(fwd_mb, st)))
+                continue
+            if op < warmup_ops + fwd_bwd_ops:
+                st = forward_stage_index(op)
+                acts.append((st, "F", take(fwd_mb, st)))
+            st = backward_stage_index(op)
+            acts.append((st, "I", take(bwd_mb, st)))
+            backward_op_ids.append(op)
+            if op - warmup_ops >= num_1f1b_microbatches:
+                st = backward_stage_index(backward_op_ids[weight_op_count])
+                acts.append((st, "W", take(weight_mb, st)))
+                weight_op_count += 1
+        while weight_op_count < len(backward_op_ids):
+            st = backward_stage_index(backward_op_ids[weight_op_count])
+            acts.append((st, "W", take(weight_mb, st)))
+            weight_op_count += 1
+        rows.append(acts)
+    return rows
+
+
 def megatron_interleaved(pp, num_microbatches, num_model_chunks, group):
     """Rows of Megatron's interleaved 1F1B for pp ranks (compute only)."""
     if group > num_microbatches or group < pp:
@@ -259,6 +323,68 @@ def megatron_interleaved(pp, num_microbatches, num_model_chunks, group):
             acts.append(backward(k))
         acts.extend(backward(k) for k in range(remaining, total))
         rows.append(acts)
+    return rows
+
+
+def add_send_recv(rows, stage_to_rank, num_stages):
+    """torch's _add_send_recv over compute rows: after a compute action whose
+    output crosses ranks, its SEND on this rank and the RECV appended to the
+    peer's row; a rank's next compute waits until its input's RECV (or the
+    producer, on the same rank) is in its row. Returns the compute_comms rows."""
+    todo = {r: list(row) for r, row in enumerate(rows) if row}
+    out = {r: [] for r in range(len(rows))}
+    prev = {r: set() for r in range(len(rows))}
+
+    def has_comms(a):
+        st, kind, _ = a
+        if kind == "F":
+            return st != num_stages - 1 and stage_to_rank(st + 1) != stage_to_rank(st)
+        if kind in ("I", "B"):
+            return st != 0 and stage_to_rank(st - 1) != stage_to_rank(st)
+        return False
+
+    def ready(a, seen):
+        st, kind, mb = a
+        if kind == "F" and st != 0:
+            return (st, "RECV_F", mb) in seen or (st - 1, "F", mb) in seen
+        if kind in ("I", "B") and st != num_stages - 1:
+            return ((st, "RECV_B", mb) in seen or (st + 1, "I", mb) in seen or (st + 1, "B", mb) in seen)
+        return True
+
+    while todo:
+        progress = False
+        for rank in sorted(todo):
+            a = todo[rank][0]
+            if not ready(a, prev[rank]):
+                continue
+            out[rank].append(a)
+            prev[rank].add(a)
+            if has_comms(a):
+                st, kind, mb = a
+                send = (st, "SEND_F" if kind == "F" else "SEND_B", mb)
+                recv_st = st + 1 if kind == "F" else st - 1
+                recv = (recv_st, "RECV_F" if kind == "F" else "RECV_B", mb)
+                out[rank].append(send)
+                prev[rank].add(send)
+                out[stage_to_rank(recv_st)].append(recv)
+                prev[stage_to_rank(recv_st)].add(recv)
+            todo[rank].pop(0)
+            if not todo[rank]:
+                del todo[rank]
+            progress = True
+        assert progress, "Malformed compute schedule, can't schedule sends/recvs"
+    return [out[r] for r in range(len(rows))]
+
+
+def csv_rows(path):
+    """A compute_only CSV (bsipipe-plan --format torch-csv) as rows of (stage, type, mb)."""
+    import re
+    rows = []
+    with open(path) as f:
+        for line in f:
+            cells = [c for c in line.strip().split(",") if c]
+            rows.append([(int(m.group(1)), m.group(2), int(m.group(3)))
+                         for m in (re.fullmatch(r"(\d+)([FIBW])(\d+)", c) for c in cells)])
     return rows
 
 
@@ -305,6 +431,19 @@ def main():
         if g == 0:
             g = next(g for g in range(w, m + 1) if m % g == 0 or m % g >= w)
         for row in megatron_interleaved(w, m, p, g):
+            print(",".join(f"{st}{k}{mb}" for st, k, mb in row))
+        return
+    if len(args) == 3 and args[0] == "--comms":
+        # --comms looped|v FILE: torch's compute_comms rows of a compute_only CSV
+        rows = csv_rows(args[2])
+        w = len(rows)
+        stages = 1 + max(st for row in rows for st, _, _ in row)
+        to_rank = (lambda st: st if st < w else 2 * w - 1 - st) if args[1] == "v" else (lambda st: st % w)
+        for row in add_send_recv(rows, to_rank, stages):
+            print(",".join(f"{st}{k}{mb}" for st, k, mb in row))
+        return
+    if len(args) == 4 and args[0] == "zb-i":
+        for row in interleaved_zb(int(args[1]), int(args[2]), int(args[3])):
             print(",".join(f"{st}{k}{mb}" for st, k, mb in row))
         return
     notation = bool(args) and args[0] == "--torch-notation"

@@ -176,6 +176,12 @@ int main(void)
         check_m(&gpt, BSIPIPE_SCHED_BSIPIPE, "bsipipe", 6);
         check_m(&llama, BSIPIPE_SCHED_BSIPIPE, "eager", 3);
     }
+    /* zb-i in one round of 6 micro-batches and with fewer micro-batches than devices (torch's
+     * rounds, m = 3 at w = 4) */
+    if (!only || !strcmp(only, "zb-i")) {
+        check_m(&gpt, BSIPIPE_SCHED_ZB_I, "bsipipe", 6);
+        check_m(&llama, BSIPIPE_SCHED_ZB_I, "eager", 3);
+    }
     /* BitPipe with a last partial unit: m = 6 at w = 4 (a unit of 4, then
      * 1 down and 1 up) and m = 5 (then 0 down, 1 up) */
     if (!only || !strcmp(only, "bitpipe")) {

@@ -1,10 +1,12 @@
 #!/bin/sh
-# test_peer_orders: zb-v and dualpipev op for op against their peers' orders
-# (tests/peer_orders.py, written from torch's ScheduleZBVZeroBubble and
-# ScheduleDualPipeV, the latter DeepSeek's dualpipev.py), compared through
+# test_peer_orders: zb-v, dualpipev and zb-i op for op against their peers'
+# orders (tests/peer_orders.py, written from torch's ScheduleZBVZeroBubble,
+# ScheduleDualPipeV, the latter DeepSeek's dualpipev.py, and
+# ScheduleInterleavedZeroBubble), compared through
 # torch's per-rank action CSV (bsipipe-plan --format torch-csv), and
 # dualpipe against DeepSeek's dualpipe.py through the JSON export; torch's CSV
-# read back (--plan FILE.csv), round trips, malformed actions; and the
+# read back (--plan FILE.csv), round trips, its compute_comms SEND/RECV
+# checked against the derived transfers, malformed actions; and the
 # export's refusals of plans torch cannot express.
 set -u
 plan="${top_builddir:-.}/apps/bsipipe-plan"
@@ -63,6 +65,21 @@ for w in 2 3 4 6 8; do
         done
     done
 done
+# zb-i against torch's ScheduleInterleavedZeroBubble (any m that is a multiple of its rounds,
+# max(1, m / w), m < w included).
+for w in 1 2 3 4 5 8; do
+    for p in 2 3; do
+        for m in 1 3 $w $((w + 1)) $((2 * w - 1)) $((2 * w)) $((3 * w)) $((4 * w + 2)); do
+            python3 "$peer" zb-i $w $m $p >"$tmp/theirs" 2>/dev/null || continue # torch refuses this m
+            "$plan" --schedule zb-i --w $w --p $p --m $m --layers $((p * w)) --format torch-csv >"$tmp/ours" \
+                2>"$tmp/err" || { fail "zb-i w=$w p=$p m=$m: export: $(cat "$tmp/err")"; continue; }
+            if cmp -s "$tmp/ours" "$tmp/theirs"; then ok; else
+                fail "zb-i w=$w p=$p m=$m: order differs from torch's"; diff "$tmp/theirs" "$tmp/ours" | head -4 >&2
+            fi
+            n=$((n + 1))
+        done
+    done
+done
 echo "test_peer_orders: $n orders compared with the peers'"
 # torch's own notation (a full backward B, overlapped pairs): for w = 4,
 # m = 10 this is byte for byte torch's test artifact dualpipev_4rank_10mb.csv.
@@ -77,7 +94,7 @@ got=$(bubble --plan "$tmp/torch.csv" --layers 8)
 python3 "$peer" dualpipev 4 10 >"$tmp/norm.csv"
 cmp -s "$tmp/back.csv" "$tmp/norm.csv" && ok || fail "torch's dualpipev CSV did not come back as dualpipev's order"
 # Round trips: every exportable plan comes back op for op.
-for s in gpipe 1f1b 1f1b-i zb-h1 zb-v dualpipev; do
+for s in gpipe 1f1b 1f1b-i zb-h1 zb-v dualpipev zb-i; do
     for wm in "2 4" "4 8" "3 12"; do
         set -- $wm
         "$plan" --schedule $s --w $1 --m $2 --layers 12 --format torch-csv >"$tmp/a.csv" 2>"$tmp/err" || {
@@ -86,6 +103,27 @@ for s in gpipe 1f1b 1f1b-i zb-h1 zb-v dualpipev; do
             cmp -s "$tmp/a.csv" "$tmp/b.csv" && ok || fail "$s w=$1 m=$2: round trip changed the plan: $(cat "$tmp/err")"
     done
 done
+# torch's compute_comms listing (its _add_send_recv over our compute_only export): the SEND/RECV
+# actions are checked against the transfers bsipipe derives, then the plan exports back unchanged.
+for s in 1f1b zb-h1 1f1b-i zb-i zb-v dualpipev; do
+    place=looped; case $s in zb-v|dualpipev) place=v ;; esac
+    "$plan" --schedule $s --w 4 --m 8 --layers 8 --format torch-csv >"$tmp/c.csv" &&
+        python3 "$peer" --comms $place "$tmp/c.csv" >"$tmp/cc.csv" || { fail "$s: compute_comms listing"; continue; }
+    expect 0 "the file's SEND/RECV actions are those transfers" --plan "$tmp/cc.csv" --layers 8
+    "$plan" --plan "$tmp/cc.csv" --layers 8 --format torch-csv | cmp -s - "$tmp/c.csv" && ok ||
+        fail "$s: the compute_comms file did not come back as the plan's order"
+done
+"$plan" --schedule zb-v --w 4 --m 8 --format torch-csv >"$tmp/c.csv" && python3 "$peer" --comms v "$tmp/c.csv" >"$tmp/cc.csv"
+sed '2s/^1RECV_F0,//' "$tmp/cc.csv" >"$tmp/bad.csv"
+expect 2 "line 2 lacks 1RECV_F0, a transfer the plan needs" --plan "$tmp/bad.csv"
+sed '4s/^/3SEND_F0,/' "$tmp/cc.csv" >"$tmp/bad.csv" # stage 3 -> 4 stays on rank 3 in the V
+expect 2 "line 4, column 1: 3SEND_F0 is not a transfer of this plan" --plan "$tmp/bad.csv"
+sed '1s/^0F0,0SEND_F0,/0F0,0SEND_F0,0SEND_F0,/' "$tmp/cc.csv" >"$tmp/bad.csv"
+expect 2 "(listed on rank 0: a second time)" --plan "$tmp/bad.csv"
+sed '1s/^0F0,0SEND_F0,/0SEND_F0,0F0,/' "$tmp/cc.csv" >"$tmp/bad.csv"
+expect 2 "line 1, column 1: 0SEND_F0 comes before the op it sends the output of (column 2)" --plan "$tmp/bad.csv"
+sed '2s/^1RECV_F0,1F0,/1F0,1RECV_F0,/' "$tmp/cc.csv" >"$tmp/bad.csv"
+expect 2 "line 2, column 2: 1RECV_F0 comes after the op it feeds (column 1)" --plan "$tmp/bad.csv"
 # Blank lines after the last rank (a hand-edited file) are not ranks.
 "$plan" --schedule zb-v --w 4 --m 8 --format torch-csv >"$tmp/blank.csv" && printf '\n\n' >>"$tmp/blank.csv"
 expect 0 "zb-v order of 192 compute ops, valid" --plan "$tmp/blank.csv"

@@ -3,6 +3,9 @@
  *   zb-v, dualpipev : at most (w-1)/(6m+w-1) at k = 1 (m >= 2w-1; dualpipev m >= 2w),
  *   dualpipe        : at most (w/2-1)/(3m+w/2-1) (w even, m even and >= 2w),
  *   seq-zbv         : at most (w-1)/(6N_s+w-1),
+ *   zb-i            : exactly (w-1)/(3pm+w-1), the start-up floor, at m >= w
+ *                     (p = 2..4; any m torch's rounds accept plans, m < w too),
+ *                     its peak stashes printed against 1f1b-i's,
  *   bsipipe-zb      : the placement's start-up floor, floor((w-1)/2) idle units
  *                     per device, holding no more stashes than bsipipe's plan
  *                     of the same (w, m, k) where that one exists.
@@ -12,6 +15,7 @@
 #include "graph/bsipipe_error.h"
 #include "tests/check.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,7 +86,7 @@ int main(void)
     const char *sweep = getenv("BSIPIPE_ZB_SWEEP");
     int full = sweep && !strcmp(sweep, "full");
     int max_w = full ? 32 : 12, max_k = 4;
-    worst_t zbv = {0}, dpv = {0}, dp2 = {0}, seq = {0}, bzb = {0}, mem = {0};
+    worst_t zbv = {0}, dpv = {0}, dp2 = {0}, seq = {0}, bzb = {0}, mem = {0}, zbi = {0}, zbi_mem = {0};
     for (int w = 2; w <= max_w; w++) {
         if (!full && w > 8 && w != 12)
             continue;
@@ -108,6 +112,28 @@ int main(void)
                 CHECK(r.bubble <= micro + 1e-12, "dualpipev w=%d m=%d: bubble %.6f above (w-1)/(6m+w-1) = %.6f", w,
                       m, r.bubble, micro);
                 note(&dpv, r.bubble, micro, w, m, 1);
+            }
+            /* zb-i: torch's interleaved zero bubble, p chunks per device; m < w as well. */
+            for (int p = 2; p <= 4; p++) {
+                int ms_i[] = {m, w > 2 ? w - 1 : 1};
+                for (int j = 0; j < 2; j++) {
+                    bsipipe_parallel_config_t pc = config(BSIPIPE_SCHED_ZB_I, w, ms_i[j], 1);
+                    pc.p = p;
+                    int mi2 = ms_i[j], ok = mi2 % bsipipe_zb_i_rounds(mi2, w) == 0;
+                    int rc = plan(pc, &r);
+                    CHECK((rc == 0) == ok, "zb-i w=%d p=%d m=%d: rc %d (%s)", w, p, mi2, rc,
+                          rc ? bsipipe_error_detail() : "planned");
+                    if (rc || mi2 < w)
+                        continue;
+                    double floor_i = (w - 1.0) / (3.0 * p * mi2 + w - 1);
+                    CHECK(fabs(r.bubble - floor_i) < 1e-12, "zb-i w=%d p=%d m=%d: bubble %.6f, the start-up floor "
+                          "(w-1)/(3pm+w-1) is %.6f", w, p, mi2, r.bubble, floor_i);
+                    note(&zbi, r.bubble, floor_i, w, mi2, p);
+                    run_t base;
+                    pc.schedule = BSIPIPE_SCHED_1F1B_I;
+                    if (plan(pc, &base) == 0)
+                        note(&zbi_mem, r.peak, base.peak, w, mi2, p);
+                }
             }
             /* DualPipe: two pipes of m/2 on Chimera's placement, w/2 - 1 idle units. */
             rc = plan(config(BSIPIPE_SCHED_DUALPIPE, w, m, 1), &r);
@@ -152,9 +178,11 @@ int main(void)
     report("zb-v", "bubble / (w-1)/(6m+w-1):", &zbv);
     report("dualpipev", "bubble / (w-1)/(6m+w-1):", &dpv);
     report("dualpipe", "bubble / (w/2-1)/(3m+w/2-1):", &dp2);
+    report("zb-i", "bubble / (w-1)/(3pm+w-1) (k: p):", &zbi);
+    report("zb-i", "peak stashes / 1f1b-i's (k: p):", &zbi_mem);
     report("seq-zbv", "bubble / (w-1)/(6N_s+w-1):", &seq);
     report("bsipipe-zb", "bubble / the start-up floor:", &bzb);
     report("bsipipe-zb", "peak stashes / bsipipe's peak stashes:", &mem);
-    CHECK(zbv.plans > 0 && dpv.plans > 0 && dp2.plans > 0 && seq.plans > 0 && bzb.plans > 0 && mem.plans > 0, "the sweep planned nothing");
+    CHECK(zbi.plans > 0 && zbv.plans > 0 && dpv.plans > 0 && dp2.plans > 0 && seq.plans > 0 && bzb.plans > 0 && mem.plans > 0, "the sweep planned nothing");
     return check_finish("test_zero_bubble");
 }
