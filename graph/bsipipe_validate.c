@@ -195,10 +195,12 @@ double bsipipe_bubble_closed_form(const bsipipe_parallel_config_t *pc)
         return (w - 1) / (3 * ns + w - 1);
     case BSIPIPE_SCHED_ZB_I: /* the start-up floor, w-1 idle units per device (m >= w) */
         return pc->m >= pc->w ? (w - 1) / (3 * pc->p * ns + w - 1) : -1;
-    case BSIPIPE_SCHED_BITPIPE: { /* unit costs: 2(w-2) idle in one unit, w-2 more per further unit; a
-                                     partial last unit (the order of a whole one, ops left out) at most
-                                     the span of whole units: exact when w divides m, a bound otherwise */
-        double units = (pc->m + pc->w - 1) / pc->w, span = 6 * w * units + (units + 1) * (w - 2);
+    case BSIPIPE_SCHED_BITPIPE: { /* unit costs: 2(w-2) idle in one unit, w-3 more per further unit
+                                     (w >= 4; gen_bitpipe.c); a partial last unit (the order of a whole
+                                     one, ops left out) at most the span of whole units: exact when w
+                                     divides m, a bound otherwise */
+        double units = (pc->m + pc->w - 1) / pc->w;
+        double span = 6 * w * units + (units + 1) * (w - 2) - (pc->w > 2 ? units - 1 : 0);
         return 1 - 6 * ns / span;
     }
     case BSIPIPE_SCHED_ZB_V: case BSIPIPE_SCHED_DUALPIPEV:

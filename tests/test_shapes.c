@@ -130,7 +130,7 @@ int main(void)
     /* BitPipe: any m >= 2, a last partial unit of m mod w (its order the
      * whole unit's, the absent micro-batches' ops left out): at the closed
      * form when w divides m, at most the span of ceil(m/w) whole units
-     * (6wU + (U+1)(w-2) under unit costs) otherwise. */
+     * (6wU + (U+1)(w-2) - (U-1) under unit costs, w >= 4) otherwise. */
     int bit_planned = 0, bit_exact = 0;
     for (int w = 2; w <= 12; w += 2)
         for (int m = 2; m <= 3 * w + 1; m++) {
@@ -153,6 +153,9 @@ int main(void)
                           w, m, 100 * r->bubble_ratio, 100 * bound);
                     bit_exact++;
                 }
+                if (w == 4 && m == 8) /* the figure of BitPipe's authors: two units in 53 */
+                    CHECK(fabs(r->makespan - 53) < 1e-9, "bitpipe w=4 m=8: %g units, the authors' figure is 53",
+                          r->makespan);
                 bit_planned++;
             }
             bsipipe_sim_result_destroy(r);
