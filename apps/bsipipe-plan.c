@@ -68,6 +68,10 @@ static void usage(FILE *out)
 "  --piece-half N     FLOPs costs: an op on a piece of len tokens runs at\n"
 "                     len / (len + N) of the device's rate (0: at the rate; this\n"
 "                     VM's CPU kernels measure about 16)\n"
+"  --overlap-fb X     DualPipe's and DualPipeV's overlapped F&B pairs share the\n"
+"                     device: a pair starts when both halves' inputs are there and\n"
+"                     its ops take X (0 < X <= 1) times their cost (default 1: the\n"
+"                     halves in sequence, each when its own input is there)\n"
 "  --noise CV         a second table: each plan under op-time noise, every compute\n"
 "                     op's time its cost times a lognormal factor of mean 1 and\n"
 "                     coefficient of variation CV (e.g. 0.06, this VM's ops): the\n"
@@ -135,6 +139,7 @@ typedef struct options {
     int auto_k;              /* --k auto */
     double act_budget_gib;   /* --act-budget (0: none) */
     double piece_half;       /* --piece-half: the cost model's piece_half_tokens */
+    double overlap_fb;       /* --overlap-fb: the cost model's overlap_fb (0: unset, 1) */
     double noise;            /* --noise: coefficient of variation of op times (0: off) */
     int noise_samples;       /* --noise-samples */
     int noise_set_sampling;  /* --noise-samples or --noise-seed given */
@@ -618,6 +623,7 @@ static int run(const options_t *o)
     unit.async_send = flops.async_send = o->async_send > 0;
     unit.shared_nic = flops.shared_nic = o->shared_nic;
     flops.piece_half_tokens = o->piece_half;
+    unit.overlap_fb = flops.overlap_fb = o->overlap_fb;
     const bsipipe_cost_model_t *cost = o->unit_cost ? &unit : &flops;
     int first = 1, status = 0, n_auto = 0, planned = 0;
     auto_k_row_t auto_rows[BSIPIPE_SCHED_COUNT];
@@ -752,7 +758,7 @@ int main(int argc, char **argv)
     enum { O_SCHED = 256, O_W, O_P, O_K, O_M, O_TP, O_PART, O_COMM, O_NOCONCAT, O_NOOPT, O_RECV, O_SEND, O_NIC, O_MODEL, O_LAYERS, O_HIDDEN,
            O_HEADS, O_FFN, O_VOCAB, O_SEQ, O_COST, O_TFLOPS, O_DPN, O_PRESET, O_DRAW, O_WIDTH, O_SVG, O_FORMAT,
            O_TOPOLOGY, O_NAIVE_MAPPING, O_PLAN, O_NOISE, O_NOISE_SAMPLES, O_NOISE_SEED,
-           O_ACT_BUDGET, O_PIECE_HALF, O_LAYOUT };
+           O_ACT_BUDGET, O_PIECE_HALF, O_LAYOUT, O_OVERLAP_FB };
     static const struct option longopts[] = {
         {"schedule", 1, 0, O_SCHED}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P}, {"k", 1, 0, O_K}, {"m", 1, 0, O_M},
         {"tp", 1, 0, O_TP}, {"partition", 1, 0, O_PART}, {"comm", 1, 0, O_COMM}, {"no-concat", 0, 0, O_NOCONCAT}, {"no-optimise", 0, 0, O_NOOPT}, {"recv", 1, 0, O_RECV}, {"send", 1, 0, O_SEND}, {"nic", 1, 0, O_NIC},
@@ -762,6 +768,7 @@ int main(int argc, char **argv)
         {"draw", 0, 0, O_DRAW}, {"width", 1, 0, O_WIDTH}, {"svg", 1, 0, O_SVG}, {"format", 1, 0, O_FORMAT},
         {"topology", 1, 0, O_TOPOLOGY}, {"naive-mapping", 0, 0, O_NAIVE_MAPPING}, {"plan", 1, 0, O_PLAN},
         {"act-budget", 1, 0, O_ACT_BUDGET}, {"layout", 1, 0, O_LAYOUT}, {"piece-half", 1, 0, O_PIECE_HALF},
+        {"overlap-fb", 1, 0, O_OVERLAP_FB},
         {"noise", 1, 0, O_NOISE}, {"noise-samples", 1, 0, O_NOISE_SAMPLES}, {"noise-seed", 1, 0, O_NOISE_SEED},
         {"version", 0, 0, 'V'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
@@ -794,6 +801,15 @@ int main(int argc, char **argv)
             if (!whole_number(optarg, &o.piece_half) || !(o.piece_half >= 0 && o.piece_half <= 1 << 24))
                 return die("--piece-half expects tokens, 0 or more (e.g. 16)");
             break;
+        case O_OVERLAP_FB: {
+            char *end;
+            errno = 0;
+            o.overlap_fb = strtod(optarg, &end);
+            if (errno || end == optarg || *end || !(o.overlap_fb > 0 && o.overlap_fb <= 1))
+                return die("--overlap-fb expects the share of a pair's summed cost it takes, a number in (0, 1] "
+                           "(e.g. 0.6; 1 runs the halves in sequence)");
+            break;
+        }
         case O_M: bad |= cli_parse_int("bsipipe-plan", "--m", optarg, 1, 1 << 20, &o.m); o.set_m = 1; o.set |= CLI_SET_M; break;
         case O_TP: bad |= cli_parse_int("bsipipe-plan", "--tp", optarg, 1, 1024, &o.tp); o.set |= CLI_SET_TP; break;
         case O_PART:

@@ -69,8 +69,13 @@ int bsipipe_builder_append_op(bsipipe_builder_t *b, const bsipipe_op_t *op)
         return bsipipe_error_set(-EINVAL, "%s: a %s is not appended: only compute ops (F, B, W) are; transfers, "
                                  "SYNC and STEP are derived by finish", name,
                                  bsipipe_op_kind_name((bsipipe_op_kind_t)op->kind));
-    bsipipe_op_t o = {.kind = op->kind, .pipe = op->pipe, .tensor = BSIPIPE_TENSOR_NONE, .device = op->device,
-                      .mb = op->mb, .sub = op->sub, .chunk = op->chunk, .peer = -1, .channel = -1};
+    if (op->flags && op->flags != (op->kind == BSIPIPE_OP_F ? BSIPIPE_OP_PAIR_F : BSIPIPE_OP_PAIR_B))
+        return bsipipe_error_set(-EINVAL, "%s: flags %d on a %s: an overlapped pair's forward is "
+                                 "BSIPIPE_OP_PAIR_F, its B and W BSIPIPE_OP_PAIR_B", name, op->flags,
+                                 bsipipe_op_kind_name((bsipipe_op_kind_t)op->kind));
+    bsipipe_op_t o = {.kind = op->kind, .pipe = op->pipe, .tensor = BSIPIPE_TENSOR_NONE, .flags = op->flags,
+                      .device = op->device, .mb = op->mb, .sub = op->sub, .chunk = op->chunk, .peer = -1,
+                      .channel = -1};
     int d = o.device, rc = schedule_check_compute_op(s, &o, d, s->n_ops[d], b->seen);
     if (rc < 0)
         return rc;

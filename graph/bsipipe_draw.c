@@ -256,11 +256,12 @@ int bsipipe_export_json(FILE *out, const bsipipe_schedule_t *s, const bsipipe_si
             const bsipipe_op_t *op = &ops[i];
             fprintf(out, "%s    {\"device\": %d, \"index\": %d, \"kind\": \"%s\", \"pipe\": \"%s\", \"mb\": %d, "
                          "\"sub\": %d, \"chunk\": %d, \"tensor\": \"%s\", \"peer\": %d, \"channel\": %d, "
-                         "\"start\": %.9g, \"end\": %.9g}", first ? "" : ",\n", d, i,
+                         "\"start\": %.9g, \"end\": %.9g%s}", first ? "" : ",\n", d, i,
                     bsipipe_op_kind_name((bsipipe_op_kind_t)op->kind), bsipipe_pipe_name((bsipipe_pipe_t)op->pipe),
                     op->mb, op->sub, op->chunk,
                     op->tensor == BSIPIPE_TENSOR_ACT ? "act" : op->tensor == BSIPIPE_TENSOR_GRAD ? "grad" : "none",
-                    op->peer, op->channel, r->op_start[d][i], r->op_end[d][i]);
+                    op->peer, op->channel, r->op_start[d][i], r->op_end[d][i],
+                    op->flags == BSIPIPE_OP_PAIR_F ? ", \"pair\": \"F\"" : op->flags == BSIPIPE_OP_PAIR_B ? ", \"pair\": \"B\"" : "");
             first = 0;
         }
     }

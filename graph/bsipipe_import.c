@@ -201,12 +201,12 @@ static int parse_op(const import_ctx_t *c, const json_t *o, long i, bsipipe_buil
                     bsipipe_import_info_t *info)
 {
     static const char *const known[] = {"device", "index", "kind", "pipe", "mb", "sub", "chunk", "tensor",
-                                        "peer", "channel", "start", "end", NULL};
+                                        "peer", "channel", "start", "end", "pair", NULL};
     char where[32];
     snprintf(where, sizeof where, "ops[%ld]", i);
     if (!json_is_object(o))
         return fail(c, BSIPIPE_EFORMAT, "%s: expected an object, got %s", where, json_type_name(o));
-    const char *kind_s, *pipe_s;
+    const char *kind_s, *pipe_s, *pair_s;
     int rc = check_keys(c, where, o, known);
     if (rc == 0)
         rc = get_str(c, where, o, "kind", 1, &kind_s);
@@ -233,8 +233,15 @@ static int parse_op(const import_ctx_t *c, const json_t *o, long i, bsipipe_buil
         (rc = get_int(c, where, o, "sub", pc->k > 1, 0, 0, pc->k - 1, &op.sub)) < 0 ||
         (rc = get_int(c, where, o, "chunk", 1, 0, 0, bsipipe_schedule_n_chunks(s) - 1, &op.chunk)) < 0 ||
         (rc = get_int(c, where, o, "index", 0, -1, 0, INT_MAX, &index)) < 0 ||
-        (rc = get_str(c, where, o, "pipe", 0, &pipe_s)) < 0)
+        (rc = get_str(c, where, o, "pipe", 0, &pipe_s)) < 0 || (rc = get_str(c, where, o, "pair", 0, &pair_s)) < 0)
         return rc;
+    if (pair_s && strcmp(pair_s, "F") == 0 && kind == BSIPIPE_OP_F)
+        op.flags = BSIPIPE_OP_PAIR_F;
+    else if (pair_s && strcmp(pair_s, "B") == 0 && kind != BSIPIPE_OP_F)
+        op.flags = BSIPIPE_OP_PAIR_B;
+    else if (pair_s)
+        return fail(c, BSIPIPE_EFORMAT, "%s: field \"pair\": \"%s\" on a %s op: an overlapped pair's forward is "
+                    "\"F\" on an F op, its backward \"B\" on a B or W op", where, pair_s, kind_s);
     if (!pipe_s)
         op.pipe = (uint8_t)bsipipe_schedule_mb_pipe(s, op.mb);
     else if (strcmp(pipe_s, "down") == 0)

@@ -36,6 +36,16 @@ typedef enum bsipipe_tensor {
     BSIPIPE_TENSOR_GRAD  /* gradient leaving `chunk` (backward) for chunk-1 */
 } bsipipe_tensor_t;
 
+/* Flags of a compute op: DualPipe's overlapped forward-backward pair (its
+ * F, then the backward after it on the device, B and W). The engine runs
+ * the halves back to back; the simulator runs them in sequence (each when
+ * its own input is there) unless the cost model's overlap_fb says the two
+ * share the device (bsipipe_sim.h). */
+enum {
+    BSIPIPE_OP_PAIR_F = 1, /* the forward half of a pair */
+    BSIPIPE_OP_PAIR_B = 2  /* the backward half (its B and, split, its W) */
+};
+
 /* One op. For F/B/W: (pipe, mb, sub, chunk) name the work. For SEND/RECV:
  * they name the producing op (F for ACT, B for GRAD), `peer` is the other
  * device, `channel` pairs the SEND with its RECV. For SYNC: chunk and peer
@@ -44,7 +54,7 @@ typedef struct bsipipe_op {
     uint8_t kind;    /* bsipipe_op_kind_t */
     uint8_t pipe;    /* bsipipe_pipe_t */
     uint8_t tensor;  /* bsipipe_tensor_t */
-    uint8_t unused;
+    uint8_t flags;   /* BSIPIPE_OP_PAIR_F, BSIPIPE_OP_PAIR_B or 0 */
     int32_t device;
     int32_t mb;      /* micro-batch 0..m-1 (global numbering over both pipes) */
     int32_t sub;     /* subsequence 0..k-1 */

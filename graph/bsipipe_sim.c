@@ -327,12 +327,25 @@ static int advance(sim_t *m, int d)
                 if (o->kind == BSIPIPE_OP_RECV && m->posted[o->channel] < 0)
                     m->posted[o->channel] = start;
             }
-            double ready = inputs_ready(m, op);
+            double ready = inputs_ready(m, op), scale = 1;
             if (ready < 0)
                 return done;
+            if (op->flags && m->c->overlap_fb > 0 && m->c->overlap_fb < 1) {
+                scale = m->c->overlap_fb;
+                /* A shared pair starts when its backward's input is there too. */
+                for (int j = i + 1; op->flags == BSIPIPE_OP_PAIR_F && j < s->n_ops[d]; j++)
+                    if (s->ops[d][j].flags == BSIPIPE_OP_PAIR_B) {
+                        double b_ready = inputs_ready(m, &s->ops[d][j]);
+                        if (b_ready < 0)
+                            return done;
+                        if (b_ready > ready)
+                            ready = b_ready;
+                        break;
+                    }
+            }
             if (ready > start)
                 start = ready;
-            end = start + bsipipe_sim_op_cost(s, m->c, op);
+            end = start + scale * bsipipe_sim_op_cost(s, m->c, op);
             m->end[compute_index(s, op->kind, op->mb, op->sub, op->chunk)] = end;
             r->device[d].busy += end - start;
             double tp_bytes;

@@ -64,6 +64,13 @@ typedef struct bsipipe_cost_model {
                                length: the per-call work that does not shrink with the
                                piece, such as packing a weight or launching a kernel;
                                docs/schedules.md, "Choosing k") */
+    double overlap_fb;      /* DualPipe's overlapped F&B pairs (BSIPIPE_OP_PAIR_F/B): 0 or
+                               1, the halves in sequence, each as soon as its own input
+                               is there (as torch runs a pair by default); x in (0, 1),
+                               the two halves share the device: the pair starts when
+                               both inputs are there and its ops take x times their
+                               costs (e.g. 0.6 where communication and compute of the
+                               two halves overlap) */
 } bsipipe_cost_model_t;
 
 /* Measured op times (cost->op_seconds): the slot of compute op `op` and the

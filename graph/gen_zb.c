@@ -171,6 +171,7 @@ out:
  * one FIFO (DeepSeek's WeightGradStore). */
 typedef struct dual {
     bsipipe_schedule_t *s;
+    int device; /* whose order is being written */
     int chunk[2], next_f[2], next_b[2];
     const int *mbs[2];
     int *queue_chunk, *queue_mb, q_head, q_tail;
@@ -186,6 +187,22 @@ static int dual_full_b(dual_t *v, int ph)
 {
     int mb = v->mbs[ph][v->next_b[ph]++], rc = schedule_push_compute(v->s, BSIPIPE_OP_B, mb, 0, v->chunk[ph]);
     return rc ? rc : schedule_push_compute(v->s, BSIPIPE_OP_W, mb, 0, v->chunk[ph]);
+}
+
+/* DeepSeek's overlapped_forward_backward: the forward of phase f and the full
+ * backward of phase b, marked as one pair (its halves in that order). */
+static int dual_pair(dual_t *v, int f, int b)
+{
+    bsipipe_op_t *const *ops = v->s->ops;
+    const int *n = v->s->n_ops, d = v->device;
+    int rc = dual_f(v, f);
+    if (rc == 0) {
+        ops[d][n[d] - 1].flags = BSIPIPE_OP_PAIR_F;
+        rc = dual_full_b(v, b);
+    }
+    if (rc == 0) /* the B and the W just pushed */
+        ops[d][n[d] - 1].flags = ops[d][n[d] - 2].flags = BSIPIPE_OP_PAIR_B;
+    return rc;
 }
 
 /* An input gradient whose W waits in the queue. */
@@ -223,15 +240,17 @@ static int dual_steps(dual_t *v, int n, int r, int M)
         DO(dual_f(v, 1));
     }
     for (int i = 0; i < M - 2 * n + r + 1; i++) {      /* step 4: nF0B1F1B0, F&B pairs */
-        DO(dual_f(v, 0));                              /* (the middle rank's first: F, then B alone) */
-        DO(dual_full_b(v, 1));
-        DO(dual_f(v, 1));
-        DO(dual_full_b(v, 0));
+        if (i == 0 && r == n - 1) {                    /* the middle rank's first: F, then B alone */
+            DO(dual_f(v, 0));
+            DO(dual_full_b(v, 1));
+        } else {
+            DO(dual_pair(v, 0, 1));
+        }
+        DO(dual_pair(v, 1, 0));
     }
     for (int i = 0; i < n - r - 1; i++) {              /* step 5: nB1F1B0 */
         DO(dual_full_b(v, 1));
-        DO(dual_f(v, 1));
-        DO(dual_full_b(v, 0));
+        DO(dual_pair(v, 1, 0));
     }
     int zb = 0, half = (r + 1) / 2;
     for (int i = 0; i < r + 1; i++) {                  /* step 6: nB1B0, W deferred from the middle on */
@@ -271,6 +290,7 @@ static int generate_dual(bsipipe_schedule_t *s)
         goto out;
     }
     for (int d = 0; d < w && rc == 0; d++) {
+        v.device = d;
         v.next_f[0] = v.next_f[1] = v.next_b[0] = v.next_b[1] = 0;
         v.q_head = v.q_tail = 0;
         if (v_shape) { /* one pipe: the device's chunks d and 2w-1-d */

@@ -6,7 +6,9 @@
  * placement carries over: stage s on rank s % w (looped) or on the V's
  * rank (s < w ? s : 2w-1-s). A split plan's backwards are written as I and
  * W, also where a peer's source says B (a full backward) or pairs an F with
- * a B (DualPipeV's overlapped F&B): both run the same ops in the same order. */
+ * a B (DualPipeV's overlapped F&B): both run the same ops in the same order.
+ * A pair read in is marked (BSIPIPE_OP_PAIR_F/B) for the simulator's
+ * overlap_fb; the export writes its halves. */
 #include "graph/bsipipe_builder.h"
 #include "graph/bsipipe_draw.h"
 #include "graph/bsipipe_error.h"
@@ -61,6 +63,7 @@ int bsipipe_export_torch_csv(FILE *out, const bsipipe_schedule_t *s)
 typedef struct csv_action {
     int rank, stage, mb, col;
     char type;
+    uint8_t flags; /* a half of an overlapped pair: BSIPIPE_OP_PAIR_F or _B */
 } csv_action_t;
 
 /* SEND_F, RECV_F, SEND_B, RECV_B as one letter each. */
@@ -108,7 +111,7 @@ static long csv_number(const char **s)
 
 /* One action "{stage}{type}{mb}" (cell[0..len)), appended to the plan's
  * compute or transfer list; an FSDP action is counted and skipped. */
-static int csv_parse_action(csv_plan_t *p, int row, int col, const char *cell, size_t len)
+static int csv_parse_action(csv_plan_t *p, int row, int col, const char *cell, size_t len, int in_pair)
 {
     char text[64];
     if (len >= sizeof text)
@@ -123,7 +126,7 @@ static int csv_parse_action(csv_plan_t *p, int row, int col, const char *cell, s
         const char *t = s + n;
         long mb = -1;
         if (!strncmp(s, comm_names[i], n) && (mb = csv_number(&t)) >= 0 && *t == 0)
-            return csv_push(p, &p->comm, (csv_action_t){row, (int)stage, (int)mb, col, COMM_TYPES[i]});
+            return csv_push(p, &p->comm, (csv_action_t){row, (int)stage, (int)mb, col, COMM_TYPES[i], 0});
     }
     static const char *const skipped[] = {"UNSHARD", "RESHARD", "REDUCE_GRAD"};
     for (size_t i = 0; stage >= 0 && i < sizeof skipped / sizeof skipped[0]; i++) {
@@ -139,7 +142,9 @@ static int csv_parse_action(csv_plan_t *p, int row, int col, const char *cell, s
         s++;
         long mb = csv_number(&s);
         if (mb >= 0 && *s == 0)
-            return csv_push(p, &p->compute, (csv_action_t){row, (int)stage, (int)mb, col, type});
+            return csv_push(p, &p->compute, (csv_action_t){row, (int)stage, (int)mb, col, type,
+                                                           !in_pair ? 0 : type == 'F' ? BSIPIPE_OP_PAIR_F
+                                                                                      : BSIPIPE_OP_PAIR_B});
     }
     return bsipipe_error_set(BSIPIPE_EFORMAT, "%s: line %d, column %d: '%s' is not a torch action: expected "
                              "{stage}{F|I|B|W}{micro-batch} such as 3F0, or {stage}{SEND|RECV}_{F|B}{micro-batch}",
@@ -160,14 +165,14 @@ static int csv_parse_cell(csv_plan_t *p, int row, int col, const char *cell, siz
             const char *end = memchr(a, ';', (size_t)(close - a));
             if (!end)
                 end = close;
-            int rc = csv_parse_action(p, row, col, a, (size_t)(end - a));
+            int rc = csv_parse_action(p, row, col, a, (size_t)(end - a), 1);
             if (rc < 0)
                 return rc;
             a = end + 1;
         }
         return 0;
     }
-    return csv_parse_action(p, row, col, cell, len);
+    return csv_parse_action(p, row, col, cell, len, 0);
 }
 
 static int csv_parse(csv_plan_t *p, const char *text)
@@ -250,7 +255,7 @@ static csv_action_t comm_of_op(const bsipipe_op_t *op, int device)
 {
     int act = op->tensor == BSIPIPE_TENSOR_ACT, send = op->kind == BSIPIPE_OP_SEND;
     int stage = send ? op->chunk : act ? op->chunk + 1 : op->chunk - 1;
-    return (csv_action_t){device, stage, op->mb, -1, COMM_TYPES[(send ? 0 : 2) + !act]};
+    return (csv_action_t){device, stage, op->mb, -1, COMM_TYPES[(send ? 0 : 2) + !act], 0};
 }
 
 static int cmp_comm(const void *x, const void *y)
@@ -371,9 +376,13 @@ int bsipipe_schedule_import_torch_csv(const char *path, const bsipipe_model_dims
     for (long i = 0; rc == 0 && i < p.compute.n; i++) {
         const csv_action_t *a = &p.compute.a[i];
         bsipipe_op_kind_t kind = a->type == 'F' ? BSIPIPE_OP_F : a->type == 'W' ? BSIPIPE_OP_W : BSIPIPE_OP_B;
-        rc = bsipipe_builder_append(b, a->rank, kind, BSIPIPE_PIPE_DOWN, a->mb, 0, a->stage);
-        if (rc == 0 && split && a->type == 'B') /* a full backward of a split plan */
-            rc = bsipipe_builder_append(b, a->rank, BSIPIPE_OP_W, BSIPIPE_PIPE_DOWN, a->mb, 0, a->stage);
+        bsipipe_op_t op = {.kind = (uint8_t)kind, .pipe = BSIPIPE_PIPE_DOWN, .flags = a->flags, .device = a->rank,
+                           .mb = a->mb, .sub = 0, .chunk = a->stage, .peer = -1, .channel = -1};
+        rc = bsipipe_builder_append_op(b, &op);
+        if (rc == 0 && split && a->type == 'B') { /* a full backward of a split plan */
+            op.kind = BSIPIPE_OP_W;
+            rc = bsipipe_builder_append_op(b, &op);
+        }
         if (rc < 0) {
             char detail[512];
             snprintf(detail, sizeof detail, "%s", bsipipe_error_detail());

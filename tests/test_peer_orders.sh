@@ -90,9 +90,29 @@ bubble() { "$plan" "$@" 2>&1 | awk -F'|' '/^\| [a-z]/ && $6 ~ /%/ { gsub(/ /, ""
 want=$(bubble --schedule dualpipev --w 4 --m 10 --layers 8)
 got=$(bubble --plan "$tmp/torch.csv" --layers 8)
 [ -n "$want" ] && [ "$want" = "$got" ] && ok || fail "torch's dualpipev CSV: bubble '$got', dualpipev's '$want'"
+want_seq=$want
 "$plan" --plan "$tmp/torch.csv" --layers 8 --format torch-csv >"$tmp/back.csv" 2>&1
 python3 "$peer" dualpipev 4 10 >"$tmp/norm.csv"
 cmp -s "$tmp/back.csv" "$tmp/norm.csv" && ok || fail "torch's dualpipev CSV did not come back as dualpipev's order"
+# DualPipeV's overlapped F&B pairs: as many as torch's order holds, kept through the JSON export,
+# read from torch's notation; with --overlap-fb 0.6 (halves sharing the device) the artifact and
+# the preset simulate alike, below the halves in sequence.
+for wm in "4 8" "4 10" "6 12" "8 20"; do
+    set -- $wm
+    want=$(python3 "$peer" --torch-notation dualpipev $1 $2 | grep -o OVERLAP_F_B | wc -l)
+    "$plan" --schedule dualpipev --w $1 --m $2 --layers $((2 * $1)) --format json >"$tmp/dpv.json"
+    got=$(grep -c '"pair": "F"' "$tmp/dpv.json")
+    back=$("$plan" --plan "$tmp/dpv.json" --format json | grep -c '"pair": "F"')
+    [ "$want" -gt 0 ] && [ "$got" = "$want" ] && [ "$back" = "$want" ] && ok ||
+        fail "dualpipev w=$1 m=$2: $got pairs marked ($back after a round trip), torch's order has $want"
+done
+shared=$(bubble --schedule dualpipev --w 4 --m 10 --layers 8 --overlap-fb 0.6)
+got=$(bubble --plan "$tmp/torch.csv" --layers 8 --overlap-fb 0.6)
+[ -n "$shared" ] && [ "$shared" = "$got" ] && [ "$shared" != "$want_seq" ] && ok ||
+    fail "torch's dualpipev CSV under --overlap-fb 0.6: bubble '$got', the preset's '$shared'"
+sed 's/"pair": "F"/"pair": "B"/' "$tmp/dpv.json" >"$tmp/bad.json"
+expect 2 'field "pair": "B" on a F op' --plan "$tmp/bad.json"
+expect 2 "--overlap-fb expects the share of a pair's summed cost it takes" --schedule dualpipev --overlap-fb 1.5
 # Round trips: every exportable plan comes back op for op.
 for s in gpipe 1f1b 1f1b-i zb-h1 zb-v dualpipev zb-i; do
     for wm in "2 4" "4 8" "3 12"; do
