@@ -30,7 +30,7 @@ static void usage(FILE *out)
 "Runs:\n"
 "  --schedules LIST  comma-separated: gpipe 1f1b 1f1b-i zb-h1 chimera terapipe\n"
 "                    seq1f1b seq1f1b-i bsipipe bitpipe zb-v dualpipev seq-zbv\n"
-"                    bsipipe-zb dualpipe zb-i (default: all)\n"
+"                    bsipipe-zb dualpipe zb-i zb-h2 (default: all)\n"
 "  --reps N          repetitions (default 3); each creates every engine anew\n"
 "  --warmup N        untimed iterations per engine (default 1)\n"
 "  --iters N         timed iterations per engine (default 1)\n"

@@ -12,7 +12,7 @@
 static const char *const schedule_names[BSIPIPE_SCHED_COUNT] = {
     "gpipe", "1f1b", "1f1b-i", "zb-h1", "chimera",
     "terapipe", "seq1f1b", "seq1f1b-i", "bsipipe", "bitpipe", "zb-v", "dualpipev", "seq-zbv", "bsipipe-zb", "dualpipe",
-    "zb-i",
+    "zb-i", "zb-h2",
 };
 
 const char *bsipipe_schedule_kind_name(bsipipe_schedule_kind_t kind)
@@ -41,7 +41,7 @@ int bsipipe_schedule_kind_parse(const char *name, bsipipe_schedule_kind_t *kind)
         }
     return bsipipe_error_set(-EINVAL,
         "unknown schedule '%s'; valid: gpipe, 1f1b, 1f1b-i, zb-h1, chimera, terapipe, "
-        "seq1f1b, seq1f1b-i, bsipipe, bitpipe, zb-v, dualpipev, seq-zbv, bsipipe-zb, dualpipe, zb-i", name ? name : "(null)");
+        "seq1f1b, seq1f1b-i, bsipipe, bitpipe, zb-v, dualpipev, seq-zbv, bsipipe-zb, dualpipe, zb-i, zb-h2", name ? name : "(null)");
 }
 
 bsipipe_schedule_traits_t bsipipe_schedule_kind_traits(bsipipe_schedule_kind_t kind)
@@ -49,7 +49,7 @@ bsipipe_schedule_traits_t bsipipe_schedule_kind_traits(bsipipe_schedule_kind_t k
     bsipipe_schedule_traits_t t = {0, 0, 0, 0, 0};
     switch (kind) {
     case BSIPIPE_SCHED_1F1B_I: t.interleaved = 1; break;
-    case BSIPIPE_SCHED_ZB_H1: t.split_backward = 1; break;
+    case BSIPIPE_SCHED_ZB_H1: case BSIPIPE_SCHED_ZB_H2: t.split_backward = 1; break;
     case BSIPIPE_SCHED_CHIMERA: t.bidirectional = 1; break;
     case BSIPIPE_SCHED_TERAPIPE:
     case BSIPIPE_SCHED_SEQ1F1B: t.sequence_level = 1; break;
@@ -76,7 +76,7 @@ const char *bsipipe_schedule_kind_m_rule(bsipipe_schedule_kind_t kind)
      * below enforces on m (and w where it constrains m). */
     switch (kind) {
     case BSIPIPE_SCHED_GPIPE: case BSIPIPE_SCHED_1F1B: case BSIPIPE_SCHED_ZB_H1: case BSIPIPE_SCHED_TERAPIPE:
-    case BSIPIPE_SCHED_SEQ1F1B: case BSIPIPE_SCHED_ZB_V: case BSIPIPE_SCHED_SEQ_ZBV:
+    case BSIPIPE_SCHED_SEQ1F1B: case BSIPIPE_SCHED_ZB_V: case BSIPIPE_SCHED_SEQ_ZBV: case BSIPIPE_SCHED_ZB_H2:
         return "any m >= 1";
     case BSIPIPE_SCHED_1F1B_I: case BSIPIPE_SCHED_SEQ1F1B_I:
         return "any m with N_s = m*k >= w (Megatron's micro-batch groups)";

@@ -30,11 +30,12 @@ typedef enum bsipipe_schedule_kind {
     BSIPIPE_SCHED_BSIPIPE_ZB, /* BSIPipe with split backward: two mirrored V pipes of pieces */
     BSIPIPE_SCHED_DUALPIPE,   /* DeepSeek's DualPipe: two opposing pipes (Chimera's placement), F&B pairs */
     BSIPIPE_SCHED_ZB_I,       /* interleaved zero bubble: 1f1b-i with split backward (torch's order) */
+    BSIPIPE_SCHED_ZB_H2,      /* ZeroBubble ZB-H2: 2w-1 warmup forwards, W filling the tail */
     BSIPIPE_SCHED_COUNT
 } bsipipe_schedule_kind_t;
 
 /* Canonical lower-case names: gpipe 1f1b 1f1b-i zb-h1 chimera terapipe
- * seq1f1b seq1f1b-i bsipipe bitpipe zb-v dualpipev seq-zbv bsipipe-zb dualpipe zb-i. */
+ * seq1f1b seq1f1b-i bsipipe bitpipe zb-v dualpipev seq-zbv bsipipe-zb dualpipe zb-i zb-h2. */
 const char *bsipipe_schedule_kind_name(bsipipe_schedule_kind_t kind);
 /* Parses a name (case-insensitive, '_' accepted for '-'); -EINVAL if unknown. */
 int bsipipe_schedule_kind_parse(const char *name, bsipipe_schedule_kind_t *kind);

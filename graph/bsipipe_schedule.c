@@ -477,7 +477,8 @@ int bsipipe_schedule_create(const bsipipe_parallel_config_t *pc, const bsipipe_m
     case BSIPIPE_SCHED_BSIPIPE: rc = generate_bsipipe(&s); break;
     case BSIPIPE_SCHED_BITPIPE: rc = generate_bitpipe(s); break;
     case BSIPIPE_SCHED_ZB_V: case BSIPIPE_SCHED_DUALPIPEV: case BSIPIPE_SCHED_DUALPIPE:
-    case BSIPIPE_SCHED_SEQ_ZBV: case BSIPIPE_SCHED_BSIPIPE_ZB: case BSIPIPE_SCHED_ZB_I: rc = generate_zb(s); break;
+    case BSIPIPE_SCHED_SEQ_ZBV: case BSIPIPE_SCHED_BSIPIPE_ZB: case BSIPIPE_SCHED_ZB_I:
+    case BSIPIPE_SCHED_ZB_H2: rc = generate_zb(s); break;
     default: rc = generate_fixed(s); break;
     }
     if (rc == 0)

@@ -191,7 +191,7 @@ double bsipipe_bubble_closed_form(const bsipipe_parallel_config_t *pc)
         return (w - 1) / (ns + w - 1);
     case BSIPIPE_SCHED_1F1B_I: case BSIPIPE_SCHED_SEQ1F1B_I:
         return (w - 1) / (pc->p * ns + w - 1);
-    case BSIPIPE_SCHED_ZB_H1: case BSIPIPE_SCHED_BSIPIPE:
+    case BSIPIPE_SCHED_ZB_H1: case BSIPIPE_SCHED_BSIPIPE: case BSIPIPE_SCHED_ZB_H2:
         return (w - 1) / (3 * ns + w - 1);
     case BSIPIPE_SCHED_ZB_I: /* the start-up floor, w-1 idle units per device (m >= w) */
         return pc->m >= pc->w ? (w - 1) / (3 * pc->p * ns + w - 1) : -1;

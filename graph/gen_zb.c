@@ -455,9 +455,12 @@ static int generate_zb_list(bsipipe_schedule_t *s)
     }
     /* The smallest cap that keeps the uncapped makespan: the makespan can
      * only fall as the cap rises past the stall, but not always steadily,
-     * so every cap from 2k up is tried until one matches (peak bounds it). */
+     * so every cap from 2k up is tried until one matches (peak bounds it).
+     * zb-h2 holds ZeroBubble's 2w-1 stashes instead (its warmup). */
     int uncapped_peak = peak, cap = 2 * k;
-    for (; cap < uncapped_peak; cap++) {
+    if (s->pc.schedule == BSIPIPE_SCHED_ZB_H2)
+        cap = 2 * s->pc.w - 1, uncapped_peak = cap + 1;
+    for (; cap < uncapped_peak && s->pc.schedule != BSIPIPE_SCHED_ZB_H2; cap++) {
         long span = zb_list_run(s, pipe_mbs, pipe_n, end, dev, cap, 0, &peak);
         if (span < 0) {
             rc = (int)span;

@@ -97,7 +97,7 @@ static int parse_schedules(bsipipe_schedule_kind_t *kinds)
 {
     const char *env = getenv("BSIPIPE_TEST_SCHEDULES");
     char buf[256];
-    snprintf(buf, sizeof buf, "%s", env && *env ? env : "bsipipe,seq1f1b-i,1f1b,zb-v,bsipipe-zb,seq-zbv,dualpipev,dualpipe,zb-i");
+    snprintf(buf, sizeof buf, "%s", env && *env ? env : "bsipipe,seq1f1b-i,1f1b,zb-v,bsipipe-zb,seq-zbv,dualpipev,dualpipe,zb-i,zb-h2");
     int n = 0;
     for (char *tok = strtok(buf, ","); tok && n < 16; tok = strtok(NULL, ","))
         if (bsipipe_schedule_kind_parse(tok, &kinds[n]) == 0)

@@ -114,7 +114,7 @@ sed 's/"pair": "F"/"pair": "B"/' "$tmp/dpv.json" >"$tmp/bad.json"
 expect 2 'field "pair": "B" on a F op' --plan "$tmp/bad.json"
 expect 2 "--overlap-fb expects the share of a pair's summed cost it takes" --schedule dualpipev --overlap-fb 1.5
 # Round trips: every exportable plan comes back op for op.
-for s in gpipe 1f1b 1f1b-i zb-h1 zb-v dualpipev zb-i; do
+for s in gpipe 1f1b 1f1b-i zb-h1 zb-v dualpipev zb-i zb-h2; do
     for wm in "2 4" "4 8" "3 12"; do
         set -- $wm
         "$plan" --schedule $s --w $1 --m $2 --layers 12 --format torch-csv >"$tmp/a.csv" 2>"$tmp/err" || {

@@ -3,6 +3,8 @@
  *   zb-v, dualpipev : at most (w-1)/(6m+w-1) at k = 1 (m >= 2w-1; dualpipev m >= 2w),
  *   dualpipe        : at most (w/2-1)/(3m+w/2-1) (w even, m even and >= 2w),
  *   seq-zbv         : at most (w-1)/(6N_s+w-1),
+ *   zb-h2           : exactly (w-1)/(3m+w-1), the start-up floor (zb-h1's), holding at
+ *                     most its 2w-1 stashes per device,
  *   zb-i            : exactly (w-1)/(3pm+w-1), the start-up floor, at m >= w
  *                     (p = 2..4; any m torch's rounds accept plans, m < w too),
  *                     its peak stashes printed against 1f1b-i's,
@@ -87,6 +89,7 @@ int main(void)
     int full = sweep && !strcmp(sweep, "full");
     int max_w = full ? 32 : 12, max_k = 4;
     worst_t zbv = {0}, dpv = {0}, dp2 = {0}, seq = {0}, bzb = {0}, mem = {0}, zbi = {0}, zbi_mem = {0};
+    worst_t zbh2 = {0}, zbh2_mem = {0};
     for (int w = 2; w <= max_w; w++) {
         if (!full && w > 8 && w != 12)
             continue;
@@ -112,6 +115,17 @@ int main(void)
                 CHECK(r.bubble <= micro + 1e-12, "dualpipev w=%d m=%d: bubble %.6f above (w-1)/(6m+w-1) = %.6f", w,
                       m, r.bubble, micro);
                 note(&dpv, r.bubble, micro, w, m, 1);
+            }
+            /* zb-h2: ZeroBubble's 2w-1 stashes, at the start-up floor like zb-h1. */
+            if (plan(config(BSIPIPE_SCHED_ZB_H2, w, m, 1), &r) == 0) {
+                double floor_h = (w - 1.0) / (3.0 * m + w - 1);
+                CHECK(fabs(r.bubble - floor_h) < 1e-12, "zb-h2 w=%d m=%d: bubble %.6f, the start-up floor "
+                      "(w-1)/(3m+w-1) is %.6f", w, m, r.bubble, floor_h);
+                CHECK(r.peak <= 2 * w - 1, "zb-h2 w=%d m=%d: %d stashes on a device, above 2w-1", w, m, r.peak);
+                note(&zbh2, r.bubble, floor_h, w, m, 1);
+                note(&zbh2_mem, r.peak, 2 * w - 1, w, m, 1);
+            } else {
+                CHECK(0, "zb-h2 w=%d m=%d: %s", w, m, bsipipe_error_detail());
             }
             /* zb-i: torch's interleaved zero bubble, p chunks per device; m < w as well. */
             for (int p = 2; p <= 4; p++) {
@@ -178,11 +192,13 @@ int main(void)
     report("zb-v", "bubble / (w-1)/(6m+w-1):", &zbv);
     report("dualpipev", "bubble / (w-1)/(6m+w-1):", &dpv);
     report("dualpipe", "bubble / (w/2-1)/(3m+w/2-1):", &dp2);
+    report("zb-h2", "bubble / (w-1)/(3m+w-1):", &zbh2);
+    report("zb-h2", "peak stashes / 2w-1:", &zbh2_mem);
     report("zb-i", "bubble / (w-1)/(3pm+w-1) (k: p):", &zbi);
     report("zb-i", "peak stashes / 1f1b-i's (k: p):", &zbi_mem);
     report("seq-zbv", "bubble / (w-1)/(6N_s+w-1):", &seq);
     report("bsipipe-zb", "bubble / the start-up floor:", &bzb);
     report("bsipipe-zb", "peak stashes / bsipipe's peak stashes:", &mem);
-    CHECK(zbi.plans > 0 && zbv.plans > 0 && dpv.plans > 0 && dp2.plans > 0 && seq.plans > 0 && bzb.plans > 0 && mem.plans > 0, "the sweep planned nothing");
+    CHECK(zbh2.plans > 0 && zbi.plans > 0 && zbv.plans > 0 && dpv.plans > 0 && dp2.plans > 0 && seq.plans > 0 && bzb.plans > 0 && mem.plans > 0, "the sweep planned nothing");
     return check_finish("test_zero_bubble");
 }
