@@ -52,31 +52,32 @@ for w in 2 4 6 8; do
 done
 # 1f1b-i against Megatron's interleaved schedule (any m >= w: micro-batch groups of the smallest
 # size Megatron accepts, w when w divides m, as its default).
+compare_p() { # schedule w p m whose -- the peer's arguments; a peer that refuses the m skips it
+    s=$1 w=$2 p=$3 m=$4 whose=$5
+    shift 5
+    python3 "$peer" "$@" >"$tmp/theirs" 2>/dev/null || return 0
+    "$plan" --schedule "$s" --w "$w" --p "$p" --m "$m" --layers $((p * w)) --format torch-csv >"$tmp/ours" \
+        2>"$tmp/err" || { fail "$s w=$w p=$p m=$m: export: $(cat "$tmp/err")"; return 0; }
+    if cmp -s "$tmp/ours" "$tmp/theirs"; then ok; else
+        fail "$s w=$w p=$p m=$m: order differs from $whose"; diff "$tmp/theirs" "$tmp/ours" | head -4 >&2
+    fi
+    n=$((n + 1))
+}
+n0=$n
 for w in 2 3 4 6 8; do
     for p in 2 3; do
         for m in $w $((w + 1)) $((3 * w / 2)) $((2 * w - 1)) $((2 * w)) $((3 * w + 1)); do
-            "$plan" --schedule 1f1b-i --w $w --p $p --m $m --layers $((p * w)) --format torch-csv >"$tmp/ours" \
-                2>"$tmp/err" || { fail "1f1b-i w=$w p=$p m=$m: export: $(cat "$tmp/err")"; continue; }
-            python3 "$peer" 1f1b-i $w $m $p 0 >"$tmp/theirs" || { fail "1f1b-i w=$w m=$m: peer_orders.py failed"; continue; }
-            if cmp -s "$tmp/ours" "$tmp/theirs"; then ok; else
-                fail "1f1b-i w=$w p=$p m=$m: order differs from Megatron's"; diff "$tmp/theirs" "$tmp/ours" | head -4 >&2
-            fi
-            n=$((n + 1))
+            compare_p 1f1b-i $w $p $m "Megatron's" 1f1b-i $w $m $p 0
         done
     done
 done
+[ $((n - n0)) -eq 60 ] || fail "$((n - n0)) of 60 1f1b-i orders compared: Megatron's transcription refused some"
 # zb-i against torch's ScheduleInterleavedZeroBubble (any m that is a multiple of its rounds,
 # max(1, m / w), m < w included).
 for w in 1 2 3 4 5 8; do
     for p in 2 3; do
         for m in 1 3 $w $((w + 1)) $((2 * w - 1)) $((2 * w)) $((3 * w)) $((4 * w + 2)); do
-            python3 "$peer" zb-i $w $m $p >"$tmp/theirs" 2>/dev/null || continue # torch refuses this m
-            "$plan" --schedule zb-i --w $w --p $p --m $m --layers $((p * w)) --format torch-csv >"$tmp/ours" \
-                2>"$tmp/err" || { fail "zb-i w=$w p=$p m=$m: export: $(cat "$tmp/err")"; continue; }
-            if cmp -s "$tmp/ours" "$tmp/theirs"; then ok; else
-                fail "zb-i w=$w p=$p m=$m: order differs from torch's"; diff "$tmp/theirs" "$tmp/ours" | head -4 >&2
-            fi
-            n=$((n + 1))
+            compare_p zb-i $w $p $m "torch's" zb-i $w $m $p
         done
     done
 done
