@@ -289,7 +289,7 @@ int bsipipe_parallel_config_validate(const bsipipe_parallel_config_t *pc, const 
         RULE(pc->m >= 2 * pc->w, "dualpipev (DeepSeek's and torch's order) needs at least as many micro-batches as "
              "stages, m >= 2w = %d (got m=%d); nearest valid m: %d, or use zb-v, which runs any m",
              2 * pc->w, pc->m, 2 * pc->w);
-    if (pc->schedule == BSIPIPE_SCHED_ZB_I) {
+    if (pc->schedule == BSIPIPE_SCHED_ZB_I && pc->m % bsipipe_zb_i_rounds(pc->m, pc->w)) {
         /* torch's ScheduleInterleavedZeroBubble: rounds of m / rounds micro-batches */
         int below = pc->m, above = pc->m;
         while (below > pc->w && below % bsipipe_zb_i_rounds(below, pc->w))

@@ -433,9 +433,33 @@ static long zb_list_run(bsipipe_schedule_t *s, int *const pipe_mbs[2], const int
     }
 }
 
+/* The smallest cap that keeps the uncapped makespan: the makespan can only
+ * fall as the cap rises past the stall, but not always steadily, so every
+ * cap from 2k up is tried until one matches (the uncapped peak bounds it).
+ * 0 (no cap) when only the peak itself does; a negative code on error. */
+static int zb_smallest_cap(bsipipe_schedule_t *s, int *const pipe_mbs[2], const int pipe_n[2], int *end,
+                           zb_dev_t *dev)
+{
+    int peak;
+    long best = zb_list_run(s, pipe_mbs, pipe_n, end, dev, 0, 0, &peak);
+    if (best <= 0)
+        return best < 0 ? (int)best
+                        : bsipipe_error_set(BSIPIPE_EDEPEND, "%s: list scheduling stalled with no memory cap",
+                                            bsipipe_schedule_kind_name(s->pc.schedule));
+    int uncapped_peak = peak;
+    for (int cap = 2 * s->pc.k; cap < uncapped_peak; cap++) {
+        long span = zb_list_run(s, pipe_mbs, pipe_n, end, dev, cap, 0, &peak);
+        if (span < 0)
+            return (int)span;
+        if (span == best)
+            return cap;
+    }
+    return 0;
+}
+
 static int generate_zb_list(bsipipe_schedule_t *s)
 {
-    int k = s->pc.k, W = s->n_devices, rc, peak;
+    int W = s->n_devices, rc, peak;
     int *pipe_mbs[2], pipe_n[2];
     int *end = malloc(sizeof(int) * (size_t)compute_index_count(s));
     zb_dev_t *dev = calloc((size_t)W, sizeof *dev);
@@ -446,30 +470,15 @@ static int generate_zb_list(bsipipe_schedule_t *s)
                                bsipipe_schedule_kind_name(s->pc.schedule));
         goto out;
     }
-    long best = zb_list_run(s, pipe_mbs, pipe_n, end, dev, 0, 0, &peak);
-    if (best <= 0) {
-        rc = best < 0 ? (int)best
-                      : bsipipe_error_set(BSIPIPE_EDEPEND, "%s: list scheduling stalled with no memory cap",
-                                          bsipipe_schedule_kind_name(s->pc.schedule));
+    /* zb-h2 holds ZeroBubble's 2w-1 stashes (its warmup); the others the
+     * smallest cap that keeps the uncapped makespan (zb_smallest_cap). */
+    int cap = s->pc.schedule == BSIPIPE_SCHED_ZB_H2 ? 2 * s->pc.w - 1
+                                                    : zb_smallest_cap(s, pipe_mbs, pipe_n, end, dev);
+    if (cap < 0) {
+        rc = cap;
         goto out;
     }
-    /* The smallest cap that keeps the uncapped makespan: the makespan can
-     * only fall as the cap rises past the stall, but not always steadily,
-     * so every cap from 2k up is tried until one matches (peak bounds it).
-     * zb-h2 holds ZeroBubble's 2w-1 stashes instead (its warmup). */
-    int uncapped_peak = peak, cap = 2 * k;
-    if (s->pc.schedule == BSIPIPE_SCHED_ZB_H2)
-        cap = 2 * s->pc.w - 1, uncapped_peak = cap + 1;
-    for (; cap < uncapped_peak && s->pc.schedule != BSIPIPE_SCHED_ZB_H2; cap++) {
-        long span = zb_list_run(s, pipe_mbs, pipe_n, end, dev, cap, 0, &peak);
-        if (span < 0) {
-            rc = (int)span;
-            goto out;
-        }
-        if (span == best)
-            break;
-    }
-    long span = zb_list_run(s, pipe_mbs, pipe_n, end, dev, cap >= uncapped_peak ? 0 : cap, 1, &peak);
+    long span = zb_list_run(s, pipe_mbs, pipe_n, end, dev, cap, 1, &peak);
     if (span <= 0)
         rc = span < 0 ? (int)span
                       : bsipipe_error_set(BSIPIPE_EDEPEND, "%s: list scheduling stalled",

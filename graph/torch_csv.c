@@ -82,7 +82,7 @@ typedef struct csv_plan {
     int ranks;
 } csv_plan_t;
 
-static int csv_push(csv_plan_t *p, csv_list_t *l, csv_action_t a)
+static int csv_push(const csv_plan_t *p, csv_list_t *l, csv_action_t a)
 {
     if (l->n == l->cap) {
         long cap = l->cap ? 2 * l->cap : 256;
@@ -281,19 +281,21 @@ static const char *comm_name(char type)
     return comm_names[strchr(COMM_TYPES, type) - COMM_TYPES];
 }
 
-/* Column (0-based) of the compute action that produces (SEND) or consumes
- * (RECV) transfer c on its rank: the forward or the backward of its stage
- * and micro-batch; -1 if the row has none. */
-static int comm_partner_col(const csv_plan_t *p, const csv_action_t *c)
+/* Column (0-based) of each stage's forward and backward (I or B) of each
+ * micro-batch in its rank's row, by (stage * m + mb) * 2 + backward: where
+ * a transfer's producer (SEND) or consumer (RECV) stands; -1 if absent.
+ * Freshly allocated, NULL when out of memory. */
+static int *compute_cols(const csv_plan_t *p, int stages, int m)
 {
-    int fwd = c->type == 's' || c->type == 'r';
-    for (long i = 0; i < p->compute.n; i++) {
+    int *col = malloc(sizeof(int) * 2 * (size_t)stages * (size_t)m);
+    for (long i = 0; col && i < 2L * stages * m; i++)
+        col[i] = -1;
+    for (long i = 0; col && i < p->compute.n; i++) {
         const csv_action_t *a = &p->compute.a[i];
-        if (a->rank == c->rank && a->stage == c->stage && a->mb == c->mb && (fwd ? a->type == 'F'
-                                                                                : a->type == 'I' || a->type == 'B'))
-            return a->col;
+        if (a->type != 'W' && a->stage < stages && a->mb < m)
+            col[((long)a->stage * m + a->mb) * 2 + (a->type != 'F')] = a->col;
     }
-    return -1;
+    return col;
 }
 
 /* A compute_comms file: its SEND/RECV actions must be the transfers the
@@ -304,13 +306,16 @@ static int csv_check_comms(const csv_plan_t *p, const bsipipe_schedule_t *s)
     if (p->comm.n == 0)
         return 0; /* compute_only: nothing to check */
     csv_list_t want = {0};
-    int rc = 0;
+    const bsipipe_parallel_config_t *pc = bsipipe_schedule_config(s);
+    int rc = 0, stages = bsipipe_schedule_n_chunks(s), *cols = compute_cols(p, stages, pc->m);
+    if (!cols)
+        return bsipipe_error_set(-ENOMEM, "%s: out of memory", p->name);
     for (int d = 0; d < bsipipe_schedule_n_devices(s) && rc == 0; d++) {
         int n;
         const bsipipe_op_t *ops = bsipipe_schedule_device_ops(s, d, &n);
         for (int i = 0; i < n && rc == 0; i++)
             if (ops[i].kind == BSIPIPE_OP_SEND || ops[i].kind == BSIPIPE_OP_RECV)
-                rc = csv_push((csv_plan_t *)p, &want, comm_of_op(&ops[i], d));
+                rc = csv_push(p, &want, comm_of_op(&ops[i], d));
     }
     csv_action_t *got = rc == 0 ? malloc(sizeof *got * (size_t)p->comm.n) : NULL;
     if (rc == 0 && !got)
@@ -336,7 +341,8 @@ static int csv_check_comms(const csv_plan_t *p, const bsipipe_schedule_t *s)
                                    "file lists its other SEND/RECV actions; list every one, or none)", p->name,
                                    x->rank + 1, x->stage, comm_name(x->type), x->mb);
         else {
-            int partner = comm_partner_col(p, g), send = g->type == 's' || g->type == 'S';
+            int send = g->type == 's' || g->type == 'S', fwd = g->type == 's' || g->type == 'r';
+            int partner = cols[((long)g->stage * pc->m + g->mb) * 2 + !fwd]; /* a derived transfer's: in range */
             if (partner >= 0 && (send ? partner >= g->col : partner <= g->col))
                 rc = bsipipe_error_set(BSIPIPE_EFORMAT, "%s: line %d, column %d: %d%s%d comes %s the op it %s "
                                        "(column %d): a send follows its producer, a receive precedes its consumer",
@@ -348,6 +354,7 @@ static int csv_check_comms(const csv_plan_t *p, const bsipipe_schedule_t *s)
     }
     free(got);
     free(want.a);
+    free(cols);
     return rc;
 }
 
@@ -391,8 +398,7 @@ int bsipipe_schedule_import_torch_csv(const char *path, const bsipipe_model_dims
         }
     }
     if (rc == 0) {
-        rc = bsipipe_builder_finish(b, out);
-        b = NULL; /* spent */
+        rc = bsipipe_builder_finish(b, out); /* b keeps no plan; destroyed below */
         if (rc < 0) {
             char detail[512];
             snprintf(detail, sizeof detail, "%s", bsipipe_error_detail());
