@@ -119,6 +119,19 @@ static void usage(FILE *out)
 "  --mpi             one StarPU-MPI rank of an mpirun job (every rank runs the\n"
 "                    same bench; rank 0 prints), e.g.\n"
 "                    mpirun -np 2 " PROG " --mpi --preset ablation\n"
+"  --inter-link RATE[,LATENCY]  the inter-node link (default 25GB/s,10us) of\n"
+"                    the emulated cluster and of the ablation's prediction,\n"
+"                    spelled as scripts/netns-cluster.sh --rate: 1gbit, 25GB/s\n"
+"  --intra-link RATE[,LATENCY]  the link inside a node (default 300GB/s,5us)\n"
+"  --node-devices G  with --emulate: transfers cost time. The w devices sit on\n"
+"                    nodes of G (w/G nodes); a SEND holds its device for its\n"
+"                    bytes on the link between its two nodes, a SYNC for the\n"
+"                    all-reduce; the predicted columns simulate the same links\n"
+"  --nic per-device|shared  inter-node links: one per device (default) or one\n"
+"                    per node, shared by its devices\n"
+"  --mapping aware|naive|both  devices onto nodes (--node-devices): mirrored\n"
+"                    pairs on one node (default), consecutive devices, or each\n"
+"                    row under both side by side\n"
 "Output:\n"
 "  --csv FILE        one row per (configuration, schedule)\n"
 "  --svg FILE        bar chart of tokens/s (median, min-max whiskers)\n"
@@ -207,7 +220,7 @@ static double median(double *v, int n)
 typedef struct variant {
     bsipipe_schedule_kind_t kind;
     bsipipe_comm_order_t comm;
-    int naive_mapping;       /* --mpi: consecutive devices per rank */
+    int naive_mapping;       /* --mpi: consecutive devices per rank; --node-devices: per node */
     int blocking_recv;       /* receives hold their device (bsipipe_engine_set_blocking_recv) */
     int idle_spin_us;        /* options.idle_spin_us: 0 auto, < 0 sleep at once, > 0 µs */
     int recv_in_place;       /* options.recv_in_place: no posting ahead */
@@ -231,6 +244,11 @@ typedef struct config {
     int gpus;
     const char *precision;   /* cuda: o.precision (NULL: fp32) */
     int tp;                  /* tensor-parallel degree of this configuration (0: --tp) */
+    int ranks;               /* --mpi: the job's ranks (nodes of the mapping prediction) */
+    double inter_bandwidth, inter_latency; /* --inter-link (bandwidth 0, latency < 0: the FLOPs model's) */
+    double intra_bandwidth, intra_latency; /* --intra-link (the same) */
+    int node_devices;        /* --node-devices: emulated links, nodes of this many devices (0: none) */
+    int shared_nic;          /* --nic shared */
 } config_t;
 
 /* One row: a variant under a config, its plan, prediction and samples. */
@@ -258,6 +276,12 @@ typedef struct row {
     double *spread;          /* --idle-breakdown: [sample] spread of busy time over the planned one between devices */
     double *pred_busy;       /* [w] each device's planned F/B/W time (FLOPs costs, any unit) */
     double *slow_idle;       /* --idle-breakdown: [sample] idle share of the span on the slowest device */
+    int has_links;           /* --node-devices: the row's engine and prediction emulate links */
+    bsipipe_cost_model_t links; /* their model (device_node: node_map) */
+    int *node_map;           /* [w] node of each device under the row's mapping */
+    double pred_act_bytes[2], pred_sync_bytes[2]; /* planner, per iteration: inside / across nodes */
+    double pred_iter_s;      /* planner: the iteration, syncs and step included (emulated: seconds) */
+    double pred_sync_exposed; /* planner: iteration time the gradient syncs add (s), links vs syncs free */
     double *own_bubble;      /* [sample] the plan run, simulated on that iteration's mean op times (NAN: no
                                 op times here, with --mpi or --tp) */
     double *replay_bubble;   /* [sample] the same on each op's own time: the iteration replayed */
@@ -288,6 +312,38 @@ static bsipipe_parallel_config_t make_pc(const variant_t *v, const config_t *c, 
     return pc;
 }
 
+/* The links a row emulates (--node-devices): the FLOPs cost model at the
+ * emulated rate with the given links, devices mapped onto nodes of
+ * node_devices GPUs topology-aware or naive (the row's naive_mapping). The
+ * engine holds its transfers for these links' times and the prediction
+ * simulates on them: one description. 0, or -1 with r->error set. */
+static int row_links(row_t *r, const config_t *c)
+{
+    if (!c->emulate || c->node_devices <= 0 || c->mpi)
+        return 0;
+    int tp = r->pc.tp > 1 ? r->pc.tp : 1, nodes = (r->pc.w * tp + c->node_devices - 1) / c->node_devices;
+    free(r->node_map);
+    if (!(r->node_map = malloc(sizeof(int) * (size_t)r->pc.w))) {
+        snprintf(r->error, sizeof r->error, "out of memory");
+        return -1;
+    }
+    if (bsipipe_map_devices(&r->pc, nodes, c->node_devices, !r->v.naive_mapping, r->node_map) < 0) {
+        snprintf(r->error, sizeof r->error, "mapping: %s", bsipipe_error_detail());
+        return -1;
+    }
+    bsipipe_cost_model_t l = bsipipe_cost_model_emulated(c->tflops * 1e12);
+    l.free_transfers = 0;
+    if (c->intra_bandwidth > 0) l.intra_bandwidth = c->intra_bandwidth;
+    if (c->intra_latency >= 0) l.intra_latency = c->intra_latency;
+    if (c->inter_bandwidth > 0) l.inter_bandwidth = c->inter_bandwidth;
+    if (c->inter_latency >= 0) l.inter_latency = c->inter_latency;
+    l.shared_nic = c->shared_nic;
+    l.device_node = r->node_map;
+    r->links = l;
+    r->has_links = 1;
+    return 0;
+}
+
 /* Plans and simulates a row: fills the prediction, or status 1 with the
  * planner's sentence. */
 static void plan_row(row_t *r, const config_t *c)
@@ -300,10 +356,15 @@ static void plan_row(row_t *r, const config_t *c)
         return;
     }
     r->n_ops = bsipipe_schedule_n_ops(s);
+    if (row_links(r, c) < 0) {
+        r->status = 1;
+        bsipipe_schedule_destroy(s);
+        return;
+    }
     /* FLOPs costs at the emulated rate (the TP collectives' charge does not
      * scale with it), else at 1 FLOP/s: makespan and busy in FLOPs. */
     double rate = c->emulate ? c->tflops * 1e12 : 1.0;
-    bsipipe_cost_model_t unit = bsipipe_cost_model_unit(), fl = bsipipe_cost_model_emulated(rate);
+    bsipipe_cost_model_t unit = bsipipe_cost_model_unit(), fl = r->has_links ? r->links : bsipipe_cost_model_emulated(rate);
     unit.blocking_recv = fl.blocking_recv = r->v.blocking_recv;
     unit.recv_in_place = fl.recv_in_place = r->v.recv_in_place;
     bsipipe_sim_result_t *sim = NULL;
@@ -323,6 +384,19 @@ static void plan_row(row_t *r, const config_t *c)
     if (rc == 0) {
         r->pred_bubble_flops = sim->bubble_ratio;
         r->pred_makespan_flops = sim->makespan * rate;
+        r->pred_iter_s = sim->iteration_time;
+        for (int i = 0; i < 2; i++) {
+            r->pred_act_bytes[i] = sim->act_bytes[i];
+            r->pred_sync_bytes[i] = sim->sync_bytes[i];
+        }
+        if (r->has_links) { /* the syncs' share of the critical path: the same links, syncs of no bytes */
+            bsipipe_cost_model_t nosync = fl;
+            nosync.sync_free = 1;
+            bsipipe_sim_result_t *alt = NULL;
+            if (bsipipe_simulate(s, &nosync, &alt) == 0)
+                r->pred_sync_exposed = sim->iteration_time - alt->iteration_time;
+            bsipipe_sim_result_destroy(alt);
+        }
         r->busy_flops = 0;
         free(r->pred_busy);
         r->pred_busy = calloc((size_t)sim->n_devices, sizeof(double));
@@ -557,6 +631,7 @@ static bsipipe_engine_options_t engine_options(const row_t *r, const config_t *c
     o.recv_in_place = r->v.recv_in_place;
     o.plan = r->plan;
     o.tp_collectives = bench_tp_coll;
+    o.emulate_links = r->has_links ? &r->links : NULL;
     return o;
 }
 
@@ -779,23 +854,41 @@ static void run_row(row_t *r, const config_t *c, const char *policy, int warmup,
     bsipipe_engine_destroy(e);
 }
 
-/* The ablation's last row, predicted only: BSIPipe on 2 simulated nodes of
- * w/2 devices, topology-aware mapping (mirrored devices on one node) against
- * naive, under the FLOPs cost model with its links (intra-node 300 GB/s,
- * inter-node 25 GB/s) at the table's device rate. This process has one node
- * and in-process copies, so there is nothing to measure. */
+/* The ablation's last table, predicted: BSIPipe on 2 simulated nodes of w/2
+ * devices (one process: nothing to measure), or under --mpi on the job's
+ * ranks as nodes with the engine's own device-to-rank map; topology-aware
+ * mapping (mirrored devices on one node) against naive, under the FLOPs cost
+ * model at the table's device rate. Links: the FLOPs model's (intra-node 300
+ * GB/s, inter-node 25 GB/s), the inter-node one as --inter-link says; under
+ * --mpi the model of what runs: copies inside a rank cost nothing, sends
+ * across ranks are StarPU-MPI's detached ones (the device goes on). */
 static void print_mapping_prediction(const config_t *c, const bsipipe_parallel_config_t *pc)
 {
     double rate = c->tflops * 1e12;
-    if (c->mpi)
-        printf("\nThe planner's prediction for 2 nodes of %d devices (links of the FLOPs cost model, %g TFLOP/s "
-               "devices), to compare with the measured traffic above:\n\n", c->w / 2, c->tflops);
-    else
-        printf("\nTopology-aware mapping, PREDICTED ONLY (2 simulated nodes of %d devices, links of the FLOPs cost "
-               "model, %g TFLOP/s devices; one node here, so not measured; run under mpirun with --mpi to "
-               "measure it):\n\n", c->w / 2, c->tflops);
+    int nodes = c->mpi ? c->ranks : 2;
+    bsipipe_cost_model_t cost = bsipipe_cost_model_flops(rate);
+    if (c->inter_bandwidth > 0)
+        cost.inter_bandwidth = c->inter_bandwidth;
+    if (c->inter_latency >= 0)
+        cost.inter_latency = c->inter_latency;
+    char link[160];
+    snprintf(link, sizeof link, "inter-node links %g GB/s + %g us%s%s", cost.inter_bandwidth / 1e9,
+             cost.inter_latency * 1e6, c->shared_nic ? ", one per node" : ", one per device",
+             c->mpi ? ", in-rank copies free, detached sends, syncs across ranks there and back" : "");
+    cost.shared_nic = c->shared_nic;
+    if (c->mpi) {
+        cost.intra_bandwidth = 0;
+        cost.intra_latency = 0;
+        cost.async_send = 1;
+        cost.sync_reduce_back = 1; /* engine_mpi.c: the gradient there, the sum back */
+        printf("\nThe planner's prediction for %d nodes (the engine's map of devices to ranks; %s; %g TFLOP/s "
+               "devices), to compare with the measured rows above:\n\n", nodes, link, c->tflops);
+    } else
+        printf("\nTopology-aware mapping, PREDICTED ONLY (2 simulated nodes of %d devices, %s, %g TFLOP/s "
+               "devices; one node here, so not measured; run under mpirun with --mpi to measure it):\n\n",
+               c->w / 2, link, c->tflops);
     printf("| mapping | nodes | bubble predicted | iteration s predicted | activations across nodes MB | "
-           "gradient sync across nodes MB |\n|---|---|---|---|---|---|\n");
+           "gradient sync across nodes MB | tokens/s predicted |\n|---|---|---|---|---|---|---|\n");
     bsipipe_schedule_t *s = NULL;
     int *map = malloc(sizeof(int) * (size_t)(pc->w > 0 ? pc->w : 1));
     if (!map || c->w < 2 || c->w % 2 || bsipipe_schedule_create(pc, &c->dims, &s) < 0) {
@@ -806,31 +899,74 @@ static void print_mapping_prediction(const config_t *c, const bsipipe_parallel_c
     }
     for (int naive = 0; naive < 2; naive++) {
         const char *name = naive ? "naive (consecutive devices)" : "topology-aware (mirrored pairs)";
-        if (bsipipe_map_devices(pc, 2, c->w / 2, !naive, map) < 0) {
-            printf("| %s | %s | — | — | — | — |\n", name, bsipipe_error_detail());
+        int mrc = c->mpi ? bsipipe_map_devices_to_ranks(pc, bsipipe_schedule_n_pipes(s), nodes, !naive, map)
+                         : bsipipe_map_devices(pc, 2, c->w / 2, !naive, map);
+        if (mrc < 0) {
+            printf("| %s | %s | — | — | — | — | — |\n", name, bsipipe_error_detail());
             continue;
         }
-        bsipipe_cost_model_t cost = bsipipe_cost_model_flops(rate);
         cost.device_node = map;
         bsipipe_sim_result_t *sim = NULL;
-        char nodes[256] = "";
+        char members[256] = "";
         size_t len = 0;
-        for (int n = 0; n < 2 && len < sizeof nodes; n++)
-            for (int d = 0, first = 1; d < c->w && len < sizeof nodes; d++)
+        for (int n = 0; n < nodes && len < sizeof members; n++)
+            for (int d = 0, first = 1; d < c->w && len < sizeof members; d++)
                 if (map[d] == n) {
-                    int w = snprintf(nodes + len, sizeof nodes - len, "%s%d", first ? (n ? " / " : "") : ",", d);
+                    int w = snprintf(members + len, sizeof members - len, "%s%d", first ? (n ? " / " : "") : ",", d);
                     len += w > 0 ? (size_t)w : 0;
                     first = 0;
                 }
         if (bsipipe_simulate(s, &cost, &sim) == 0)
-            printf("| %s | %s | %.2f%% | %.6g | %.2f | %.2f |\n", name, nodes, 100 * sim->bubble_ratio,
-                   sim->iteration_time, sim->act_bytes[1] / 1e6, sim->sync_bytes[1] / 1e6);
+            printf("| %s | %s | %.2f%% | %.6g | %.2f | %.2f | %.0f |\n", name, members, 100 * sim->bubble_ratio,
+                   sim->iteration_time, sim->act_bytes[1] / 1e6, sim->sync_bytes[1] / 1e6,
+                   (double)c->m * c->dims.seq_len / sim->iteration_time);
         else
-            printf("| %s | %s | %s | — | — | — |\n", name, nodes, bsipipe_error_detail());
+            printf("| %s | %s | %s | — | — | — | — |\n", name, members, bsipipe_error_detail());
         bsipipe_sim_result_destroy(sim);
     }
     free(map);
     bsipipe_schedule_destroy(s);
+}
+
+/* Emulated links (--node-devices): the bytes on each link class and the
+ * time the gradient syncs add to the iteration, from the planner's
+ * simulation of the plan on the links the engine emulated. */
+static void print_link_traffic(const config_t *c, const row_t *rows, int nr)
+{
+    printf("\nTraffic per iteration on the emulated links (nodes of %d devices; the planner's count, the bytes the "
+           "engine's SENDs and SYNCs were held for), and the time the gradient syncs add to the predicted "
+           "iteration (the same links with syncs free):\n\n| variant | nodes | activations inside nodes MB | "
+           "activations across nodes MB | gradient sync inside nodes MB | gradient sync across nodes MB | sync on "
+           "the critical path ms | tokens/s predicted | measured / predicted |\n|---|---|---|---|---|---|---|---|---|\n",
+           c->node_devices);
+    for (int i = 0; i < nr; i++) {
+        const row_t *r = &rows[i];
+        if (r->status == 1 || !r->node_map)
+            continue;
+        char members[256] = "";
+        size_t len = 0;
+        for (int n = 0, more = 1; more && len < sizeof members - 16; n++) {
+            more = 0;
+            for (int d = 0, first = 1; d < r->pc.w && len < sizeof members - 16; d++)
+                if (r->node_map[d] == n) {
+                    len += (size_t)snprintf(members + len, sizeof members - len, "%s%d",
+                                            first ? (n ? " / " : "") : ",", d);
+                    first = 0;
+                    more = 1;
+                }
+        }
+        double pred_tok = r->pred_iter_s > 0 ? (double)c->m * c->dims.seq_len / r->pred_iter_s : NAN;
+        double got = NAN, *tok = r->status == 0 && r->n_samples > 0 ? malloc(sizeof(double) * (size_t)r->n_samples)
+                                                                       : NULL;
+        if (tok) { /* median sorts: a copy */
+            memcpy(tok, r->tok, sizeof(double) * (size_t)r->n_samples);
+            got = median(tok, r->n_samples);
+            free(tok);
+        }
+        printf("| %s | %s | %.2f | %.2f | %.2f | %.2f | %.1f | %.0f | %.3f |\n", r->v.label, members,
+               r->pred_act_bytes[0] / 1e6, r->pred_act_bytes[1] / 1e6, r->pred_sync_bytes[0] / 1e6,
+               r->pred_sync_bytes[1] / 1e6, r->pred_sync_exposed * 1e3, pred_tok, got / pred_tok);
+    }
 }
 
 /* Bytes moved in each row's last iteration, counted by the engine (cross-rank
@@ -980,14 +1116,15 @@ static void print_table(const config_t *c, row_t *rows, int nr, int reps, int it
     char mode[64];
     printf("\n### %s — %s\n\n", c->title, mode_name(c, mode, sizeof mode));
     printf("%s model L=%d hidden=%d heads=%d S=%d, w=%d, m=%d; %d repetitions x %d timed iteration(s), "
-           "interleaved; predicted bubble: planner simulation of the same plan under FLOPs costs with free "
-           "transfers (%s) and under unit costs (F=1, B=2); replayed: the same plan simulated on each op's own "
+           "interleaved; predicted bubble: planner simulation of the same plan under FLOPs costs with %s "
+           "(%s) and under unit costs (F=1, B=2); replayed: the same plan simulated on each op's own "
            "time in the timed iteration, the iteration as an ideal runtime would have run it; runtime's points: "
            "measured minus replayed, median over iterations (hand-offs, wake-ups, scheduling); on mean op times: "
            "the plan on the iteration's mean time per F/B/W, piece and chunk (replayed minus this: the ops' spread "
            "around their means); — with --mpi or --tp%s\n\n",
            c->dims.family == BSIPIPE_MODEL_LLAMA ? "LLaMA" : "GPT", c->dims.n_layers, c->dims.hidden,
            c->dims.n_heads, c->dims.seq_len, c->w, c->m, reps, iters,
+           c->node_devices > 0 ? "transfers on the emulated links (the table under this one)" : "free transfers",
            (c->tp > 0 ? c->tp : bench_tp) > 1 ? "tensor-parallel collectives charged on the planner's intra-node link"
                                                 : "rate-independent",
            c->emulate ? "; EMULATED: compute tasks sleep for their FLOPs, no loss is computed" : "");
@@ -1472,13 +1609,14 @@ int main(int argc, char **argv)
     int nlayouts = 0;
     int recv_blocking = 0, recv_in_place = 0, set_recv = 0; /* --recv */
     bsipipe_engine_devices_t devices = BSIPIPE_DEVICES_CPU;
-    double tflops = 0.01, watchdog = 30;
+    double tflops = 0.01, watchdog = 30, inter_bandwidth = 0, inter_latency = -1, intra_bandwidth = 0, intra_latency = -1;
+    int node_devices = 0, shared_nic = 0, mapping = 0; /* --node-devices, --nic, --mapping (0 aware, 1 naive, 2 both) */
     const char *policy = "bsipipe", *csv = NULL, *svg = NULL, *preset = NULL, *schedules = NULL,
                *trace = NULL, *precision = NULL;
     bsipipe_comm_order_t comm = BSIPIPE_COMM_BSIPIPE;
     enum { O_SCHEDS = 256, O_REPS, O_WARMUP, O_ITERS, O_W, O_P, O_K, O_M, O_POLICY, O_COMM, O_WATCHDOG, O_MODEL,
            O_LAYERS, O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_SEED, O_EMULATE, O_TFLOPS, O_PRESET, O_CSV, O_SVG, O_TRACE,
-           O_MPI, O_DEVICES, O_GPUS, O_PRECISION, O_OVERHEAD, O_TP, O_TP_COLL, O_IDLE_SPIN, O_IDLE_BREAKDOWN, O_RECV, O_CALIBRATE, O_SENDS, O_BUFFERS, O_LAYOUT, O_VOCAB };
+           O_MPI, O_DEVICES, O_GPUS, O_PRECISION, O_OVERHEAD, O_TP, O_TP_COLL, O_IDLE_SPIN, O_IDLE_BREAKDOWN, O_RECV, O_CALIBRATE, O_SENDS, O_BUFFERS, O_LAYOUT, O_VOCAB, O_INTER_LINK, O_INTRA_LINK, O_NODE_DEVICES, O_NIC, O_MAPPING };
     static const struct option longopts[] = {
         {"schedules", 1, 0, O_SCHEDS}, {"reps", 1, 0, O_REPS}, {"warmup", 1, 0, O_WARMUP},
         {"iters", 1, 0, O_ITERS}, {"w", 1, 0, O_W}, {"p", 1, 0, O_P}, {"k", 1, 0, O_K}, {"m", 1, 0, O_M},
@@ -1488,7 +1626,8 @@ int main(int argc, char **argv)
         {"emulate", 0, 0, O_EMULATE}, {"device-tflops", 1, 0, O_TFLOPS}, {"preset", 1, 0, O_PRESET},
         {"csv", 1, 0, O_CSV}, {"svg", 1, 0, O_SVG}, {"trace", 1, 0, O_TRACE}, {"mpi", 0, 0, O_MPI}, {"devices", 1, 0, O_DEVICES}, {"gpus", 1, 0, O_GPUS},
         {"precision", 1, 0, O_PRECISION}, {"overhead", 0, 0, O_OVERHEAD}, {"tp", 1, 0, O_TP}, {"tp-collectives", 1, 0, O_TP_COLL}, {"idle-spin", 1, 0, O_IDLE_SPIN}, {"sends", 1, 0, O_SENDS}, {"buffers", 1, 0, O_BUFFERS}, {"layout", 1, 0, O_LAYOUT}, {"vocab", 1, 0, O_VOCAB}, {"idle-breakdown", 0, 0, O_IDLE_BREAKDOWN}, {"recv", 1, 0, O_RECV},
-        {"calibrate", 0, 0, O_CALIBRATE},
+        {"calibrate", 0, 0, O_CALIBRATE}, {"inter-link", 1, 0, O_INTER_LINK}, {"intra-link", 1, 0, O_INTRA_LINK},
+        {"node-devices", 1, 0, O_NODE_DEVICES}, {"nic", 1, 0, O_NIC}, {"mapping", 1, 0, O_MAPPING},
         {"version", 0, 0, 'V'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, bad = 0;
     opterr = 0;
@@ -1561,6 +1700,28 @@ int main(int argc, char **argv)
         case O_FFN: bad = cli_parse_int(PROG, "--ffn", optarg, 1, 1 << 20, &dims.ffn_hidden); break;
         case O_SEQ: bad = cli_parse_int(PROG, "--seq", optarg, 1, 1 << 20, &dims.seq_len); set_seq = 1; break;
         case O_VOCAB: bad = cli_parse_int(PROG, "--vocab", optarg, 2, 1 << 24, &dims.vocab); break;
+        case O_INTER_LINK: bad = cli_parse_link(PROG, "--inter-link", optarg, &inter_bandwidth, &inter_latency); break;
+        case O_INTRA_LINK: bad = cli_parse_link(PROG, "--intra-link", optarg, &intra_bandwidth, &intra_latency); break;
+        case O_NODE_DEVICES: bad = cli_parse_int(PROG, "--node-devices", optarg, 1, 4096, &node_devices); break;
+        case O_NIC:
+            if (strcmp(optarg, "per-device") == 0) shared_nic = 0;
+            else if (strcmp(optarg, "shared") == 0) shared_nic = 1;
+            else {
+                fprintf(stderr, PROG ": --nic expects per-device (each device has its own inter-node link) or "
+                                "shared (the devices of a node share one), got '%s'\n", optarg);
+                bad = 1;
+            }
+            break;
+        case O_MAPPING:
+            if (strcmp(optarg, "aware") == 0) mapping = 0;
+            else if (strcmp(optarg, "naive") == 0) mapping = 1;
+            else if (strcmp(optarg, "both") == 0) mapping = 2;
+            else {
+                fprintf(stderr, PROG ": --mapping expects aware (mirrored pairs on one node), naive (consecutive "
+                                "devices) or both (every row under each, side by side), got '%s'\n", optarg);
+                bad = 1;
+            }
+            break;
         case O_SEED: bad = cli_parse_int(PROG, "--seed", optarg, 0, 1 << 30, &seed); break;
         case O_EMULATE: emulate = 1; break;
         case O_TFLOPS: bad = cli_parse_double(PROG, "--device-tflops", optarg, 1e-6, 1e6, &tflops); set_tflops = 1; break;
@@ -1634,6 +1795,16 @@ int main(int argc, char **argv)
                         "--tp, --preset tp, --overhead)\n");
         return 2;
     }
+    if (node_devices > 0 && (!emulate || mpi || overhead)) {
+        fprintf(stderr, PROG ": --node-devices emulates the links of a cluster in one process: it needs --emulate, "
+                        "and neither --mpi (the ranks' links are real) nor --overhead\n");
+        return 2;
+    }
+    if (node_devices == 0 && (mapping || (shared_nic && !mpi) || intra_bandwidth > 0)) {
+        fprintf(stderr, PROG ": --mapping, --nic and --intra-link describe emulated links: add --node-devices G "
+                        "(and --emulate); --nic also describes the ranks' links under --mpi\n");
+        return 2;
+    }
     if (mpi && bench_idle) {
         fprintf(stderr, PROG ": --idle-breakdown is not supported with --mpi (each rank holds only its own records); "
                         "run it in a single process\n");
@@ -1687,7 +1858,7 @@ int main(int argc, char **argv)
         int st = 0;
         for (int wi = 0; wi < nw && st == 0; wi++) {
             config_t cf = {"", dims, ws[wi], set_m ? m : (ws[wi] > 8 ? ws[wi] : 8), 1, tflops, 0, watchdog, 0,
-                           devices, gpus, precision, 0};
+                           devices, gpus, precision, 0, 1, 0, -1, 0, -1, 0, 0};
             row_t r;
             memset(&r, 0, sizeof r);
             r.v.kind = kd;
@@ -1739,16 +1910,18 @@ int main(int argc, char **argv)
                                              "bsipipe, ordered (no early receive)", "bsipipe, naive (sends first)",
                                              "bsipipe, blocking receives", "no reversal, blocking receives",
                                              "bsipipe, receives posted in place"};
-        /* Across ranks: the mapping, measured (the transfer-order rows need
-         * the rendezvous transport of one process). */
+        /* Across ranks, or on emulated links (--node-devices): the mapping,
+         * measured (the transfer-order rows need the rendezvous transport of
+         * one process and free transfers). */
         static const char *const map_labels[] = {"bsipipe, topology-aware mapping", "bsipipe, naive mapping"};
-        for (int i = 0; i < (mpi ? 2 : 7); i++) {
+        int by_map = mpi || node_devices > 0;
+        for (int i = 0; i < (by_map ? 2 : 7); i++) {
             var[nv].kind = BSIPIPE_SCHED_BSIPIPE;
-            var[nv].comm = mpi ? BSIPIPE_COMM_BSIPIPE : orders[i];
-            var[nv].naive_mapping = mpi && i == 1;
-            var[nv].blocking_recv = !mpi && (i == 4 || i == 5);
-            var[nv].recv_in_place = !mpi && i == 6;
-            snprintf(var[nv].label, sizeof var[nv].label, "%s", mpi ? map_labels[i] : labels[i]);
+            var[nv].comm = by_map ? BSIPIPE_COMM_BSIPIPE : orders[i];
+            var[nv].naive_mapping = by_map && i == 1;
+            var[nv].blocking_recv = !by_map && (i == 4 || i == 5);
+            var[nv].recv_in_place = !by_map && i == 6;
+            snprintf(var[nv].label, sizeof var[nv].label, "%s", by_map ? map_labels[i] : labels[i]);
             nv++;
         }
     } else if (is_tp && !schedules) {
@@ -1828,6 +2001,29 @@ int main(int argc, char **argv)
                      (const char *const[2]){"reused", "per-iteration"}) < 0)
         return 2;
 
+    /* --mapping with emulated links: every row under one mapping, or each
+     * under both (the ablation preset has its own two rows). */
+    if (node_devices > 0 && !is_ablation && mapping == 2) {
+        if (nv * 2 > MAX_VARIANTS) {
+            fprintf(stderr, PROG ": %d rows x 2 mappings is more than %d rows; name fewer schedules\n", nv,
+                    MAX_VARIANTS);
+            return 2;
+        }
+        for (int i = nv - 1; i >= 0; i--) {
+            variant_t base = var[i];
+            for (int j = 0; j < 2; j++) {
+                var[2 * i + j] = base;
+                var[2 * i + j].naive_mapping = j;
+                snprintf(var[2 * i + j].label, sizeof var[2 * i + j].label, "%.40s [%s]", base.label,
+                         j ? "naive" : "aware");
+            }
+        }
+        nv *= 2;
+    } else if (node_devices > 0 && !is_ablation) {
+        for (int i = 0; i < nv; i++)
+            var[i].naive_mapping = mapping == 1;
+    }
+
     /* --layout: every row under the one given, or each under both. */
     if (nlayouts == 2) {
         if (nv * 2 > MAX_VARIANTS) {
@@ -1877,7 +2073,9 @@ int main(int argc, char **argv)
     /* Configurations. */
     config_t cfg[MAX_CONFIGS];
     int nc = 0;
-    config_t base = {"", dims, w, m, emulate, tflops, 0, watchdog, mpi, devices, gpus, precision, 0};
+    config_t base = {"", dims, w, m, emulate, tflops, 0, watchdog, mpi, devices, gpus, precision, 0,
+                     world ? atoi(world) : 1, inter_bandwidth, inter_latency, intra_bandwidth, intra_latency,
+                     node_devices, shared_nic};
     if (!preset) {
         cfg[nc] = base;
         snprintf(cfg[nc].title, sizeof cfg[nc].title, "schedules side by side, w=%d", w);
@@ -2089,7 +2287,9 @@ int main(int argc, char **argv)
                 tp_line_fill(&tp_lines[ci], cf, &rows[0]);
             if (is_ablation && mpi)
                 print_traffic(rows, nv);
-            if (is_ablation)
+            if (cf->node_devices > 0)
+                print_link_traffic(cf, rows, nv);
+            else if (is_ablation)
                 print_mapping_prediction(cf, &rows[0].pc);
             for (int i = 0; trace && i < nv; i++) {
                 if (rows[i].status != 0)
@@ -2111,7 +2311,7 @@ int main(int argc, char **argv)
         }
         for (int i = 0; i < nv; i++) {
             ran += rows[i].status != 1;
-            bsipipe_schedule_destroy(rows[i].plan); free(rows[i].idle); free(rows[i].pred_busy); free(rows[i].spread); free(rows[i].slow_idle); free(rows[i].tok); free(rows[i].bubble); free(rows[i].makespan); free(rows[i].busy);
+            bsipipe_schedule_destroy(rows[i].plan); free(rows[i].idle); free(rows[i].pred_busy); free(rows[i].node_map); free(rows[i].spread); free(rows[i].slow_idle); free(rows[i].tok); free(rows[i].bubble); free(rows[i].makespan); free(rows[i].busy);
             free(rows[i].own_bubble); free(rows[i].replay_bubble); free(rows[i].rep_tok);
         }
         free(tokens);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 int cli_parse_int(const char *prog, const char *opt, const char *arg, int lo, int hi, int *out)
 {
@@ -58,6 +59,56 @@ int cli_parse_bytes(const char *prog, const char *opt, const char *arg, double *
         return -1;
     }
     *out = v * scale;
+    return 0;
+}
+
+static double unit_scale(const char *unit, const char *const *names, const double *scales, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (strcasecmp(unit, names[i]) == 0)
+            return scales[i];
+    return 0;
+}
+
+int cli_parse_link(const char *prog, const char *opt, const char *arg, double *bytes_per_s, double *latency)
+{
+    static const char *const rates[] = {"bit", "kbit", "mbit", "gbit", "B/s", "kB/s", "MB/s", "GB/s"};
+    static const double rate_scales[] = {1 / 8., 1e3 / 8, 1e6 / 8, 1e9 / 8, 1, 1e3, 1e6, 1e9};
+    static const char *const times[] = {"s", "ms", "us"};
+    static const double time_scales[] = {1, 1e-3, 1e-6};
+    char rate_unit[16] = "", lat_unit[8] = "";
+    double rate = 0, lat = -1;
+    const char *comma = strchr(arg, ',');
+    char *end;
+    errno = 0;
+    rate = strtod(arg, &end);
+    size_t ulen = (size_t)((comma ? comma : arg + strlen(arg)) - end);
+    int ok = end != arg && !errno && rate > 0 && ulen > 0 && ulen < sizeof rate_unit;
+    if (ok) {
+        memcpy(rate_unit, end, ulen);
+        double sc = unit_scale(rate_unit, rates, rate_scales, 8);
+        ok = sc > 0 && rate * sc <= 1e15;
+        rate *= sc;
+    }
+    if (ok && comma) {
+        lat = strtod(comma + 1, &end);
+        ok = end != comma + 1 && !errno && lat >= 0 && strlen(end) > 0 && strlen(end) < sizeof lat_unit;
+        if (ok) {
+            snprintf(lat_unit, sizeof lat_unit, "%s", end);
+            double sc = unit_scale(lat_unit, times, time_scales, 3);
+            ok = sc > 0 && lat * sc <= 10;
+            lat *= sc;
+        }
+    }
+    if (!ok) {
+        fprintf(stderr, "%s: %s expects RATE[,LATENCY] such as 1gbit, 200mbit, 25GB/s or 25GB/s,10us (rate units "
+                "bit, kbit, mbit, gbit, B/s, kB/s, MB/s, GB/s; latency units s, ms, us, at most 10 s), got '%s'\n",
+                prog, opt, arg);
+        return -1;
+    }
+    *bytes_per_s = rate;
+    if (comma)
+        *latency = lat;
     return 0;
 }
 

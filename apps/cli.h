@@ -16,6 +16,12 @@ int cli_parse_double(const char *prog, const char *opt, const char *arg, double 
 /* A byte count: a number with an optional binary suffix K, M, G or T (KiB,
  * MiB, GiB, TiB; "KB"/"KiB" spellings too), e.g. 24G, 1.5T, 4096. */
 int cli_parse_bytes(const char *prog, const char *opt, const char *arg, double *out);
+/* A link, "RATE[,LATENCY]": RATE as tc writes it (1gbit, 200mbit, 500kbit)
+ * or in bytes (25GB/s, 300MB/s; decimal units), LATENCY with us, ms or s
+ * (left out: *latency untouched). E.g. "1gbit", "25GB/s,10us". The same
+ * spelling as scripts/netns-cluster.sh --rate, so a shaped run and its
+ * prediction take one value. */
+int cli_parse_link(const char *prog, const char *opt, const char *arg, double *bytes_per_s, double *latency);
 /* --recv posted|in-place|blocking: the receive semantics (posted, the
  * default, posts the receives behind a compute op before it starts;
  * in-place posts each where it stands; blocking holds its device until the

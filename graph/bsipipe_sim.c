@@ -136,23 +136,9 @@ double bsipipe_sim_op_cost(const bsipipe_schedule_t *s, const bsipipe_cost_model
     return f / s->pc.tp / rate + bsipipe_sim_tp_comm(s, c, op, NULL);
 }
 
-/* Node of pipeline device d. devices_per_node counts GPUs: with D_t > 1 a
- * pipeline device is a TP group of D_t consecutive GPUs. */
 static int node_of(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *c, int d)
 {
-    if (c->device_node)
-        return c->device_node[d];
-    return c->devices_per_node > 0 ? (int)((long)d * s->pc.tp / c->devices_per_node) : 0;
-}
-
-static double link_time(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *c, int a, int b, double bytes)
-{
-    if (c->free_transfers)
-        return 0;
-    int inter = node_of(s, c, a) != node_of(s, c, b);
-    double bw = inter ? c->inter_bandwidth : c->intra_bandwidth;
-    double lat = inter ? c->inter_latency : c->intra_latency;
-    return lat + (bw > 0 ? bytes / bw : 0);
+    return sim_node_of(s, c, d);
 }
 
 int bsipipe_sim_tp_crosses_nodes(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *c)
@@ -246,31 +232,9 @@ typedef struct sim {
     double *sync_arrive;  /* [chunk * 2 + side] arrival at SYNC, -1 before */
     int *pos;             /* next op per device */
     double *now;          /* device clock */
-    double *link_free;    /* async_send: [device * 2 + inter] when its outgoing link is free */
-    double *nic_free;     /* shared_nic: per node, when its inter-node link is free */
+    bsipipe_links_t *links; /* the links and their clocks (sim_links.c) */
     double *sync_done;    /* per chunk: end of its replicas' gradient sync, -1 before */
 } sim_t;
-
-/* Moves `bytes` from device a to b, ready at `ready`; returns the arrival.
- * Under shared_nic an inter-node transfer waits for its node's link (every
- * device of a node shares one NIC); under async_send each device's
- * outgoing link of a class carries one transfer at a time. */
-static double move_bytes(sim_t *m, int a, int b, double bytes, double ready)
-{
-    const bsipipe_schedule_t *s = m->s;
-    int inter = node_of(s, m->c, a) != node_of(s, m->c, b);
-    double go = ready, *busy = NULL;
-    if (inter && m->c->shared_nic)
-        busy = &m->nic_free[node_of(s, m->c, a)];
-    else if (m->c->async_send)
-        busy = &m->link_free[2 * a + inter];
-    if (busy && *busy > go)
-        go = *busy;
-    double arrival = go + link_time(s, m->c, a, b, bytes);
-    if (busy)
-        *busy = arrival;
-    return arrival;
-}
 
 /* Data-ready time of a compute op, or -1 when some input is not known yet. */
 static double inputs_ready(sim_t *m, const bsipipe_op_t *op)
@@ -377,7 +341,7 @@ static int advance(sim_t *m, int d)
             int inter = node_of(s, m->c, d) != node_of(s, m->c, op->peer);
             /* async_send: the device goes on once the receive is posted; the
              * bytes follow on the link. */
-            m->arrived[op->channel] = move_bytes(m, d, op->peer, bytes, start);
+            m->arrived[op->channel] = bsipipe_links_move(m->links, d, op->peer, bytes, start);
             end = m->c->async_send ? start : m->arrived[op->channel];
             r->act_bytes[inter] += bytes;
             r->device[d].comm += end - m->now[d];
@@ -393,12 +357,10 @@ static int advance(sim_t *m, int d)
                 if (other > start)
                     start = other;
                 double bytes = chunk_param_elems(s, op->chunk) * 4;
-                /* Two-replica all-reduce: each side sends and receives the
-                 * whole gradient once; timed once for the pair. */
-                if (m->sync_done[op->chunk] < 0) {
-                    double a = move_bytes(m, d, op->peer, bytes, start), b = move_bytes(m, op->peer, d, bytes, start);
-                    m->sync_done[op->chunk] = a > b ? a : b;
-                }
+                /* Two-replica all-reduce (bsipipe_links_sync), timed once
+                 * for the pair. */
+                if (m->sync_done[op->chunk] < 0)
+                    m->sync_done[op->chunk] = bsipipe_links_sync(m->links, d, op->peer, bytes, start);
                 end = m->sync_done[op->chunk];
                 r->sync_bytes[node_of(s, m->c, d) != node_of(s, m->c, op->peer)] += bytes;
             } else {
@@ -577,8 +539,7 @@ static void sim_free(sim_t *m)
     free(m->sync_arrive);
     free(m->pos);
     free(m->now);
-    free(m->link_free);
-    free(m->nic_free);
+    bsipipe_links_destroy(m->links);
     free(m->sync_done);
 }
 
@@ -598,16 +559,12 @@ int bsipipe_simulate(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *co
     m.sync_arrive = malloc(sizeof(double) * (size_t)(2 * s->n_chunks));
     m.pos = calloc((size_t)W, sizeof(int));
     m.now = calloc((size_t)W, sizeof(double));
-    m.link_free = calloc((size_t)W * 2, sizeof(double));
-    int n_nodes = 1;
-    for (int d = 0; d < W; d++)
-        if (node_of(s, cost, d) + 1 > n_nodes)
-            n_nodes = node_of(s, cost, d) + 1;
-    m.nic_free = calloc((size_t)n_nodes, sizeof(double));
+    if ((rc = bsipipe_links_create(s, cost, &m.links)) < 0)
+        goto fail;
     m.sync_done = malloc(sizeof(double) * (size_t)s->n_chunks);
     for (int c = 0; m.sync_done && c < s->n_chunks; c++)
         m.sync_done[c] = -1;
-    if (!m.r || !m.end || !m.chan_of || !m.posted || !m.arrived || !m.sync_arrive || !m.pos || !m.now || !m.link_free || !m.nic_free || !m.sync_done) {
+    if (!m.r || !m.end || !m.chan_of || !m.posted || !m.arrived || !m.sync_arrive || !m.pos || !m.now || !m.sync_done) {
         rc = bsipipe_error_set(-ENOMEM, "out of memory");
         goto fail;
     }

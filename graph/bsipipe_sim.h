@@ -64,6 +64,12 @@ typedef struct bsipipe_cost_model {
                                length: the per-call work that does not shrink with the
                                piece, such as packing a weight or launching a kernel;
                                docs/schedules.md, "Choosing k") */
+    int sync_free;          /* 1: a SYNC of replicas moves its bytes at no cost (to
+                               measure what the syncs add to an iteration) */
+    int sync_reduce_back;   /* 1: a SYNC of replicas on two nodes sends the gradient one
+                               way and the sum back (the StarPU-MPI engine's); 0: both
+                               ways at once (a two-rank ring all-reduce, NCCL; one
+                               process) */
     double overlap_fb;      /* DualPipe's overlapped F&B pairs (BSIPIPE_OP_PAIR_F/B): 0 or
                                1, the halves in sequence, each as soon as its own input
                                is there (as torch runs a pair by default); x in (0, 1),
@@ -203,6 +209,26 @@ typedef struct bsipipe_k_choice {
 } bsipipe_k_choice_t;
 int bsipipe_schedule_choose_k(const bsipipe_parallel_config_t *pc, const bsipipe_model_dims_t *dims,
                               const bsipipe_cost_model_t *cost, double act_budget_bytes, bsipipe_k_choice_t *out);
+
+/* The links of a cost model and their clocks (graph/sim_links.c says the
+ * model): the simulator's transfers and the emulated engine's
+ * (bsipipe_engine_options.emulate_links) take their time from here, so the
+ * two describe one cluster. Not thread safe; the engine locks around it.
+ * create copies the model (and its device_node map); -EINVAL, -ENOMEM. */
+typedef struct bsipipe_links bsipipe_links_t;
+int bsipipe_links_create(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost, bsipipe_links_t **out);
+void bsipipe_links_destroy(bsipipe_links_t *links); /* NULL is fine */
+void bsipipe_links_reset(bsipipe_links_t *links);   /* every link free at time 0 */
+/* 1 when devices a and b are on two nodes. */
+int bsipipe_links_inter(const bsipipe_links_t *links, int a, int b);
+/* Seconds to move `bytes` from a to b on a free link. */
+double bsipipe_links_time(const bsipipe_links_t *links, int a, int b, double bytes);
+/* Moves `bytes` from a to b, ready at `ready` seconds: the arrival, after
+ * any wait for a shared link (which it then holds until the arrival). */
+double bsipipe_links_move(bsipipe_links_t *links, int a, int b, double bytes, double ready);
+/* The gradient SYNC of replicas on a and b, `bytes` each, ready at `ready`:
+ * when both hold the sum. */
+double bsipipe_links_sync(bsipipe_links_t *links, int a, int b, double bytes, double ready);
 
 /* Cost (seconds or units) of one compute op under a cost model. */
 double bsipipe_sim_op_cost(const bsipipe_schedule_t *s, const bsipipe_cost_model_t *cost,

@@ -275,3 +275,14 @@ int bsipipe_map_devices(const bsipipe_parallel_config_t *pc, int nodes, int devi
     free(free_slots);
     return 0;
 }
+
+int bsipipe_map_devices_to_ranks(const bsipipe_parallel_config_t *pc, int n_pipes, int ranks, int topology_aware,
+                                 int *device_node)
+{
+    if (ranks < 1)
+        return bsipipe_error_set(BSIPIPE_ECONFIG, "mapping: %d ranks; give at least one", ranks);
+    int groups = (pc->w + ranks - 1) / ranks, tp = pc->tp > 1 ? pc->tp : 1;
+    if (topology_aware && n_pipes > 1 && groups % 2)
+        groups++; /* mirrored pairs fit together */
+    return bsipipe_map_devices(pc, ranks, groups * tp, topology_aware, device_node);
+}

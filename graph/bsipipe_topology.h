@@ -55,6 +55,15 @@ int bsipipe_topology_devices_per_node(const bsipipe_topology_t *t);
 int bsipipe_map_devices(const bsipipe_parallel_config_t *pc, int nodes, int devices_per_node, int topology_aware,
                         int *device_node);
 
+/* The engine's map across `ranks` StarPU-MPI ranks (docs/scaleout.md): one node
+ * per rank with room for ceil(w / ranks) TP groups, one group more where the
+ * topology-aware mapping of a plan with two pipes (n_pipes > 1) needs room
+ * for whole mirrored pairs; then bsipipe_map_devices. The planner and the
+ * bench predict a multi-rank run with the same map the engine uses. Errors
+ * as bsipipe_map_devices. */
+int bsipipe_map_devices_to_ranks(const bsipipe_parallel_config_t *pc, int n_pipes, int ranks, int topology_aware,
+                                 int *device_node);
+
 #ifdef __cplusplus
 }
 #endif

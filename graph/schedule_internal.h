@@ -21,6 +21,12 @@ struct bsipipe_schedule {
     int mb_group, mb_alternate; /* micro-batch grouping: schedule_mb_pipe */
 };
 
+/* Node of pipeline device d under cost model c (graph/sim_links.c): its
+ * device_node entry, else d's TP group's GPUs / devices_per_node, else 0.
+ * Needs graph/bsipipe_sim.h. */
+struct bsipipe_cost_model;
+int sim_node_of(const bsipipe_schedule_t *s, const struct bsipipe_cost_model *c, int d);
+
 /* A schedule of pc (validated against dims; dims NULL: the nominal model)
  * with its placement and partition and empty op lists: the common start of
  * bsipipe_schedule_create (then a generator fills the lists) and of the

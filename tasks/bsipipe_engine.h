@@ -14,6 +14,8 @@
 #define BSIPIPE_ENGINE_H
 
 #include "graph/bsipipe_schedule.h"
+
+struct bsipipe_cost_model; /* graph/bsipipe_sim.h */
 #include "kernels/bsipipe_kernels.h"
 
 #ifdef __cplusplus
@@ -77,6 +79,16 @@ typedef struct bsipipe_engine_options {
                                  their FLOPs / emulate_flops seconds instead of computing
                                  (so many devices fit on few cores); loss and gradients
                                  are then meaningless. 0: real compute */
+    const struct bsipipe_cost_model *emulate_links; /* with emulate_flops, one process, CPU
+                                 devices: the links of the cluster it stands in for
+                                 (graph/bsipipe_sim.h: latencies, bandwidths,
+                                 devices_per_node or device_node, shared_nic). A SEND
+                                 holds its device for its bytes' time on them, a SYNC
+                                 of replicas for the all-reduce's, a TP collective for
+                                 its charge: the planner's model (bsipipe_links_*),
+                                 so measured and predicted runs share one description
+                                 of the links. Copied at create. NULL: transfers are
+                                 in-process copies, nearly free */
     /* Scale-out (docs/scaleout.md). mpi = 1: this process is one StarPU-MPI
      * rank (node) of a run started by mpirun; every rank creates the engine
      * with the same options and runs the same iterations on the same data.

@@ -16,8 +16,13 @@
 static void sync_cpu(void *buffers[], void *cl_arg)
 {
     op_args_t *a = cl_arg;
-    if (engine_failed(a->e) || a->e->o.emulate_flops > 0 || a->e->pass_kind == ENGINE_PASS_EVAL)
+    if (engine_failed(a->e) || a->e->pass_kind == ENGINE_PASS_EVAL)
         return;
+    if (a->e->o.emulate_flops > 0) { /* emulated links: the all-reduce's time; no sum */
+        engine_emulate_sync(a->e, a->op.device, a->op.peer,
+                            (double)STARPU_VECTOR_GET_NX(buffers[0]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[0]));
+        return;
+    }
     float *x = (float *)STARPU_VECTOR_GET_PTR(buffers[0]);
     float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[1]);
     size_t n = STARPU_VECTOR_GET_NX(buffers[0]);

@@ -30,6 +30,7 @@ static void send_cpu(void *buffers[], void *cl_arg)
     op_args_t *a = cl_arg;
     struct bsipipe_engine *e = a->e;
     size_t bytes = STARPU_VECTOR_GET_NX(buffers[0]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[0]);
+    engine_emulate_send(e, a->op.device, a->op.peer, (double)bytes); /* emulated links: the bytes' time */
     int rc = bsipipe_transport_send(e->transport, a->op.channel, (const void *)STARPU_VECTOR_GET_PTR(buffers[0]),
                                     bytes, a->op.device, a->name + 5 /* past "SEND " */);
     if (rc == -ETIMEDOUT) /* the watchdog fired: the transport's report names the waits */

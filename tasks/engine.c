@@ -151,6 +151,7 @@ void bsipipe_engine_destroy(bsipipe_engine_t *e)
         starpu_task_wait_for_all();
     engine_watchdog_free(e);
     engine_tp_free(e);
+    engine_emulate_free(e);
     int n_rep = e->sched ? bsipipe_schedule_n_pipes(e->sched) * e->C : 0;
     for (int i = 0; e->rep && i < n_rep; i++) {
         replica_t *r = &e->rep[i];
@@ -607,6 +608,12 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
     e->d = o->dims.hidden;
     e->split = bsipipe_schedule_kind_traits(o->pc.schedule).split_backward;
     e->T = o->pc.tp > 1 ? o->pc.tp : 1;
+    if ((rc = engine_emulate_setup(e)) < 0) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", bsipipe_error_detail());
+        bsipipe_engine_destroy(e);
+        return bsipipe_error_set(rc, "%s", why);
+    }
     if (e->T > 1 && (rc = engine_tp_check(e)) < 0) {
         char why[1024];
         snprintf(why, sizeof why, "%s", bsipipe_error_detail());
@@ -714,6 +721,9 @@ static int eager_allowed(const bsipipe_engine_t *e, int say)
     if (e->mpi || e->o.devices != BSIPIPE_DEVICES_CPU || e->T > 1)
         snprintf(why, sizeof why, "eager sends need CPU devices in one process without tensor parallelism (the "
                                   "local transport's memcpy)");
+    else if (e->links)
+        snprintf(why, sizeof why, "eager sends: with emulated links a SEND holds its device for its link time, "
+                                  "as a task");
     else if (e->o.unchecked_plan)
         snprintf(why, sizeof why, "eager sends need a plan proven free of deadlock (this one runs unchecked: its "
                                   "SENDs stay tasks, so a deadlock is still caught)");
@@ -984,6 +994,7 @@ static void sends_begin(bsipipe_engine_t *e)
 {
     e->eager = e->eager_send && !e->blocking_send && !e->blocking_recv && !e->o.recv_in_place;
     plan_slots(e, e->eager);
+    engine_emulate_iteration_begin(e);
     for (int d = 0; d < e->W; d++) {
         int n;
         const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);

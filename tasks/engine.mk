@@ -12,7 +12,9 @@ tests_test_engine_equiv_LDADD = libbsipipe.la $(STARPU_LIBS)
 check_PROGRAMS += tests/test_engine_run
 TESTS += tests/test_engine_run
 tests_test_engine_run_LDADD = libbsipipe.la $(STARPU_LIBS)
-check_PROGRAMS += tests/test_blas_threads
+check_PROGRAMS += tests/test_blas_threads tests/test_emulate_links
+TESTS += tests/test_emulate_links
+tests_test_emulate_links_LDADD = libbsipipe.la $(STARPU_LIBS)
 TESTS += tests/test_blas_threads
 tests_test_blas_threads_LDADD = libbsipipe.la $(STARPU_LIBS) -ldl
 # test_engine_starpu_running: StarPU already initialised by the application ->

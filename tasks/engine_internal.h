@@ -5,6 +5,7 @@
 #include <starpu.h>
 
 #include "tasks/bsipipe_engine.h"
+#include "graph/bsipipe_sim.h"
 #include "tasks/bsipipe_transport.h"
 #include "policies/bsipipe_policy.h"
 
@@ -141,6 +142,11 @@ struct bsipipe_engine {
     int no_poll;                       /* StarPU's last awake worker does not poll (engine_starpu_poll_set) */
     int idle_spin_us;                  /* resolved options.idle_spin_us (engine_idle_spin_resolve) */
     int blocking_send;                 /* bsipipe_engine_set_blocking_send */
+    bsipipe_cost_model_t emu_cost;     /* emulated ops' costs: emulate_flops, with emulate_links' fields */
+    bsipipe_links_t *links;            /* emulate_links: the links and their clocks (NULL: none) */
+    int *emu_nodes;                    /* emu_cost.device_node (owned; NULL without links) */
+    pthread_mutex_t links_lock;        /* around links */
+    long links_t0;                     /* this iteration's start (ns): the links' time 0 */
     int blocking_recv;                 /* bsipipe_engine_set_blocking_recv */
     int floor_flags;                   /* nonzero (with FLOOR_ACTIVE) during a floor iteration */
     struct starpu_task **floor_recv;   /* per channel: the floor RECV task its SEND releases */
@@ -354,6 +360,17 @@ int engine_emulate(struct bsipipe_engine *e, const bsipipe_op_t *op);
 /* Holds the calling worker for `seconds` of emulated device time (a TP
  * segment's or collective's share of its op, engine_tp.c). */
 void engine_emulate_hold(double seconds);
+/* Emulated links (bsipipe_engine_options.emulate_links): setup checks the
+ * options and copies the links (0, or a negative code with a detail); free
+ * releases them; iteration_begin makes now the links' time 0; send and sync
+ * hold the calling worker until the transfer (device a to b) or the SYNC of
+ * replicas on a and b has arrived on the links, bytes each. No-ops without
+ * links. */
+int engine_emulate_setup(struct bsipipe_engine *e);
+void engine_emulate_free(struct bsipipe_engine *e);
+void engine_emulate_iteration_begin(struct bsipipe_engine *e);
+void engine_emulate_send(struct bsipipe_engine *e, int a, int b, double bytes);
+void engine_emulate_sync(struct bsipipe_engine *e, int a, int b, double bytes);
 
 /* Offset of layer l (l = L: the head part) inside the replica that op a
  * works on: where its parameters and gradients start in the replica's

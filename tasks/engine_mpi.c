@@ -442,13 +442,9 @@ static int setup_ranks(struct bsipipe_engine *e)
             e->dev_rank[d] = e->o.device_rank[d];
         }
     } else {
-        /* One node per rank, room for its share of the devices, each a
-         * whole TP group of T workers (a group never spans ranks). */
-        int T = e->o.pc.tp > 1 ? e->o.pc.tp : 1, groups = (e->W + e->nranks - 1) / e->nranks;
-        if (!e->o.naive_mapping && bsipipe_schedule_n_pipes(e->sched) > 1 && groups % 2)
-            groups++; /* mirrored pairs fit together */
-        int per_node = groups * T;
-        int rc = bsipipe_map_devices(&e->o.pc, e->nranks, per_node, !e->o.naive_mapping, e->dev_rank);
+        /* One node per rank, a TP group never spanning ranks. */
+        int rc = bsipipe_map_devices_to_ranks(&e->o.pc, bsipipe_schedule_n_pipes(e->sched), e->nranks,
+                                              !e->o.naive_mapping, e->dev_rank);
         if (rc < 0)
             return rc;
     }

@@ -845,9 +845,8 @@ static void emu_plan(tp_ctx_t *c)
     const bsipipe_op_t *op = &c->a->op;
     if (e->o.emulate_flops <= 0 || op->kind > BSIPIPE_OP_W)
         return;
-    bsipipe_cost_model_t cost = bsipipe_cost_model_emulated(e->o.emulate_flops);
-    double comm = bsipipe_sim_tp_comm(e->sched, &cost, op, NULL);
-    double comp = bsipipe_sim_op_cost(e->sched, &cost, op) - comm, w = 0;
+    double comm = bsipipe_sim_tp_comm(e->sched, &e->emu_cost, op, NULL);
+    double comp = bsipipe_sim_op_cost(e->sched, &e->emu_cost, op) - comm, w = 0;
     int nl = c->a->l1 - c->a->l0, first = op->chunk == 0, last = op->chunk == e->C - 1, ncoll;
     if (op->kind == BSIPIPE_OP_F) {
         ncoll = 4 * nl + first + 2 * last;

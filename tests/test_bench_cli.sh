@@ -24,6 +24,23 @@ expect 2 "--idle-spin expects" --idle-spin fast
 expect 2 "at most 4 values" --idle-spin 1,2,3,4,5
 OMPI_COMM_WORLD_SIZE=2 expect 2 "without --mpi" $tiny
 expect 2 "--tp expects an integer in 1..64" --tp 100
+# Emulated links: bad spellings and combinations are refused with the rule;
+# a tiny run prints the traffic per link class with the prediction beside it.
+expect 2 "--inter-link expects RATE[,LATENCY]" --inter-link fast
+expect 2 "--intra-link expects RATE[,LATENCY]" --emulate --node-devices 2 --intra-link 5,3parsec
+expect 2 "--node-devices emulates the links" --node-devices 2
+expect 2 "add --node-devices G" --emulate --mapping naive
+expect 2 "--mapping expects aware" --emulate --node-devices 2 --mapping sideways
+expect 2 "--nic expects per-device" --emulate --node-devices 2 --nic one
+"$bench" --layers 8 --hidden 32 --heads 2 --seq 32 --w 4 --m 4 --reps 1 --warmup 0 --emulate --device-tflops 0.001 \
+    --node-devices 2 --inter-link 100mbit --mapping both --schedules bsipipe >"$tmp/links" 2>&1 ||
+    fail "--node-devices run: $(tail -3 "$tmp/links")"
+for m in aware naive; do
+    grep -qE "^\| bsipipe \[$m\] \| [0-9]+ \| [0-9]+ \| emulated \| [0-9]+ \(" "$tmp/links" && ok ||
+        fail "--mapping both: no measured bsipipe [$m] row"
+    grep -qE "^\| bsipipe \[$m\] \| [0-9,/ ]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9]+ \| [0-9.]+ \|$" \
+        "$tmp/links" && ok || fail "--node-devices: no traffic row for bsipipe [$m]"
+done
 # A table in which no row ran is a failure (exit 1), naming why.
 expect 1 "no schedule ran to the end" $tiny --reps 1 --schedules 1f1b --policy nope
 # Tensor parallelism: measured rows with --tp 2, the split backward (zb-h1)

@@ -24,6 +24,15 @@ expect 0 "[0, 256) [256, 512), even partition" --schedule bsipipe --w 2 --seq 51
 # --seq are honoured (and the block says the setting differs).
 expect 0 "paper:   bsipipe 60.1 GiB = 1.24x seq1f1b-i" --preset paper
 expect 0 "paper: 1.12-1.13x on average" --preset paper
+# The paper's Table 4 row for the mapping, under two link models; the link
+# flags and their errors.
+expect 0 "| one NIC per node, async sends, ring sync | naive |" --preset paper
+expect 0 "paper (Table 4): without the mapping 1.59% slower" --preset paper
+expect 0 "| naive | 0,1 / 2,3 |" --schedule bsipipe --w 4 --topology 2x2 --cost flops --inter-link 1gbit,50us \
+    --send async --nic shared --sync reduce-back
+expect 2 "--inter-link expects RATE[,LATENCY]" --inter-link 10
+expect 2 "--intra-link expects RATE[,LATENCY]" --intra-link 1gbit,forever
+expect 2 "--sync expects ring" --sync allgather
 expect 0 "paper:   bsipipe 67.9 GiB = 1.27x seq1f1b-i; below seq1f1b and terapipe (LLaMA3)" --preset paper --model llama
 expect 0 "LLaMA model, L=64, hidden=1280, heads=32, S=10240 tokens" --preset paper --model llama --seq 10240
 expect 0 "this run differs" --preset paper --seq 10240
