@@ -89,9 +89,16 @@ ns_remove() { # namespace
     ip netns del "$1" 2>/dev/null
     rm -rf "/etc/netns/$1"
 }
-for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$NS_TAG-[0-9]*-" || true); do
+for ns in $( (ip netns list 2>/dev/null | awk '{print $1}'; ls /etc/netns 2>/dev/null) | grep "^$NS_TAG-[0-9]*-" | sort -u); do
     pid=${ns#$NS_TAG-}; pid=${pid%%-*}
-    kill -0 "$pid" 2>/dev/null || ns_remove "$ns"
+    # Its owner lives if that pid is still this script (a zombie's command line is empty;
+    # a reused pid runs something else).
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q netns-cluster || ns_remove "$ns"
+done
+for f in "${TMPDIR:-/tmp}"/netns-cluster-[0-9]*-hosts.*; do
+    [ -e "$f" ] || continue
+    pid=${f##*/netns-cluster-}; pid=${pid%%-*}
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q netns-cluster || rm -f "$f"
 done
 
 prefix=$NS_TAG-$$-
@@ -205,7 +212,7 @@ else:
     mem=$(probe "${prefix}0" 127.0.0.1) || rc=1
     echo "link_mbit=${link:-?} memory_mbit=${mem:-?} configured=$rate"
 else
-    hostfile=$(mktemp "${TMPDIR:-/tmp}/netns-cluster-hosts.XXXXXX") || die "cannot write a hostfile" 3
+    hostfile=$(mktemp "${TMPDIR:-/tmp}/netns-cluster-$$-hosts.XXXXXX") || die "cannot write a hostfile" 3
     trap 'cleanup; rm -f "$hostfile"' EXIT
     for ((i = 0; i < nodes; i++)); do echo "node$i slots=$ranks"; done >"$hostfile"
     opts=(--hostfile "$hostfile" -np $((nodes * ranks)) --map-by "ppr:$ranks:node" --bind-to none

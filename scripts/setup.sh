@@ -70,6 +70,7 @@ PACKAGES=(
     libfxt-dev
     dpkg-dev
     python3 valgrind
+    iproute2 util-linux  # ip, tc, unshare: scripts/netns-cluster.sh (tests/test_netns.sh)
     pajeng  # pj_dump: tests/test_trace.sh reads every traced run's paje.trace with it
     graphviz  # dot: tests/test_trace.sh renders a traced run's dag.dot
     vite xvfb xauth librsvg2-bin  # scripts/vite-screenshot.sh (ViTE headless), run by tests/test_trace.sh
