@@ -7,7 +7,7 @@
  * includes (graph/, kernels/, policies/, tasks/), and bsipipe.pc puts
  * $(includedir)/bsipipe on the include path. Each header says who owns and
  * who frees every pointer; library functions return 0 or a negative error
- * code, with a sentence in bsipipe_error_detail() (graph/bsipipe_error.h).
+ * code, with a sentence in bsipipe_error_detail() (base/bsipipe_error.h).
  * Not included here: kernels/cuda/bsipipe_cuda_kernels.h,
  * kernels/cuda/bsipipe_cuda_tp.h and kernels/cuda/bsipipe_cuda_ops.h (they
  * need the CUDA headers; include them
@@ -28,7 +28,7 @@
 /* planner (plain C): errors, configs, partition, schedules, simulator and
  * validator, plans built op by op or imported from JSON, drawings, cluster
  * topology */
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "graph/bsipipe_config.h"
 #include "graph/bsipipe_layout.h"
 #include "graph/bsipipe_partition.h"

@@ -4,7 +4,7 @@
  * writes CSV and an SVG bar chart (docs/benchmarks.md). */
 #include "apps/cli.h"
 #include "tasks/bsipipe_engine.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "graph/bsipipe_sim.h"
 #include "graph/bsipipe_topology.h"
 #include "kernels/cuda/bsipipe_cuda_probe.h"

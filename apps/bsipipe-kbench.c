@@ -20,7 +20,7 @@
 #include <cblas.h>
 
 #include "apps/cli.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "graph/bsipipe_partition.h"
 #include "kernels/bsipipe_kernels.h"
 

@@ -3,7 +3,7 @@
  * schedule in the terminal and as SVG, or exports it as JSON. */
 #include "apps/cli.h"
 #include "graph/bsipipe_draw.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "graph/bsipipe_layout.h"
 #include "graph/bsipipe_partition.h"
 #include "graph/bsipipe_sim.h"

@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "apps/cli.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "graph/bsipipe_partition.h"
 #include "kernels/reference_trainer.h"
 

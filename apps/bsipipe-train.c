@@ -7,7 +7,7 @@
 #include "apps/train_ckpt.h"
 #include "apps/train_memory.h"
 #include "tasks/bsipipe_engine.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "graph/bsipipe_sim.h"
 #include "graph/bsipipe_builder.h"
 

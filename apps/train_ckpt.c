@@ -1,6 +1,6 @@
 /* apps/train_ckpt.c: bsipipe-train's checkpoint directory (train_ckpt.h). */
 #include "apps/train_ckpt.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #include <errno.h>
 #include <limits.h>

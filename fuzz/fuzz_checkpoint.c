@@ -25,7 +25,7 @@
  * bytes read from files in a scratch directory (ckpt_load_open,
  * ckpt_load_part) give the same outcome as in memory. */
 #include "fuzz/fuzz_util.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "tasks/checkpoint_format.h"
 
 #include <fcntl.h>

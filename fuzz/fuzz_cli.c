@@ -10,7 +10,7 @@
 #include "fuzz/fuzz_util.h"
 #include "apps/cli.h"
 #include "graph/bsipipe_config.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #include <ctype.h>
 #include <limits.h>

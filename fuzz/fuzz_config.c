@@ -17,7 +17,7 @@
  * on a node and no node over its capacity, or BSIPIPE_ECONFIG. */
 #include "fuzz/fuzz_util.h"
 #include "graph/bsipipe_config.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "graph/bsipipe_schedule.h"
 #include "graph/bsipipe_sim.h"
 #include "graph/bsipipe_topology.h"

@@ -13,7 +13,7 @@
 #include "fuzz/fuzz_util.h"
 #include "graph/bsipipe_builder.h"
 #include "graph/bsipipe_draw.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "graph/bsipipe_sim.h"
 
 #include <fcntl.h>

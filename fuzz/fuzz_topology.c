@@ -13,7 +13,7 @@
  * node over its capacity, or is refused with BSIPIPE_ECONFIG. */
 #include "fuzz/fuzz_util.h"
 #include "graph/bsipipe_config.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "graph/bsipipe_topology.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);

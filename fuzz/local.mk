@@ -17,12 +17,9 @@
 FUZZ_ALL = config cli topology checkpoint import
 FUZZ_TARGETS = $(FUZZ_ALL)
 FUZZ_TIME = 600
-FUZZ_LIBSRC = \
-	graph/bsipipe_error.c graph/bsipipe_config.c graph/bsipipe_layout.c graph/bsipipe_partition.c \
-	graph/bsipipe_schedule.c graph/gen_fixed.c graph/gen_greedy.c graph/gen_bitpipe.c graph/gen_zb.c graph/opt_justify.c \
-	graph/comm.c graph/bsipipe_sim.c graph/sim_links.c graph/bsipipe_validate.c graph/bsipipe_draw.c graph/torch_csv.c graph/bsipipe_topology.c \
+FUZZ_LIBSRC = base/bsipipe_error.c $(GRAPH_SOURCES) \
 	kernels/cpu/model_dims.c kernels/cpu/tp_common.c api/bsipipe_version.c apps/cli.c \
-	tasks/checkpoint_format.c graph/bsipipe_builder.c graph/bsipipe_import.c
+	tasks/checkpoint_format.c
 FUZZ_LIBS = $(HWLOC_LIBS) $(JANSSON_LIBS) $(ZLIB_LIBS) -lm
 # Checkpoint seeds: byte 0 picks fuzz_checkpoint's mode, then files bsipipe-train wrote
 # (docs/fuzzing.md); import seeds: bsipipe-plan --format json output and hand-written plans.

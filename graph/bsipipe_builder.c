@@ -6,7 +6,7 @@
  * validator's own check, so an error points at the op that caused it. */
 #include "graph/bsipipe_builder.h"
 #include "graph/schedule_internal.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "graph/bsipipe_sim.h"
 
 #include <stdlib.h>

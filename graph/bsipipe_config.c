@@ -1,6 +1,6 @@
 /* bsipipe_config.c: schedule names, defaults and the rules of a configuration. */
 #include "graph/bsipipe_config.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "graph/bsipipe_layout.h"
 
 #include <ctype.h>

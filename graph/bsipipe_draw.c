@@ -1,6 +1,6 @@
 /* bsipipe_draw.c: terminal and SVG timelines of a simulated schedule. */
 #include "graph/bsipipe_draw.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #include <math.h>
 #include <string.h>

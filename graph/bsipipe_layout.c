@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 enum { MAX_REPEAT = 65536, MAX_DEPTH = 64 };
 

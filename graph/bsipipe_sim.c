@@ -2,7 +2,7 @@
  * and deadlock reporting. */
 #include "graph/bsipipe_sim.h"
 #include "graph/schedule_internal.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "kernels/bsipipe_tp.h"
 
 #include <stdio.h>

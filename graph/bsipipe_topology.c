@@ -1,6 +1,6 @@
 /* bsipipe_topology.c: cluster topology through hwloc, and device mapping. */
 #include "graph/bsipipe_topology.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #include <ctype.h>
 #include <hwloc.h>

@@ -2,7 +2,7 @@
  * simulation for dependency order and deadlock freedom. */
 #include "graph/bsipipe_sim.h"
 #include "graph/schedule_internal.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #include <stdlib.h>
 

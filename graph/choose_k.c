@@ -9,7 +9,7 @@
  * plans and simulates each candidate under the caller's cost model and
  * keeps the fastest that fits; among near ties, the one holding least. */
 #include "graph/bsipipe_sim.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #include <errno.h>
 #include <stdio.h>

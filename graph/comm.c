@@ -32,7 +32,7 @@
  * blocking_recv): the smallest pending transfer always has both ends ready. */
 #include "graph/schedule_internal.h"
 #include "graph/bsipipe_sim.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -7,7 +7,7 @@
  * simulator's resolution order, which puts every producer before its
  * consumers, so each op's consumers are final when it is reached. */
 #include "graph/bsipipe_sim.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "graph/schedule_internal.h"
 
 #include <errno.h>

@@ -31,7 +31,7 @@
  * BSIPipe at k = 1 takes this order when it beats its list-scheduled one
  * (bsipipe_schedule.c). */
 #include "graph/schedule_internal.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #include <stdlib.h>
 

@@ -17,7 +17,7 @@
  * their subsequences reversed (a later piece's backward produces gradient
  * for the K/V of every earlier one). */
 #include "graph/schedule_internal.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #include <stdlib.h>
 

@@ -9,7 +9,7 @@
  * time a slot offers at most one forward, one backward and one W: the rule
  * only chooses between slots and kinds. */
 #include "graph/schedule_internal.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #include <stdlib.h>
 

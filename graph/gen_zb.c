@@ -36,7 +36,7 @@
  * backwards micro-batches in order with pieces reversed, and W in the
  * order of the B's. */
 #include "graph/schedule_internal.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #include <stdlib.h>
 

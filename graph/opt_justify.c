@@ -29,7 +29,7 @@
  * is bounded by a budget of op placements, so large plans get few. */
 #define _GNU_SOURCE /* qsort_r */
 #include "graph/schedule_internal.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "graph/bsipipe_sim.h"
 
 #include <math.h>

@@ -49,7 +49,7 @@ int schedule_check_compute_op(const bsipipe_schedule_t *s, const bsipipe_op_t *o
  * missing op and the device placement gives it. */
 int schedule_check_missing(const bsipipe_schedule_t *s, const unsigned char *seen);
 
-/* Reads a plan file whole (bsipipe_import.c): a regular file of at most
+/* Reads a plan file whole (plan_file.c): a regular file of at most
  * max_bytes, never waiting on a FIFO or device with no writer; *out
  * (malloc'ed, NUL-terminated: the caller frees it) holds *len bytes.
  * -errno naming the file when it cannot be opened or read, -ENOMEM,
@@ -94,6 +94,9 @@ int generate_fixed(bsipipe_schedule_t *s);  /* the unidirectional and chimera */
  * (0: the whole basic unit); gen_greedy.c. */
 int generate_greedy(bsipipe_schedule_t *s, int subunit);
 int generate_bitpipe(bsipipe_schedule_t *s); /* bitpipe; bsipipe at k = 1 when shorter */
+/* BSIPipe's construction search (gen_bsipipe.c): *io is replaced by the
+ * plan kept (the others freed; on an error the first stays). */
+int generate_bsipipe(bsipipe_schedule_t **io);
 /* The split-backward schedules: zb-v, dualpipev, dualpipe (the peers'
  * orders), seq-zbv and bsipipe-zb (a list schedule); gen_zb.c. */
 int generate_zb(bsipipe_schedule_t *s);

@@ -29,7 +29,7 @@
  * The engine books in real time order, where the two are the same. */
 #include "graph/bsipipe_sim.h"
 #include "graph/schedule_internal.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -13,7 +13,7 @@
  * slower, nothing makes it much faster), and because its factors stay
  * positive at any spread. */
 #include "graph/bsipipe_sim.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #include <errno.h>
 #include <math.h>

@@ -11,7 +11,7 @@
  * overlap_fb; the export writes its halves. */
 #include "graph/bsipipe_builder.h"
 #include "graph/bsipipe_draw.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "graph/schedule_internal.h"
 
 #include <ctype.h>

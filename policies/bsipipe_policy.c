@@ -43,7 +43,7 @@
 #include "policies/bsipipe_policy.h"
 
 #include <starpu.h>
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #include <starpu_scheduler.h>
 

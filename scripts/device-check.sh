@@ -113,7 +113,7 @@ standalone_build() {
         set -e
         cd "$b"
         for f in kernels/cpu/model_dims.c kernels/cpu/config.c kernels/cpu/kernels_f32.c \
-                 kernels/cpu/kernels_f64.c kernels/cpu/tp_common.c graph/bsipipe_error.c \
+                 kernels/cpu/kernels_f64.c kernels/cpu/tp_common.c base/bsipipe_error.c \
                  kernels/cuda/devcheck/cblas_naive.c; do
             $cc $cflags $omp -c "$ROOT/$f" -o "$(basename "$f" .c).o" &
         done

@@ -1,6 +1,6 @@
 /* bsipipe_tp_nccl.c: the TP groups' collectives over NCCL (bsipipe_tp_nccl.h). */
 #include "tasks/bsipipe_tp_nccl.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -14,12 +14,12 @@ struct bsipipe_tp_nccl {
     ncclComm_t *comm; /* [group * size + rank]; NULL: no communicator */
 };
 
-int bsipipe_tp_nccl_create(int n_groups, int size, const int *gpu, bsipipe_tp_nccl_t **out)
+int tp_nccl_create(int n_groups, int size, const int *gpu, tp_nccl_t **out)
 {
     if (!out || n_groups <= 0 || size < 2 || !gpu)
         return bsipipe_error_set(-EINVAL, "tp nccl: bad arguments");
     *out = NULL;
-    bsipipe_tp_nccl_t *n = calloc(1, sizeof *n);
+    tp_nccl_t *n = calloc(1, sizeof *n);
     if (!n || !(n->comm = calloc((size_t)n_groups * (size_t)size, sizeof *n->comm))) {
         free(n);
         return bsipipe_error_set(-ENOMEM, "tp nccl: out of memory");
@@ -32,12 +32,12 @@ int bsipipe_tp_nccl_create(int n_groups, int size, const int *gpu, bsipipe_tp_nc
             continue;
         for (int r = 0; r < size; r++) {
             if (dev[r] < 0) {
-                bsipipe_tp_nccl_destroy(n);
+                tp_nccl_destroy(n);
                 return bsipipe_error_set(-EINVAL, "tp nccl: rank %d of group %d has no GPU", r, g);
             }
             for (int q = 0; q < r; q++)
                 if (dev[q] == dev[r]) {
-                    bsipipe_tp_nccl_destroy(n);
+                    tp_nccl_destroy(n);
                     return bsipipe_error_set(-EINVAL, "tp nccl: ranks %d and %d of group %d are both on GPU %d "
                                              "(NCCL needs one GPU per rank)", q, r, g, dev[r]);
                 }
@@ -46,7 +46,7 @@ int bsipipe_tp_nccl_create(int n_groups, int size, const int *gpu, bsipipe_tp_nc
         if (rc != ncclSuccess) {
             for (int r = 0; r < size; r++)
                 n->comm[(long)g * size + r] = NULL;
-            bsipipe_tp_nccl_destroy(n);
+            tp_nccl_destroy(n);
             return bsipipe_error_set(-EIO, "tp nccl: ncclCommInitAll for group %d (%d GPUs from %d): %s", g, size,
                                      dev[0], ncclGetErrorString(rc));
         }
@@ -55,7 +55,7 @@ int bsipipe_tp_nccl_create(int n_groups, int size, const int *gpu, bsipipe_tp_nc
     return 0;
 }
 
-void bsipipe_tp_nccl_destroy(bsipipe_tp_nccl_t *n)
+void tp_nccl_destroy(tp_nccl_t *n)
 {
     if (!n)
         return;
@@ -67,7 +67,7 @@ void bsipipe_tp_nccl_destroy(bsipipe_tp_nccl_t *n)
 }
 
 /* Rank `rank`'s communicator of group `group`, or NULL with an error detail. */
-static ncclComm_t group_comm(const bsipipe_tp_nccl_t *n, int group, int rank)
+static ncclComm_t group_comm(const tp_nccl_t *n, int group, int rank)
 {
     ncclComm_t c = n && group >= 0 && group < n->n_groups && rank >= 0 && rank < n->size
                        ? n->comm[(long)group * n->size + rank]
@@ -82,7 +82,7 @@ static ncclDataType_t nccl_type(bsipipe_tp_dtype_t dt)
     return dt == BSIPIPE_TP_F64 ? ncclDouble : ncclFloat;
 }
 
-int bsipipe_tp_nccl_all_gather(bsipipe_tp_nccl_t *n, int group, int rank, const void *send, void *recv, long count,
+int tp_nccl_all_gather(tp_nccl_t *n, int group, int rank, const void *send, void *recv, long count,
                                bsipipe_tp_dtype_t dt, cudaStream_t stream)
 {
     ncclComm_t c = group_comm(n, group, rank);
@@ -92,7 +92,7 @@ int bsipipe_tp_nccl_all_gather(bsipipe_tp_nccl_t *n, int group, int rank, const 
     return 0;
 }
 
-int bsipipe_tp_nccl_reduce_scatter(bsipipe_tp_nccl_t *n, int group, int rank, const void *send, void *recv,
+int tp_nccl_reduce_scatter(tp_nccl_t *n, int group, int rank, const void *send, void *recv,
                                    long count, bsipipe_tp_dtype_t dt, cudaStream_t stream)
 {
     ncclComm_t c = group_comm(n, group, rank);
@@ -102,7 +102,7 @@ int bsipipe_tp_nccl_reduce_scatter(bsipipe_tp_nccl_t *n, int group, int rank, co
     return 0;
 }
 
-int bsipipe_tp_nccl_all_reduce(bsipipe_tp_nccl_t *n, int group, int rank, void *buf, long count,
+int tp_nccl_all_reduce(tp_nccl_t *n, int group, int rank, void *buf, long count,
                                bsipipe_tp_dtype_t dt, bsipipe_tp_op_t op, cudaStream_t stream)
 {
     ncclComm_t c = group_comm(n, group, rank);
@@ -113,13 +113,13 @@ int bsipipe_tp_nccl_all_reduce(bsipipe_tp_nccl_t *n, int group, int rank, void *
     return 0;
 }
 
-int bsipipe_tp_nccl_batch_begin(void)
+int tp_nccl_batch_begin(void)
 {
     NCCL_TRY(ncclGroupStart());
     return 0;
 }
 
-int bsipipe_tp_nccl_batch_end(void)
+int tp_nccl_batch_end(void)
 {
     NCCL_TRY(ncclGroupEnd());
     return 0;

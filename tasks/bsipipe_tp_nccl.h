@@ -35,27 +35,27 @@
 extern "C" {
 #endif
 
-typedef struct bsipipe_tp_nccl bsipipe_tp_nccl_t;
+typedef struct bsipipe_tp_nccl tp_nccl_t;
 
 /* n_groups groups of `size` ranks; gpu[g * size + r] = CUDA device ordinal
  * of rank r of group g, all different within a group (NCCL refuses two ranks
  * on one GPU). A group with gpu[g * size] < 0 gets no communicator (a device
  * of another MPI rank). */
-int bsipipe_tp_nccl_create(int n_groups, int size, const int *gpu, bsipipe_tp_nccl_t **out);
-void bsipipe_tp_nccl_destroy(bsipipe_tp_nccl_t *n); /* NULL is fine */
+int tp_nccl_create(int n_groups, int size, const int *gpu, tp_nccl_t **out);
+void tp_nccl_destroy(tp_nccl_t *n); /* NULL is fine */
 
 /* From rank `rank` of group `group`, on `stream`. dt: F32 or F64. */
-int bsipipe_tp_nccl_all_gather(bsipipe_tp_nccl_t *n, int group, int rank, const void *send, void *recv, long count,
+int tp_nccl_all_gather(tp_nccl_t *n, int group, int rank, const void *send, void *recv, long count,
                                bsipipe_tp_dtype_t dt, cudaStream_t stream);
-int bsipipe_tp_nccl_reduce_scatter(bsipipe_tp_nccl_t *n, int group, int rank, const void *send, void *recv,
+int tp_nccl_reduce_scatter(tp_nccl_t *n, int group, int rank, const void *send, void *recv,
                                    long count, bsipipe_tp_dtype_t dt, cudaStream_t stream);
-int bsipipe_tp_nccl_all_reduce(bsipipe_tp_nccl_t *n, int group, int rank, void *buf, long count,
+int tp_nccl_all_reduce(tp_nccl_t *n, int group, int rank, void *buf, long count,
                                bsipipe_tp_dtype_t dt, bsipipe_tp_op_t op, cudaStream_t stream);
 
 /* Brackets several calls of one rank into one NCCL launch (ncclGroupStart /
  * ncclGroupEnd): the replicated tensors' all-reduces of a replica. */
-int bsipipe_tp_nccl_batch_begin(void);
-int bsipipe_tp_nccl_batch_end(void);
+int tp_nccl_batch_begin(void);
+int tp_nccl_batch_end(void);
 
 #ifdef __cplusplus
 }

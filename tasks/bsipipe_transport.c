@@ -38,7 +38,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #define NAME_MAX_LEN 96
 

@@ -1,7 +1,7 @@
 /* bsipipe_transport_nccl.c: the `nccl` transport (bsipipe_transport_nccl.h):
  * a table of two-rank communicators, one per pair of devices on two GPUs. */
 #include "tasks/bsipipe_transport_nccl.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -20,12 +20,12 @@ struct bsipipe_nccl {
     int n_pairs;
 };
 
-int bsipipe_nccl_create(int n_devices, const int *gpu, int n_pairs, const int *pairs, bsipipe_nccl_t **out)
+int transport_nccl_create(int n_devices, const int *gpu, int n_pairs, const int *pairs, transport_nccl_t **out)
 {
     if (!out || n_devices <= 0 || !gpu || n_pairs < 0 || (n_pairs > 0 && !pairs))
         return bsipipe_error_set(-EINVAL, "nccl transport: bad arguments");
     *out = NULL;
-    bsipipe_nccl_t *n = calloc(1, sizeof *n);
+    transport_nccl_t *n = calloc(1, sizeof *n);
     if (!n || !(n->pair = calloc((size_t)n_devices * (size_t)n_devices, sizeof *n->pair))) {
         free(n);
         return bsipipe_error_set(-ENOMEM, "nccl transport: out of memory");
@@ -34,7 +34,7 @@ int bsipipe_nccl_create(int n_devices, const int *gpu, int n_pairs, const int *p
     for (int i = 0; i < n_pairs; i++) {
         int a = pairs[2 * i], b = pairs[2 * i + 1];
         if (a < 0 || b < 0 || a >= n_devices || b >= n_devices) {
-            bsipipe_nccl_destroy(n);
+            transport_nccl_destroy(n);
             return bsipipe_error_set(-EINVAL, "nccl transport: pair (%d, %d) outside 0..%d", a, b, n_devices - 1);
         }
         int lo = a < b ? a : b, hi = a < b ? b : a;
@@ -45,7 +45,7 @@ int bsipipe_nccl_create(int n_devices, const int *gpu, int n_pairs, const int *p
         ncclResult_t r = ncclCommInitAll(p->comm, 2, devs);
         if (r != ncclSuccess) {
             p->comm[0] = p->comm[1] = NULL;
-            bsipipe_nccl_destroy(n);
+            transport_nccl_destroy(n);
             return bsipipe_error_set(-EIO, "nccl transport: ncclCommInitAll for devices %d and %d (GPUs %d, %d): %s",
                                      lo, hi, devs[0], devs[1], ncclGetErrorString(r));
         }
@@ -55,7 +55,7 @@ int bsipipe_nccl_create(int n_devices, const int *gpu, int n_pairs, const int *p
     return 0;
 }
 
-void bsipipe_nccl_destroy(bsipipe_nccl_t *n)
+void transport_nccl_destroy(transport_nccl_t *n)
 {
     if (!n)
         return;
@@ -69,7 +69,7 @@ void bsipipe_nccl_destroy(bsipipe_nccl_t *n)
 
 /* The communicator of device `device` for its pair with `peer`, and the
  * peer's rank in it. */
-static ncclComm_t pair_comm(const bsipipe_nccl_t *n, int device, int peer, int *peer_rank)
+static ncclComm_t pair_comm(const transport_nccl_t *n, int device, int peer, int *peer_rank)
 {
     if (!n || device < 0 || peer < 0 || device >= n->n || peer >= n->n || device == peer)
         return NULL;
@@ -78,20 +78,20 @@ static ncclComm_t pair_comm(const bsipipe_nccl_t *n, int device, int peer, int *
     return n->pair[lo * n->n + hi].comm[device == lo ? 0 : 1];
 }
 
-int bsipipe_nccl_has(const bsipipe_nccl_t *n, int a, int b)
+int transport_nccl_has(const transport_nccl_t *n, int a, int b)
 {
     int r;
     return pair_comm(n, a, b, &r) != NULL;
 }
 
-int bsipipe_nccl_n_pairs(const bsipipe_nccl_t *n)
+int transport_nccl_n_pairs(const transport_nccl_t *n)
 {
     return n ? n->n_pairs : 0;
 }
 
 /* The communicator of a pair and the peer's rank in it, or NULL with an
  * error detail set. */
-static ncclComm_t pair_comm_checked(bsipipe_nccl_t *n, int device, int peer, int *r)
+static ncclComm_t pair_comm_checked(transport_nccl_t *n, int device, int peer, int *r)
 {
     ncclComm_t c = pair_comm(n, device, peer, r);
     if (!c)
@@ -99,7 +99,7 @@ static ncclComm_t pair_comm_checked(bsipipe_nccl_t *n, int device, int peer, int
     return c;
 }
 
-int bsipipe_nccl_send(bsipipe_nccl_t *n, int device, int peer, const void *buf, size_t bytes, cudaStream_t stream)
+int transport_nccl_send(transport_nccl_t *n, int device, int peer, const void *buf, size_t bytes, cudaStream_t stream)
 {
     int r;
     ncclComm_t c = pair_comm_checked(n, device, peer, &r);
@@ -109,7 +109,7 @@ int bsipipe_nccl_send(bsipipe_nccl_t *n, int device, int peer, const void *buf, 
     return 0;
 }
 
-int bsipipe_nccl_recv(bsipipe_nccl_t *n, int device, int peer, void *buf, size_t bytes, cudaStream_t stream)
+int transport_nccl_recv(transport_nccl_t *n, int device, int peer, void *buf, size_t bytes, cudaStream_t stream)
 {
     int r;
     ncclComm_t c = pair_comm_checked(n, device, peer, &r);
@@ -119,7 +119,7 @@ int bsipipe_nccl_recv(bsipipe_nccl_t *n, int device, int peer, void *buf, size_t
     return 0;
 }
 
-int bsipipe_nccl_allreduce(bsipipe_nccl_t *n, int device, int peer, float *buf, size_t count, cudaStream_t stream)
+int transport_nccl_allreduce(transport_nccl_t *n, int device, int peer, float *buf, size_t count, cudaStream_t stream)
 {
     int r;
     ncclComm_t c = pair_comm_checked(n, device, peer, &r);

@@ -7,7 +7,7 @@
  * number). A pair whose two devices share one GPU gets none: NCCL refuses two
  * ranks on one GPU ("Duplicate GPU detected"), so the engine moves such a
  * pair's data with the local transport and cudaMemcpyAsync instead
- * (bsipipe_nccl_has() says which). Each rank of a communicator is used by one
+ * (transport_nccl_has() says which). Each rank of a communicator is used by one
  * StarPU worker only (the worker of its device), in the plan's order, so no
  * communicator is shared between threads.
  *
@@ -28,26 +28,26 @@
 extern "C" {
 #endif
 
-typedef struct bsipipe_nccl bsipipe_nccl_t;
+typedef struct bsipipe_nccl transport_nccl_t;
 
 /* n_devices devices; gpu[d] = CUDA device ordinal of device d; pairs[2i],
  * pairs[2i+1] (i < n_pairs) = devices that exchange data (repeats are fine).
  * Creates the communicators of the pairs on two different GPUs. */
-int bsipipe_nccl_create(int n_devices, const int *gpu, int n_pairs, const int *pairs, bsipipe_nccl_t **out);
-void bsipipe_nccl_destroy(bsipipe_nccl_t *n); /* NULL is fine */
+int transport_nccl_create(int n_devices, const int *gpu, int n_pairs, const int *pairs, transport_nccl_t **out);
+void transport_nccl_destroy(transport_nccl_t *n); /* NULL is fine */
 
 /* 1 when devices a and b have a communicator, else 0 (also for NULL n). */
-int bsipipe_nccl_has(const bsipipe_nccl_t *n, int a, int b);
+int transport_nccl_has(const transport_nccl_t *n, int a, int b);
 
 /* Number of communicators (pairs) created. */
-int bsipipe_nccl_n_pairs(const bsipipe_nccl_t *n);
+int transport_nccl_n_pairs(const transport_nccl_t *n);
 
 /* From device's worker: bytes to / from peer. */
-int bsipipe_nccl_send(bsipipe_nccl_t *n, int device, int peer, const void *buf, size_t bytes, cudaStream_t stream);
-int bsipipe_nccl_recv(bsipipe_nccl_t *n, int device, int peer, void *buf, size_t bytes, cudaStream_t stream);
+int transport_nccl_send(transport_nccl_t *n, int device, int peer, const void *buf, size_t bytes, cudaStream_t stream);
+int transport_nccl_recv(transport_nccl_t *n, int device, int peer, void *buf, size_t bytes, cudaStream_t stream);
 
 /* In place: buf (count floats) = device's buf + peer's buf, on both. */
-int bsipipe_nccl_allreduce(bsipipe_nccl_t *n, int device, int peer, float *buf, size_t count, cudaStream_t stream);
+int transport_nccl_allreduce(transport_nccl_t *n, int device, int peer, float *buf, size_t count, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -12,6 +12,6 @@ tests_test_checkpoint_LDADD = libbsipipe.la $(STARPU_LIBS) $(ZLIB_LIBS)
 check_PROGRAMS += tests/test_checkpoint_format
 TESTS += tests/test_checkpoint_format
 tests_test_checkpoint_format_SOURCES = tests/test_checkpoint_format.c tasks/checkpoint_format.c \
-	graph/bsipipe_error.c graph/bsipipe_config.c graph/bsipipe_layout.c kernels/cpu/model_dims.c
+	base/bsipipe_error.c graph/bsipipe_config.c graph/bsipipe_layout.c kernels/cpu/model_dims.c
 tests_test_checkpoint_format_CFLAGS = $(AM_CFLAGS)
 tests_test_checkpoint_format_LDADD = $(ZLIB_LIBS) -lm

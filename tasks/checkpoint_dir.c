@@ -4,7 +4,7 @@
  * temporaries a run that died left there. docs/checkpoint.md. */
 #include "tasks/engine_internal.h"
 #include "tasks/checkpoint_format.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -6,7 +6,7 @@
  * in which this run differs). */
 #include "tasks/checkpoint_format.h"
 #include "graph/bsipipe_config.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "kernels/bsipipe_model.h"
 
 #include <errno.h>

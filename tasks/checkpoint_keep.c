@@ -12,7 +12,7 @@
  * bsipipe_checkpoint_lock removes. docs/checkpoint.md. */
 #include "tasks/engine_internal.h"
 #include "tasks/checkpoint_format.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -6,13 +6,25 @@
  * The scan reads each value once, next to the file's own write or read. */
 #include "tasks/engine_internal.h"
 #include "tasks/checkpoint_format.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Tensor parallelism: params, m and v of pipe `pipe` as whole-model
+ * vectors (P floats each, one after the other in full). */
+int engine_ckpt_tp_full_pipe(bsipipe_engine_t *e, int pipe, float *full, long P)
+{
+    int rc = engine_tp_full(e, pipe, ENGINE_TP_PARAMS, full);
+    if (rc == 0)
+        rc = engine_tp_full(e, pipe, ENGINE_TP_M, full + P);
+    if (rc == 0)
+        rc = engine_tp_full(e, pipe, ENGINE_TP_V, full + 2 * P);
+    return rc;
+}
 
 static const char *const state_part[3] = {"parameter", "Adam first moment", "Adam second moment"};
 

@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "tasks/engine_internal.h"
 
 struct pool_spare {

@@ -11,7 +11,7 @@
  * fuzz/fuzz_checkpoint.c runs them too). */
 #include "tasks/engine_internal.h"
 #include "tasks/checkpoint_format.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "kernels/bsipipe_tp.h"
 
 #include <dirent.h>
@@ -196,18 +196,6 @@ int bsipipe_engine_save(bsipipe_engine_t *e, const char *dir, long iteration)
         return save_ranks(e, dir, iteration, rc);
     if (rc == 0 && (rc = save_single(e, dir, iteration)) == 0)
         remove_parts(dir, NULL); /* the parts of a multi-rank checkpoint it replaced */
-    return rc;
-}
-
-/* Tensor parallelism: params, m and v of pipe `pipe` as whole-model
- * vectors (P floats each, one after the other in full). */
-int engine_ckpt_tp_full_pipe(bsipipe_engine_t *e, int pipe, float *full, long P)
-{
-    int rc = engine_tp_full(e, pipe, ENGINE_TP_PARAMS, full);
-    if (rc == 0)
-        rc = engine_tp_full(e, pipe, ENGINE_TP_M, full + P);
-    if (rc == 0)
-        rc = engine_tp_full(e, pipe, ENGINE_TP_V, full + 2 * P);
     return rc;
 }
 

@@ -1,4 +1,4 @@
-/* engine_cuda.h: what the CUDA functions of the codelets (tasks/cl_*.c)
+/* engine_cuda.h: what the CUDA functions of the codelets (tasks/ops/<op>.c)
  * share: the CUDA kernels' C API, the worker's stream and cuBLAS handle, and
  * BSIPIPE_CL_CUDA(f), which puts f beside the CPU function of a codelet only
  * in builds with CUDA (configure's BSIPIPE_HAVE_CUDA). */

@@ -5,7 +5,7 @@
  * only this rank's devices (e->n_local of them) get workers. */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT: the cores this process may use */
 #include "tasks/engine_internal.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "kernels/cuda/bsipipe_cuda_probe.h"
 
 #include <sched.h>
@@ -329,7 +329,7 @@ static int start_tp_nccl(struct bsipipe_engine *e, const int *tp_ids)
             gpu[d * T + r] = engine_local(e, d) ? starpu_worker_get_devid(tp_ids[j * T + r]) : -1;
         j += engine_local(e, d);
     }
-    int rc = bsipipe_tp_nccl_create(e->W, T, gpu, &e->tp_nccl);
+    int rc = tp_nccl_create(e->W, T, gpu, &e->tp_nccl);
     free(gpu);
     return rc;
 }
@@ -357,7 +357,7 @@ static int start_nccl(struct bsipipe_engine *e)
                 np++;
             }
     }
-    int rc = bsipipe_nccl_create(e->W, e->gpu, np, pairs, &e->nccl);
+    int rc = transport_nccl_create(e->W, e->gpu, np, pairs, &e->nccl);
     free(pairs);
     return rc;
 }
@@ -460,9 +460,9 @@ int engine_devices_start(struct bsipipe_engine *e)
 void engine_devices_stop(struct bsipipe_engine *e)
 {
 #ifdef BSIPIPE_HAVE_NCCL
-    bsipipe_nccl_destroy(e->nccl);
+    transport_nccl_destroy(e->nccl);
     e->nccl = NULL;
-    bsipipe_tp_nccl_destroy(e->tp_nccl);
+    tp_nccl_destroy(e->tp_nccl);
     e->tp_nccl = NULL;
 #endif
 #ifdef BSIPIPE_HAVE_CUDA
@@ -502,7 +502,7 @@ long engine_kv_floats(const struct bsipipe_engine *e, int n_layers)
 int engine_uses_nccl(const struct bsipipe_engine *e, int a, int b)
 {
 #ifdef BSIPIPE_HAVE_NCCL
-    return e->nccl && bsipipe_nccl_has(e->nccl, a, b);
+    return e->nccl && transport_nccl_has(e->nccl, a, b);
 #else
     (void)e;
     (void)a;

@@ -6,6 +6,7 @@
 
 #include "tasks/bsipipe_engine.h"
 #include "graph/bsipipe_sim.h"
+#include "graph/plan_lower.h"
 #include "tasks/bsipipe_transport.h"
 #include "policies/bsipipe_policy.h"
 
@@ -15,6 +16,7 @@ typedef struct op_args {
     bsipipe_op_t op;
     int start, len;      /* piece tokens */
     int l0, l1;          /* layers of the chunk */
+    const plan_lowered_op_t *low; /* what the lowering pass computed of it (e->lowered) */
     int in_channel;      /* F/B: channel of the RECV bringing the input, -1 = local producer */
     int send_op;         /* F/B: index of the SEND of its output on the same device, -1 = none */
     starpu_data_handle_t send_handle; /* SEND, eager: the buffer it sends (set when its producer is submitted) */
@@ -143,12 +145,14 @@ struct bsipipe_engine {
     int idle_spin_us;                  /* resolved options.idle_spin_us (engine_idle_spin_resolve) */
     int blocking_send;                 /* bsipipe_engine_set_blocking_send */
     bsipipe_cost_model_t emu_cost;     /* emulated ops' costs: emulate_flops, with emulate_links' fields */
+    plan_lowered_t *lowered;           /* the plan as the iterations read it (owned; graph/plan_lower.h) */
     bsipipe_links_t *links;            /* emulate_links: the links and their clocks (NULL: none) */
     int *emu_nodes;                    /* emu_cost.device_node (owned; NULL without links) */
     pthread_mutex_t links_lock;        /* around links */
     long links_t0;                     /* this iteration's start (ns): the links' time 0 */
     int blocking_recv;                 /* bsipipe_engine_set_blocking_recv */
     int floor_flags;                   /* nonzero (with FLOOR_ACTIVE) during a floor iteration */
+    struct starpu_codelet *floor_cl;   /* the floor's empty body (engine.c), set with floor_flags */
     struct starpu_task **floor_recv;   /* per channel: the floor RECV task its SEND releases */
     int *floor_meet;                   /* per channel, __atomic, eager floor: 1 sent, 2 posted */
     starpu_data_handle_t *fl_x_out, *fl_stash, *fl_dx, *fl_dy, *fl_wstash, *fl_kv, *fl_dkv, *fl_recv;
@@ -253,6 +257,19 @@ int engine_recv_ahead(const struct bsipipe_engine *e, int d, int i);
  * the task ends). 0, or a negative error with a detail. */
 int engine_task_submit(struct bsipipe_engine *e, int d, int i, struct starpu_codelet *cl,
                        struct starpu_data_descr *descr, int n);
+/* The same with what an op file knows of its task (engine_insert_t.flags):
+ * END_DEP: it ends when the transport releases it, not when its body
+ * returns (a RECV); RENDEZVOUS: a SEND of the local transport, not ready
+ * before its RECV posted (its channel's tags, engine_watchdog.c). */
+enum { ENGINE_TASK_END_DEP = 1u, ENGINE_TASK_RENDEZVOUS = 2u };
+int engine_task_submit_flags(struct bsipipe_engine *e, int d, int i, struct starpu_codelet *cl,
+                             struct starpu_data_descr *descr, int n, unsigned flags);
+/* An eager send settled (engine_send_eager's completion, given to the
+ * transport; engine.c calls it for offers no RECV took). */
+void engine_eager_done(void *send_args);
+/* The floor's stand-in for an eager send's meeting on channel ch: side 1
+ * the producer, 2 the RECV; the second to arrive releases the RECV. */
+void engine_floor_meet(struct bsipipe_engine *e, long ch, int side);
 /* One use of a per-iteration buffer: counted (dry_run) or consumed (the
  * buffer is unregistered after its last use). Other handles: nothing.
  * Consuming is thread safe: an eager send consumes its use on a worker. */
@@ -278,7 +295,83 @@ starpu_data_handle_t engine_buffer_bind(struct bsipipe_engine *e, starpu_data_ha
  * last use unregisters it once its tasks end, or gives it back to its
  * device's pool for first writers that run after that slot. */
 void engine_buffer_used(struct bsipipe_engine *e, starpu_data_handle_t h, int device, long slot);
-/* Eager sends (cl_forward.c, cl_backward.c): at the end of an F or B whose
+/* Device d's op records of the last iteration, *n of them (the data of
+ * bsipipe_engine_records, for the engine's own readers). */
+static inline const bsipipe_engine_op_record_t *engine_op_records(const struct bsipipe_engine *e, int d, int *n)
+{
+    bsipipe_schedule_device_ops(e->sched, d, n);
+    return e->rec[d];
+}
+/* All-or-nothing arrays: calloc of n (at least 1) elements into p. */
+#define ALLOC(p, n) ((p) = calloc((size_t)(n) > 0 ? (size_t)(n) : 1, sizeof *(p)))
+/* Each op's slot in its worker's plan order for this iteration (eager: SENDs
+ * take none), engine_core.c. */
+void engine_plan_slots(struct bsipipe_engine *e, int eager);
+/* The floor's buffers, freed with the engine (engine_floor.c). */
+void engine_floor_free(struct bsipipe_engine *e);
+/* What an iteration is made of (engine.c), shared with the floor
+ * (engine_floor.c): the sends' mode and slots for this iteration; the
+ * overhead clock around submission; the dry run counting every buffer's
+ * uses; one op of the plan built and submitted (or only checked). */
+void engine_sends_begin(struct bsipipe_engine *e);
+void engine_overhead_begin(struct bsipipe_engine *e);
+void engine_overhead_end(struct bsipipe_engine *e, double t0, double t_sub, double t1);
+int engine_count_uses(struct bsipipe_engine *e, int step);
+int engine_submit_op(struct bsipipe_engine *e, int d, int i, int step, int dry_run);
+
+/* ---- one op's task, as its op file inserts it (tasks/ops/) ----
+ * The driver (engine.c) calls the op kind's insert function for each op of
+ * the plan; it names the codelet and lists the buffers with their access
+ * modes, side by side with the codelet that reads them (the buffer order is
+ * the codelet's). engine_insert_finish (engine_core.c) then checks that
+ * every buffer exists, and counts the uses (dry run) or submits the task. */
+enum { ENGINE_MAX_BUFFERS = 512 };
+typedef struct engine_insert {
+    struct bsipipe_engine *e;
+    op_args_t *a;               /* the op's arguments; a->op is the op */
+    int d, i;                   /* device, index in its op list */
+    long earliest;              /* first slot the task may run at (a RECV posted ahead runs early):
+                                   a buffer's first writer binds one given back before it */
+    int dry_run;                /* counting the iteration's buffer uses: nothing is submitted */
+    int step;                   /* STEP: apply the update (0: a forward-backward pass keeps its slot) */
+    struct starpu_codelet *cl;  /* set by the insert function; NULL: no task (an eager SEND) */
+    unsigned flags;             /* ENGINE_TASK_* the insert function sets */
+    int n;
+    struct starpu_data_descr descr[ENGINE_MAX_BUFFERS];
+} engine_insert_t;
+/* Adds the buffer held in *slot with `mode`: a per-iteration buffer is bound
+ * for this access (engine_buffer_bind: its first writer takes a handle from
+ * the device's pool); a persistent one is added as it is. */
+void engine_insert_buffer(engine_insert_t *t, starpu_data_handle_t *slot, enum starpu_data_access_mode mode);
+/* Adds h read only, as it is (a received buffer or a producer's output). */
+void engine_insert_read(engine_insert_t *t, starpu_data_handle_t h);
+/* Checks, then counts (dry run) or submits the task t describes. */
+int engine_insert_finish(engine_insert_t *t);
+/* The handle of the piece's activation (F) or gradient (B) entering op a's
+ * chunk: its receive buffer, or the local producer's output; NULL when the
+ * producer is remote and no receive brings it (an inconsistent plan). */
+starpu_data_handle_t engine_input_handle(struct bsipipe_engine *e, const op_args_t *a);
+/* Tokens of subsequence `sub` (the partition's piece). */
+int engine_piece_len(const struct bsipipe_engine *e, int sub);
+/* The insert functions, one per op kind (tasks/ops/<op>.c); 0 or a
+ * negative error with a detail. */
+int engine_insert_forward(engine_insert_t *t);
+int engine_insert_backward(engine_insert_t *t);
+int engine_insert_wgrad(engine_insert_t *t);
+int engine_insert_send(engine_insert_t *t);
+int engine_insert_recv(engine_insert_t *t);
+int engine_insert_sync(engine_insert_t *t);
+int engine_insert_step(engine_insert_t *t);
+/* Chunk c's squared gradient norm on `device` (a task outside the plan,
+ * tasks/ops/step.c): every STEP reads it. */
+int engine_insert_norm(struct bsipipe_engine *e, int device, int c);
+/* Whole-vector access from the host (engine_core.c): h's data written from
+ * src (NULL: zeros), or copied out to dst; each waits for the tasks that
+ * use h first. */
+void engine_vector_write(starpu_data_handle_t h, const void *src, size_t bytes);
+void engine_vector_read(starpu_data_handle_t h, void *dst, const void *data, size_t bytes);
+
+/* Eager sends (ops/forward.c, ops/backward.c): at the end of an F or B whose
  * output goes to another device, offer it to the transport in place of a
  * SEND task (bsipipe_transport_offer): copied at once if its RECV has
  * posted, else by the RECV's post. `out` is the op's output buffer. Does
@@ -341,8 +434,8 @@ int engine_trace_recording(void);
  * creates takes the task's tag settings then, and t may be gone after. */
 void engine_job_note(struct bsipipe_engine *e, int d, int i, struct starpu_task *t, int primary);
 
-extern struct starpu_codelet bsipipe_cl_forward, bsipipe_cl_forward_head, bsipipe_cl_backward, bsipipe_cl_send,
-    bsipipe_cl_recv, bsipipe_cl_sync, bsipipe_cl_sync_peer, bsipipe_cl_step, bsipipe_cl_wgrad;
+extern struct starpu_codelet engine_cl_forward, engine_cl_forward_head, engine_cl_backward, engine_cl_send,
+    engine_cl_recv, engine_cl_sync, engine_cl_sync_peer, engine_cl_step, engine_cl_wgrad;
 /* Performance models of F (F on the last chunk: _head), B, W, SEND, RECV
  * (engine_perfmodel.c; symbols bsipipe_fwd, bsipipe_fwd_head, ...). */
 extern struct starpu_perfmodel engine_model_fwd, engine_model_fwd_head, engine_model_bwd, engine_model_wgrad,
@@ -350,13 +443,13 @@ extern struct starpu_perfmodel engine_model_fwd, engine_model_fwd_head, engine_m
     engine_model_mpi_send, engine_model_mpi_recv, engine_model_mpi_sync, engine_model_tp_seg, engine_model_tp_coll,
     engine_model_tp_step, engine_model_tp_norm; /* the floor's codelet has none: it is the floor */
 #ifdef BSIPIPE_HAVE_NCCL
-extern struct starpu_codelet bsipipe_cl_sync_nccl; /* one replica RW, all-reduced with its mirror */
+extern struct starpu_codelet engine_cl_sync_nccl; /* one replica RW, all-reduced with its mirror */
 #endif
 
 /* Emulated device time (engine_emulate.c): holds the worker for the op's
  * cost-model duration. Returns 1 when the engine emulates (the caller then
  * skips its compute). */
-int engine_emulate(struct bsipipe_engine *e, const bsipipe_op_t *op);
+int engine_emulate(struct bsipipe_engine *e, const op_args_t *a);
 /* Holds the calling worker for `seconds` of emulated device time (a TP
  * segment's or collective's share of its op, engine_tp.c). */
 void engine_emulate_hold(double seconds);
@@ -502,6 +595,6 @@ const op_args_t *engine_tp_slot_op(struct bsipipe_engine *e, int d, long slot);
 const op_args_t *engine_tp_op_args(struct bsipipe_engine *e, int d, int i);
 void engine_tp_free(struct bsipipe_engine *e);
 
-extern struct starpu_codelet bsipipe_cl_mpi_marker, bsipipe_cl_mpi_send, bsipipe_cl_mpi_sync_up, bsipipe_cl_norm;
+extern struct starpu_codelet engine_cl_mpi_marker, engine_cl_mpi_send, engine_cl_mpi_sync_up, engine_cl_norm;
 
 #endif

@@ -30,7 +30,7 @@
  * and what waits for it; a rank that dies makes mpirun stop the others and
  * name it. */
 #include "tasks/engine_internal.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "graph/bsipipe_topology.h"
 
 #include <errno.h>
@@ -646,7 +646,7 @@ int engine_mpi_submit_op(struct bsipipe_engine *e, int d, int i, int dry_run)
             }
             /* The marker holds the plan slot; RW orders the isend after it. */
             descr[0] = (struct starpu_data_descr){src, STARPU_RW};
-            if ((rc = submit_slot(e, d, i, r, &bsipipe_cl_mpi_send, descr, 1)) < 0)
+            if ((rc = submit_slot(e, d, i, r, &engine_cl_mpi_send, descr, 1)) < 0)
                 return rc;
             if ((rc = post_send(m, src, peer_rank, TAG_CHANNEL, ch, 0)) < 0)
                 return rc;
@@ -661,7 +661,7 @@ int engine_mpi_submit_op(struct bsipipe_engine *e, int d, int i, int dry_run)
                 break; /* its consumer's use is counted there */
             if ((rc = post_recv(m, dst, peer_rank, TAG_CHANNEL, ch, d, op->peer, name)) < 0)
                 return rc;
-            if ((rc = submit_slot(e, d, i, r, &bsipipe_cl_mpi_marker, descr, 0)) < 0)
+            if ((rc = submit_slot(e, d, i, r, &engine_cl_mpi_marker, descr, 0)) < 0)
                 return rc;
             break;
         }
@@ -674,7 +674,7 @@ int engine_mpi_submit_op(struct bsipipe_engine *e, int d, int i, int dry_run)
                                             : e->rep[e->C + op->chunk].h_grads;
             if (op->pipe == 1) { /* up side: send the gradient, get the sum back */
                 descr[0] = (struct starpu_data_descr){up, STARPU_RW};
-                if ((rc = submit_slot(e, d, i, r, &bsipipe_cl_mpi_sync_up, descr, 1)) < 0 ||
+                if ((rc = submit_slot(e, d, i, r, &engine_cl_mpi_sync_up, descr, 1)) < 0 ||
                     (rc = post_send(m, up, peer_rank, TAG_SYNC_UP, ck, 1)) < 0 ||
                     (rc = post_recv(m, up, peer_rank, TAG_SYNC_DOWN, ck, d, op->peer, name)) < 0)
                     return rc;
@@ -687,7 +687,7 @@ int engine_mpi_submit_op(struct bsipipe_engine *e, int d, int i, int dry_run)
                 return rc;
             descr[0] = (struct starpu_data_descr){down, STARPU_RW};
             descr[1] = (struct starpu_data_descr){in, STARPU_RW};
-            if ((rc = submit_slot(e, d, i, r, &bsipipe_cl_sync, descr, 2)) < 0 ||
+            if ((rc = submit_slot(e, d, i, r, &engine_cl_sync, descr, 2)) < 0 ||
                 (rc = post_send(m, in, peer_rank, TAG_SYNC_DOWN, ck, 1)) < 0)
                 return rc;
             starpu_data_unregister_submit(in);

@@ -12,7 +12,7 @@
  * that starpu_perfmodel_display lists (bsipipe_fwd, bsipipe_fwd_head,
  * bsipipe_bwd, bsipipe_wgrad, bsipipe_send, bsipipe_recv). The F of the last
  * chunk, which also runs the head and the loss, is a codelet of its own
- * (bsipipe_cl_forward_head) so its longer time gets a model of its own.
+ * (engine_cl_forward_head) so its longer time gets a model of its own.
  *
  * Footprint: StarPU's default hashes the buffers' sizes, which here do not
  * tell ops apart (all share the scratch buffer; a piece's stash size depends

@@ -7,7 +7,7 @@
  * by bsipipe_engine_create before starpu_init, with the reason of its
  * family, instead of crashing or hanging half way through an iteration. */
 #include "tasks/engine_internal.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* engine_trace.c: the engine's own trace outputs of a run (docs/tracing.md),
  * from StarPU's profiling information, which the engine keeps per op for the
- * last iteration (bsipipe_engine_records): Chrome/Perfetto trace events
+ * last iteration (engine_op_records): Chrome/Perfetto trace events
  * (with SEND -> RECV flow arrows), the planner's SVG timeline with measured
  * times next to the planned one, both inline in a zoomable index.html, and
  * ops.tsv, which names the op of every StarPU job of the run (the join of
@@ -8,7 +8,7 @@
  * StarPU's own FxT trace and its tools: trace_starpu.c. */
 #include "tasks/engine_internal.h"
 #include "graph/bsipipe_draw.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "graph/bsipipe_sim.h"
 
 #include <errno.h>
@@ -89,7 +89,7 @@ static int measured_build(bsipipe_engine_t *e, measured_t *m)
     for (int d = 0; d < W; d++) {
         const bsipipe_engine_op_record_t *rec;
         int n;
-        bsipipe_engine_records(e, d, &rec, &n);
+        rec = engine_op_records(e, d, &n);
         for (int i = 0; i < n; i++)
             if (rec[i].end_us > 0 && (first < 0 || rec[i].start_us < first))
                 first = rec[i].start_us;
@@ -104,7 +104,7 @@ static int measured_build(bsipipe_engine_t *e, measured_t *m)
         const bsipipe_engine_op_record_t *rec;
         int n;
         const bsipipe_op_t *ops = bsipipe_schedule_device_ops(s, d, &n);
-        bsipipe_engine_records(e, d, &rec, &n);
+        rec = engine_op_records(e, d, &n);
         m->r.op_start[d] = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
         m->r.op_end[d] = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
         if (!m->r.op_start[d] || !m->r.op_end[d]) {
@@ -170,7 +170,7 @@ static int write_json(bsipipe_engine_t *e, const char *dir, const measured_t *m,
         int n;
         const bsipipe_op_t *ops = bsipipe_schedule_device_ops(s, d, &n);
         const bsipipe_engine_op_record_t *rec;
-        bsipipe_engine_records(e, d, &rec, &n);
+        rec = engine_op_records(e, d, &n);
         for (int i = 0; i < n; i++) {
             const bsipipe_op_t *op = &ops[i];
             int tid = d; /* the device whose worker ran it (placement is kept: normally d) */
@@ -210,7 +210,7 @@ static int write_json(bsipipe_engine_t *e, const char *dir, const measured_t *m,
             int n;
             const bsipipe_op_t *ops = bsipipe_schedule_device_ops(s, d, &n);
             const bsipipe_engine_op_record_t *rec;
-            bsipipe_engine_records(e, d, &rec, &n);
+            rec = engine_op_records(e, d, &n);
             for (int i = 0; i < n; i++) {
                 const bsipipe_op_t *op = &ops[i];
                 int c = op->channel;

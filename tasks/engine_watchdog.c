@@ -35,7 +35,7 @@
  * so the engine is then left as it is (bsipipe_engine_destroy only says so).
  */
 #include "tasks/engine_internal.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #include <errno.h>
 #include <limits.h>

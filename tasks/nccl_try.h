@@ -8,7 +8,7 @@
 
 #include <nccl.h>
 
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #define NCCL_TRY(x)                                                                         \
     do {                                                                                    \

@@ -13,7 +13,7 @@
  * converter writes it (run by hand on the raw file) is read by Paje readers
  * and StarPU's scripts group by those few names. */
 #include "tasks/engine_internal.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #include <dirent.h>
 #include <stddef.h>

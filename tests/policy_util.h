@@ -7,7 +7,7 @@
 #include "policies/bsipipe_policy.h"
 
 #include <starpu.h>
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #include <signal.h>
 #include <stdio.h>

@@ -8,7 +8,7 @@
 #include "tests/check.h"
 #include "tests/test_data.h"
 #include "tasks/bsipipe_engine.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #include <dlfcn.h>
 #include <starpu.h>

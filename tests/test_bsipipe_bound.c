@@ -14,7 +14,7 @@
  *   tests/test_bsipipe_bound --sweep [K]  the held-out sweep, w up to 64, k up to 8 (or k = K) */
 #include "graph/bsipipe_schedule.h"
 #include "graph/bsipipe_sim.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "tests/check.h"
 
 #include <stdlib.h>

@@ -17,7 +17,7 @@
  *    tensor, the checkpoint before it intact.
  * One engine per process at a time: each is destroyed before the next. */
 #include "tasks/bsipipe_engine.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "tests/check.h"
 #include "tests/test_data.h"
 

@@ -10,7 +10,7 @@
  * parameters silently shifted. Built from the format's sources (the library
  * does not export them). */
 #include "tasks/checkpoint_format.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "tests/check.h"
 
 #include <stdlib.h>

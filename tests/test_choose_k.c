@@ -12,7 +12,7 @@
  *  - Schedules that do not cut sequences get k = 1; an impossible budget is
  *    -ENOSPC naming the least memory; unit costs are refused. */
 #include "graph/bsipipe_sim.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "tests/check.h"
 
 #include <errno.h>

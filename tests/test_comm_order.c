@@ -5,7 +5,7 @@
  * timeline it was built from, and it stays deadlock-free under other costs. */
 #include "graph/bsipipe_sim.h"
 #include "graph/schedule_internal.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "tests/check.h"
 
 static bsipipe_schedule_t *make(bsipipe_schedule_kind_t kind, int w, int m, bsipipe_comm_order_t order)

@@ -1,7 +1,7 @@
 /* test_config: every rule of a configuration has an error naming it and the
  * nearest valid values; no input crashes the planner. */
 #include "graph/bsipipe_schedule.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "tests/check.h"
 
 #include <string.h>

@@ -9,7 +9,7 @@
  *    least one dependency meets it exactly unless the op ends a chain; a
  *    transfer's path equals its pair's; under FLOPs costs as well. */
 #include "graph/bsipipe_sim.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "tests/check.h"
 
 #include <stdlib.h>

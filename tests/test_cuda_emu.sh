@@ -29,7 +29,7 @@ $CXX -std=c++17 $cflags -x c++ -c "$top/kernels/cuda/bsipipe_cuda_attention_tc.c
 $CXX -std=c++17 $cflags -c "$emu/cuda_emu.cc" -o "$tmp/cuda_emu.o" &
 # tp_common.c and bsipipe_error.c: the TP kernels compiled into kernels_f*.c need them
 for f in kernels/cpu/model_dims.c kernels/cpu/config.c kernels/cpu/kernels_f32.c \
-         kernels/cpu/kernels_f64.c kernels/cpu/tp_common.c graph/bsipipe_error.c \
+         kernels/cpu/kernels_f64.c kernels/cpu/tp_common.c base/bsipipe_error.c \
          kernels/cuda/devcheck/cblas_naive.c kernels/cuda/emu/probe_emu.c; do
     $CC -std=gnu11 $cflags -c "$top/$f" -o "$tmp/$(basename "$f" .c).o"
 done

@@ -27,7 +27,7 @@
  * Exit 77 with "SKIP: no CUDA GPU found" without a GPU (or without CUDA in
  * libbsipipe). */
 #include "tasks/bsipipe_engine.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "kernels/cuda/bsipipe_cuda_probe.h"
 #include "tests/check.h"
 

@@ -38,7 +38,7 @@ int main(void)
 #include <cuda_runtime_api.h>
 #include "kernels/cuda/bsipipe_cuda_kernels.h"
 #include "kernels/cuda/bsipipe_cuda_tp.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "tests/cuda_check.h"
 
 enum { TMAX = 4 };

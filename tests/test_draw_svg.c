@@ -9,7 +9,7 @@
  *    to a pixel, and is followed by a wider box or by a gap);
  *  - in seconds (FLOPs costs) the axis says s, ms or us. */
 #include "graph/bsipipe_draw.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "tests/check.h"
 
 #include <stdlib.h>

@@ -12,7 +12,7 @@
 #include "tests/test_data.h"
 #include "tasks/bsipipe_engine.h"
 #include "graph/bsipipe_sim.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #include <errno.h>
 #include <stdlib.h>

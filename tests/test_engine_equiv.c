@@ -13,7 +13,7 @@
  * relative to the tensor's largest gradient. */
 #include "tasks/bsipipe_engine.h"
 #include "kernels/reference_trainer.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "tests/check.h"
 #include "tests/grad_check.h"
 

@@ -4,7 +4,7 @@
  * not hung; 20 training iterations follow the reference trainer's loss. */
 #include "tasks/bsipipe_engine.h"
 #include "kernels/reference_trainer.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "graph/bsipipe_sim.h"
 #include "tests/check.h"
 #include "tests/test_data.h"

@@ -7,7 +7,7 @@
  * StarPU is left as it was (still running, its policy unchanged), and once it
  * is shut down the same options create an engine that runs. */
 #include "tasks/bsipipe_engine.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "tests/check.h"
 
 #include <starpu.h>

@@ -29,7 +29,7 @@
  * stepping with another rank's norm moves gradients or parameters by 1e-2
  * to 1 relative. */
 #include "tasks/bsipipe_engine.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "tests/check.h"
 #include "tests/test_data.h"
 #include "tests/grad_check.h"

@@ -33,7 +33,7 @@
 #include <errno.h>
 #include <time.h>
 
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "kernels/bsipipe_tp.h"
 #include "tests/check.h"
 #include "tests/kernels/kt_util.h"

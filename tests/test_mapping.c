@@ -4,7 +4,7 @@
  * requests are refused with the rule. */
 #include "graph/bsipipe_topology.h"
 #include "graph/bsipipe_sim.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "tests/check.h"
 
 #include <stdlib.h>

@@ -18,7 +18,7 @@
  * planner's simulation under the same device-to-rank map. */
 #include "tasks/bsipipe_engine.h"
 #include "kernels/reference_trainer.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "graph/bsipipe_sim.h"
 #include "tests/check.h"
 #include "tests/test_data.h"

@@ -29,7 +29,7 @@
  * planner's for the mapping (the planner counts one TP rank's link, with
  * the exact shard sizes: the norms and GPT's wpe are replicated). */
 #include "tasks/bsipipe_engine.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "graph/bsipipe_sim.h"
 #include "tests/check.h"
 #include "tests/grad_check.h"

@@ -1,6 +1,6 @@
 /* test_partition: even and compute-balanced subsequence partitions. */
 #include "graph/bsipipe_partition.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "tests/check.h"
 
 #include <stdlib.h>

@@ -12,7 +12,7 @@
 #include "tasks/bsipipe_engine.h"
 #include "kernels/reference_trainer.h"
 #include "graph/bsipipe_builder.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "tests/check.h"
 #include "tests/grad_check.h"
 #include "tests/test_data.h"

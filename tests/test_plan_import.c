@@ -11,7 +11,7 @@
  *     the builder refuses misuse. */
 #include "graph/bsipipe_builder.h"
 #include "graph/bsipipe_draw.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "graph/bsipipe_sim.h"
 #include "tests/check.h"
 

@@ -21,7 +21,7 @@
 #include "tasks/bsipipe_engine.h"
 #include "policies/bsipipe_policy.h"
 #include "kernels/reference_trainer.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "tests/check.h"
 #include "tests/grad_check.h"
 #include "tests/test_data.h"

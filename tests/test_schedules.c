@@ -3,7 +3,7 @@
  * bubble ratios, BSIPipe the lowest of the fused-backward schedules and
  * bsipipe-zb of all, memory bounded by basic units. */
 #include "graph/bsipipe_sim.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "tests/check.h"
 
 #include <math.h>

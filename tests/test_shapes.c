@@ -8,7 +8,7 @@
  * the worst ratio to the bound. (The op orders equal Megatron's:
  * tests/test_peer_orders.sh.) */
 #include "graph/bsipipe_sim.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "tests/check.h"
 
 #include <math.h>

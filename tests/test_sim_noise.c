@@ -12,7 +12,7 @@
  *  - Bad arguments are refused naming the bound; a plan that deadlocks
  *    reports the deadlock, not a sample. */
 #include "graph/bsipipe_sim.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "tests/check.h"
 
 #include <errno.h>

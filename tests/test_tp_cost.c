@@ -10,7 +10,7 @@
  *  - Simulated: the devices' tp_comm sums to the ops', tp_bytes to the bytes,
  *    and each op's cost includes its collectives. */
 #include "graph/bsipipe_sim.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "tests/check.h"
 
 #include <stdlib.h>

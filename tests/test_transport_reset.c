@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "tests/check.h"
 #include "tests/transport/tt_util.h"
 

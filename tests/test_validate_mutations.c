@@ -7,7 +7,7 @@
  * next. */
 #include "graph/bsipipe_sim.h"
 #include "graph/schedule_internal.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "tests/check.h"
 
 #include <stdlib.h>

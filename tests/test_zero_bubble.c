@@ -14,7 +14,7 @@
  * Prints the worst ratio of each to its bound. BSIPIPE_ZB_SWEEP=full widens
  * the sweep (w up to 32; minutes). */
 #include "graph/bsipipe_sim.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "tests/check.h"
 
 #include <math.h>

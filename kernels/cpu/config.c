@@ -10,7 +10,7 @@
 #include "kernels/bsipipe_kernels.h"
 #include "kernels/cpu/internal.h"
 
-int bsipipe__tile_q = 64, bsipipe__tile_k = 128, bsipipe__threads = 1;
+int kern_tile_q = 64, kern_tile_k = 128, kern_threads = 1;
 
 /* OpenBLAS's thread count, set and read through dlsym (the BLAS need not
  * be OpenBLAS); the pointers are looked up once. */
@@ -28,41 +28,41 @@ static void blas_lookup(void)
     }
 }
 
-int bsipipe__blas_threads(void)
+int kern_blas_threads(void)
 {
     pthread_once(&blas_once, blas_lookup);
     return blas_get ? blas_get() : 1;
 }
 
-int bsipipe__blas_single(void)
+int kern_blas_single(void)
 {
-    int n = bsipipe__blas_threads();
+    int n = kern_blas_threads();
     if (n > 1)
         blas_set(1);
     return n;
 }
 
-void bsipipe__blas_restore(int n)
+void kern_blas_restore(int n)
 {
     if (n > 1 && blas_set)
         blas_set(n);
 }
 
-void bsipipe__attention_tiles(int head_dim, int *bq, int *bk)
+void kern_attention_tiles(int head_dim, int *bq, int *bk)
 {
     /* Attention no longer calls the BLAS (its own tile kernels), so the
      * tiles need no shrinking for a multi-threaded OpenBLAS any more. */
     (void)head_dim;
-    *bq = bsipipe__tile_q;
-    *bk = bsipipe__tile_k;
+    *bq = kern_tile_q;
+    *bk = kern_tile_k;
 }
 
 int bsipipe_kernels_set_tiles(int tile_q, int tile_k)
 {
     if (tile_q < 1 || tile_k < 1)
         return -EINVAL;
-    bsipipe__tile_q = tile_q;
-    bsipipe__tile_k = tile_k;
+    kern_tile_q = tile_q;
+    kern_tile_k = tile_k;
     return 0;
 }
 
@@ -70,11 +70,11 @@ int bsipipe_kernels_set_threads(int n)
 {
     if (n < 1 || n > 1024)
         return -EINVAL;
-    bsipipe__threads = n;
+    kern_threads = n;
     return 0;
 }
 
-int bsipipe_kernels_get_threads(void) { return bsipipe__threads; }
+int bsipipe_kernels_get_threads(void) { return kern_threads; }
 
 /* The parallel-for runs on a persistent pool: the block calls it dozens of
  * times per piece (heads, row blocks, the parts of every matrix product),
@@ -182,9 +182,9 @@ __attribute__((destructor)) static void pool_stop(void)
     pool.started = 0;
 }
 
-int bsipipe__parallel_for(int n, int (*fn)(void *ctx, int i), void *ctx)
+int kern_parallel_for(int n, int (*fn)(void *ctx, int i), void *ctx)
 {
-    int nt = bsipipe__threads < n ? bsipipe__threads : n, rc = 0, rc_at = n;
+    int nt = kern_threads < n ? kern_threads : n, rc = 0, rc_at = n;
     struct pf_job job = {n, 0, fn, ctx};
     struct pf_arg one = {&job, 0, 0}, *args = &one;
     if (nt > POOL_MAX)

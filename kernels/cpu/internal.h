@@ -25,32 +25,32 @@ struct bsipipe_work_off {
     long dy, dx, dn, datt, dqkv, da1, da2, total;
 };
 
-int bsipipe__a1_width(const bsipipe_model_dims_t *d);
-void bsipipe__layer_off(const bsipipe_model_dims_t *d, struct bsipipe_layer_off *o);
-void bsipipe__embed_off(const bsipipe_model_dims_t *d, struct bsipipe_embed_off *o);
-void bsipipe__head_off(const bsipipe_model_dims_t *d, struct bsipipe_head_off *o);
-void bsipipe__stash_off(const bsipipe_model_dims_t *d, int len, struct bsipipe_stash_off *o);
-void bsipipe__work_off(const bsipipe_model_dims_t *d, int len, struct bsipipe_work_off *o);
+int kern_a1_width(const bsipipe_model_dims_t *d);
+void kern_layer_off(const bsipipe_model_dims_t *d, struct bsipipe_layer_off *o);
+void kern_embed_off(const bsipipe_model_dims_t *d, struct bsipipe_embed_off *o);
+void kern_head_off(const bsipipe_model_dims_t *d, struct bsipipe_head_off *o);
+void kern_stash_off(const bsipipe_model_dims_t *d, int len, struct bsipipe_stash_off *o);
+void kern_work_off(const bsipipe_model_dims_t *d, int len, struct bsipipe_work_off *o);
 
-extern int bsipipe__tile_q, bsipipe__tile_k, bsipipe__threads;
+extern int kern_tile_q, kern_tile_k, kern_threads;
 
 /* Threads of the BLAS (OpenBLAS's count when it is OpenBLAS, else 1). */
-int bsipipe__blas_threads(void);
+int kern_blas_threads(void);
 /* Puts the BLAS on one thread (OpenBLAS; a no-op for another BLAS) and
- * returns the count to hand back to bsipipe__blas_restore: the kernels'
+ * returns the count to hand back to kern_blas_restore: the kernels'
  * own threads split the matrix products and call it single-threaded. */
-int bsipipe__blas_single(void);
-void bsipipe__blas_restore(int n);
+int kern_blas_single(void);
+void kern_blas_restore(int n);
 /* The attention tile sizes to use for head_dim (the knobs, shrunk when both
  * we and OpenBLAS run threads; see config.c). */
-void bsipipe__attention_tiles(int head_dim, int *bq, int *bk);
+void kern_attention_tiles(int head_dim, int *bq, int *bk);
 
-/* Runs fn(ctx, i) for i in [0, n) on up to bsipipe__threads threads of a
+/* Runs fn(ctx, i) for i in [0, n) on up to kern_threads threads of a
  * persistent pool, indices claimed dynamically: fn(ctx, i) must compute
  * index i on its own (its own outputs), so results do not depend on which
  * thread ran it. Returns the first nonzero value returned by fn (in index
  * order), else 0. */
-int bsipipe__parallel_for(int n, int (*fn)(void *ctx, int i), void *ctx);
+int kern_parallel_for(int n, int (*fn)(void *ctx, int i), void *ctx);
 
 /* Tensor parallelism (tp_common.c): the same layouts for one rank's shard of
  * degree `size` (see bsipipe_tp.h; the stash's x n1 x2 n2 s1 s2 are the
@@ -58,19 +58,19 @@ int bsipipe__parallel_for(int n, int (*fn)(void *ctx, int i), void *ctx);
 struct bsipipe_tp_work_off { long gath, gdy, part, red, dx2, dy, seg, total; };
 struct bsipipe_tp_head_work_off { long ce, gath, logits, part, xn, red, st, total; };
 struct bsipipe_tp_tensor_info;
-void bsipipe__tp_layer_off(const bsipipe_model_dims_t *d, int size, struct bsipipe_layer_off *o);
-void bsipipe__tp_embed_off(const bsipipe_model_dims_t *d, int size, struct bsipipe_embed_off *o);
-void bsipipe__tp_head_off(const bsipipe_model_dims_t *d, int size, struct bsipipe_head_off *o);
-void bsipipe__tp_stash_off(const bsipipe_model_dims_t *d, int size, int len,
+void kern_tp_layer_off(const bsipipe_model_dims_t *d, int size, struct bsipipe_layer_off *o);
+void kern_tp_embed_off(const bsipipe_model_dims_t *d, int size, struct bsipipe_embed_off *o);
+void kern_tp_head_off(const bsipipe_model_dims_t *d, int size, struct bsipipe_head_off *o);
+void kern_tp_stash_off(const bsipipe_model_dims_t *d, int size, int len,
                            struct bsipipe_stash_off *o);
-long bsipipe__tp_seg_work(const bsipipe_model_dims_t *d, int size, int len);
-void bsipipe__tp_work_off(const bsipipe_model_dims_t *d, int size, int len,
+long kern_tp_seg_work(const bsipipe_model_dims_t *d, int size, int len);
+void kern_tp_work_off(const bsipipe_model_dims_t *d, int size, int len,
                           struct bsipipe_tp_work_off *o);
-void bsipipe__tp_head_work_off(const bsipipe_model_dims_t *d, int size, int len,
+void kern_tp_head_work_off(const bsipipe_model_dims_t *d, int size, int len,
                                struct bsipipe_tp_head_work_off *o);
 /* Tensors of one part (-1 embed, a layer, L head), offsets relative to the
  * part (shard and full); t has room for 8. Returns the count. */
-int bsipipe__tp_part_tensors(const bsipipe_model_dims_t *d, int size, int part,
+int kern_tp_part_tensors(const bsipipe_model_dims_t *d, int size, int part,
                              struct bsipipe_tp_tensor_info *t);
 
 #endif

@@ -98,9 +98,9 @@ static int gemm_cut_ok(struct gemm_ctx g)
         memcpy(cut, g.c, bytes);
         GEMM(CblasRowMajor, g.ta, g.tb, g.m, g.n, g.k, (R)1, g.a, g.lda, g.b, g.ldb, g.beta, whole, g.ldc);
         g.c = cut;
-        int bt = bsipipe__blas_single();
-        bsipipe__parallel_for(g.parts, gemm_part, &g);
-        bsipipe__blas_restore(bt);
+        int bt = kern_blas_single();
+        kern_parallel_for(g.parts, gemm_part, &g);
+        kern_blas_restore(bt);
         ok = 1;
         for (int i = 0; i < g.m && ok; i++)
             ok = memcmp(whole + (size_t)i * g.ldc, cut + (size_t)i * g.ldc, sizeof(R) * (size_t)g.n) == 0;
@@ -118,7 +118,7 @@ static void gemm_run(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int m, in
                      const R *a, int lda, const R *b, int ldb, R beta, R *c, int ldc)
 {
     double mnk = (double)m * n * k;
-    int parts = bsipipe__threads, dim = m > n ? m : n;
+    int parts = kern_threads, dim = m > n ? m : n;
     if (parts > dim / 16)
         parts = dim / 16;
     if (parts > 1 && mnk / parts < PAR_GEMM_MIN)
@@ -128,9 +128,9 @@ static void gemm_run(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int m, in
         GEMM(CblasRowMajor, ta, tb, m, n, k, (R)1, a, lda, b, ldb, beta, c, ldc);
         return;
     }
-    int bt = bsipipe__blas_single();
-    bsipipe__parallel_for(parts, gemm_part, &g);
-    bsipipe__blas_restore(bt);
+    int bt = kern_blas_single();
+    kern_parallel_for(parts, gemm_part, &g);
+    kern_blas_restore(bt);
 }
 
 /* y[n, out] (ld ldy) = x[n, in] (ld ldx) @ w[out, in]^T (ld ldw) + beta * y */
@@ -252,10 +252,10 @@ static int norm_fwd_blk(void *v, int blk)
 static void norm_fwd_par(int n, int d, const R *x, const R *w, const R *b, R *y, R *st)
 {
     struct par_ctx c = {n, d, 0, x, w, b, NULL, NULL, NULL, y, st, NULL, NULL, NULL};
-    if (bsipipe__threads <= 1)
+    if (kern_threads <= 1)
         norm_fwd(n, d, x, w, b, y, st); /* the same rows in the same order */
     else
-        bsipipe__parallel_for((n + PAR_ROWS - 1) / PAR_ROWS, norm_fwd_blk, &c);
+        kern_parallel_for((n + PAR_ROWS - 1) / PAR_ROWS, norm_fwd_blk, &c);
 }
 
 static int norm_bwd_blk(void *v, int blk)
@@ -279,7 +279,7 @@ static int norm_bwd_par(int n, int d, const R *x, const R *w, int has_b, const R
     if (!pw)
         return -ENOMEM;
     c.pb = has_b ? pw + (size_t)nb * d : NULL;
-    bsipipe__parallel_for(nb, norm_bwd_blk, &c);
+    kern_parallel_for(nb, norm_bwd_blk, &c);
     for (int b = 0; b < nb; b++)
         for (int k = 0; k < d; k++) {
             dw[k] += pw[(size_t)b * d + k];
@@ -393,7 +393,7 @@ static int gelu_blk(void *v, int blk)
 static void gelu_par(int n, int f, const R *h, const R *dg, R *out)
 {
     struct gelu_ctx c = {n, f, h, dg, out};
-    bsipipe__parallel_for((n + PAR_ROWS - 1) / PAR_ROWS, gelu_blk, &c);
+    kern_parallel_for((n + PAR_ROWS - 1) / PAR_ROWS, gelu_blk, &c);
 }
 
 /* dst rows = src rows (w columns, own leading dimensions) on the kernel
@@ -416,7 +416,7 @@ static int copy_blk(void *v, int blk)
 static void copy_rows_par(int n, int w, const R *src, int lds, R *dst, int ldd)
 {
     struct copy_ctx c = {n, w, lds, ldd, src, dst};
-    bsipipe__parallel_for((n + PAR_ROWS - 1) / PAR_ROWS, copy_blk, &c);
+    kern_parallel_for((n + PAR_ROWS - 1) / PAR_ROWS, copy_blk, &c);
 }
 
 /* h[n, F] = silu(gate) * up, gu[n, 2F] = [gate | up] */
@@ -457,7 +457,7 @@ static int swiglu_blk(void *v, int blk)
 static void swiglu_par(int n, int f, const R *gu, const R *dh, R *out)
 {
     struct gelu_ctx c = {n, f, gu, dh, out};
-    bsipipe__parallel_for((n + PAR_ROWS - 1) / PAR_ROWS, swiglu_blk, &c);
+    kern_parallel_for((n + PAR_ROWS - 1) / PAR_ROWS, swiglu_blk, &c);
 }
 
 /* RoPE on rows of x[n, ld] (heads of hd columns, pairs (2i, 2i+1)), row r at
@@ -898,10 +898,10 @@ int FN(bsipipe_attention_forward)(int n_heads, int head_dim, int start, int len,
     memset(&a, 0, sizeof a);
     a.hd = head_dim; a.start = start; a.len = len;
     a.ldq = ldq; a.ldk = ldk; a.ldo = ldo;
-    bsipipe__attention_tiles(head_dim, &a.bq, &a.bk);
+    kern_attention_tiles(head_dim, &a.bq, &a.bk);
     a.q = q; a.k = k; a.v = v; a.out = o; a.lse = lse;
     a.scale = (R)(1.0 / sqrt((double)head_dim));
-    return bsipipe__parallel_for(n_heads, att_fwd_head, &a);
+    return kern_parallel_for(n_heads, att_fwd_head, &a);
 }
 
 int FN(bsipipe_attention_backward)(int n_heads, int head_dim, int start, int len,
@@ -916,11 +916,11 @@ int FN(bsipipe_attention_backward)(int n_heads, int head_dim, int start, int len
     memset(&a, 0, sizeof a);
     a.hd = head_dim; a.start = start; a.len = len;
     a.ldq = ldq; a.ldk = ldk; a.ldo = ldo; a.lddq = lddq;
-    bsipipe__attention_tiles(head_dim, &a.bq, &a.bk);
+    kern_attention_tiles(head_dim, &a.bq, &a.bk);
     a.q = q; a.k = k; a.v = v; a.o = o; a.do_ = do_; a.lse_in = lse;
     a.dq = dq; a.dk = dk; a.dv = dv;
     a.scale = (R)(1.0 / sqrt((double)head_dim));
-    return bsipipe__parallel_for(n_heads, att_bwd_head, &a);
+    return kern_parallel_for(n_heads, att_bwd_head, &a);
 }
 
 /* ----------------------------------------------------------------- layers */
@@ -965,10 +965,10 @@ static int layer_fwd(const bsipipe_model_dims_t *dm, int start, int len, const s
 {
     struct bsipipe_stash_off so;
     int d = dm->hidden, H = dm->n_heads, hd = d / H, f = dm->ffn_hidden;
-    int a1w = bsipipe__a1_width(dm), llama = dm->family == BSIPIPE_MODEL_LLAMA, rc;
+    int a1w = kern_a1_width(dm), llama = dm->family == BSIPIPE_MODEL_LLAMA, rc;
     size_t kvrows = (size_t)dm->seq_len * d;
     R *K = kv, *Vc = kv + kvrows;
-    bsipipe__stash_off(dm, len, &so);
+    kern_stash_off(dm, len, &so);
     R *x = stash + so.x, *n1 = stash + so.n1, *q = stash + so.q, *att = stash + so.att;
     R *x2 = stash + so.x2, *n2 = stash + so.n2, *a1 = stash + so.a1, *a2 = stash + so.a2;
 
@@ -1016,7 +1016,7 @@ static void wst_layout(const bsipipe_model_dims_t *dm, int len, struct wst_off *
     o->dy = at; at += n * h;
     o->dx2 = at; at += n * h;
     o->dqkv = at; at += 3 * n * h;
-    o->da1 = at; at += n * bsipipe__a1_width(dm);
+    o->da1 = at; at += n * kern_a1_width(dm);
     o->total = at;
 }
 
@@ -1028,8 +1028,8 @@ static void layer_wgrad(const bsipipe_model_dims_t *dm, int len, const struct lg
                         const R *dqkv)
 {
     struct bsipipe_stash_off so;
-    int d = dm->hidden, f = dm->ffn_hidden, a1w = bsipipe__a1_width(dm);
-    bsipipe__stash_off(dm, len, &so);
+    int d = dm->hidden, f = dm->ffn_hidden, a1w = kern_a1_width(dm);
+    kern_stash_off(dm, len, &so);
     lin_bwd_w(len, d, f, dy, d, stash + so.a2, f, g->w2, f);
     lin_bwd_w(len, a1w, d, da1, a1w, stash + so.n2, d, g->w1, d);
     lin_bwd_w(len, d, d, dx2, d, stash + so.att, d, g->wo, d);
@@ -1046,12 +1046,12 @@ static int layer_bwd(const bsipipe_model_dims_t *dm, int start, int len, const s
     struct bsipipe_stash_off so;
     struct bsipipe_work_off wo;
     int d = dm->hidden, H = dm->n_heads, hd = d / H, f = dm->ffn_hidden;
-    int a1w = bsipipe__a1_width(dm), llama = dm->family == BSIPIPE_MODEL_LLAMA, rc;
+    int a1w = kern_a1_width(dm), llama = dm->family == BSIPIPE_MODEL_LLAMA, rc;
     size_t kvrows = (size_t)dm->seq_len * d;
     const R *K = kv, *Vc = kv + kvrows;
     R *dK = dkv, *dV = dkv + kvrows;
-    bsipipe__stash_off(dm, len, &so);
-    bsipipe__work_off(dm, len, &wo);
+    kern_stash_off(dm, len, &so);
+    kern_work_off(dm, len, &wo);
     const R *x = stash + so.x, *q = stash + so.q;
     const R *att = stash + so.att, *x2 = stash + so.x2, *a1 = stash + so.a1;
     R *dx2 = work + wo.dx, *dn = work + wo.dn, *datt = work + wo.datt;
@@ -1119,8 +1119,8 @@ int FN(bsipipe_chunk_forward)(const bsipipe_model_dims_t *d, int l0, int l1, int
     if (piece_check(d, start, len) || l0 < 0 || l1 <= l0 || l1 > d->n_layers || !layers ||
         !x_in || !x_out || !stash || !kv)
         return -EINVAL;
-    bsipipe__layer_off(d, &lo);
-    bsipipe__stash_off(d, len, &so);
+    kern_layer_off(d, &lo);
+    kern_stash_off(d, len, &so);
     ss = (size_t)so.total;
     kvs = (size_t)bsipipe_model_kv_size(d);
     memmove(stash + so.x, x_in, sizeof(R) * (size_t)len * d->hidden);
@@ -1151,8 +1151,8 @@ static int chunk_bwd(const bsipipe_model_dims_t *d, int l0, int l1, int start, i
     if (piece_check(d, start, len) || l0 < 0 || l1 <= l0 || l1 > d->n_layers || !layers ||
         !grads || !dy || !dx || !stash || !kv || !dkv || !work)
         return -EINVAL;
-    bsipipe__layer_off(d, &lo);
-    bsipipe__work_off(d, len, &wo);
+    kern_layer_off(d, &lo);
+    kern_work_off(d, len, &wo);
     wst_layout(d, len, &wso);
     ss = (size_t)bsipipe_model_stash_size(d, len);
     kvs = (size_t)bsipipe_model_kv_size(d);
@@ -1199,7 +1199,7 @@ int FN(bsipipe_chunk_backward_weight)(const bsipipe_model_dims_t *d, int l0, int
     if (piece_check(d, start, len) || l0 < 0 || l1 <= l0 || l1 > d->n_layers || !grads ||
         !stash || !wstash)
         return -EINVAL;
-    bsipipe__layer_off(d, &lo);
+    kern_layer_off(d, &lo);
     wst_layout(d, len, &wso);
     ss = (size_t)bsipipe_model_stash_size(d, len);
     /* layers in the backward's order (last first), as the fused path does */
@@ -1225,7 +1225,7 @@ int FN(bsipipe_embed_forward)(const bsipipe_model_dims_t *d, const R *embed, con
     for (int i = 0; i < len; i++)
         if (tokens[i] < 0 || tokens[i] >= d->vocab)
             return -EINVAL;
-    bsipipe__embed_off(d, &eo);
+    kern_embed_off(d, &eo);
     h = d->hidden;
     for (int i = 0; i < len; i++) {
         const R *te = embed + eo.wte + IX(tokens[i], 0, h);
@@ -1251,7 +1251,7 @@ int FN(bsipipe_embed_backward)(const bsipipe_model_dims_t *d, R *embed_grad, con
     for (int i = 0; i < len; i++)
         if (tokens[i] < 0 || tokens[i] >= d->vocab)
             return -EINVAL;
-    bsipipe__embed_off(d, &eo);
+    kern_embed_off(d, &eo);
     h = d->hidden;
     for (int i = 0; i < len; i++) {
         R *te = embed_grad + eo.wte + IX(tokens[i], 0, h);
@@ -1275,7 +1275,7 @@ static void head_logits(const bsipipe_model_dims_t *d, const R *head, int len, c
 {
     struct bsipipe_head_off ho;
     int h = d->hidden;
-    bsipipe__head_off(d, &ho);
+    kern_head_off(d, &ho);
     *xn = work;
     *lg = work + (size_t)len * h;
     *st = *lg + (size_t)len * d->vocab;
@@ -1336,7 +1336,7 @@ int FN(bsipipe_head_forward_backward)(const bsipipe_model_dims_t *d, const R *he
         return -EINVAL;
     V = d->vocab;
     h = d->hidden;
-    bsipipe__head_off(d, &ho);
+    kern_head_off(d, &ho);
     head_logits(d, head, len, x, work, &xn, &lg, &st);
     /* logits -> dlogits = grad_scale * (softmax - onehot), in place */
     for (int i = 0; i < len; i++) {

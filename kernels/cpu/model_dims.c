@@ -22,12 +22,12 @@ int bsipipe_model_dims_check(const bsipipe_model_dims_t *d)
     return 0;
 }
 
-int bsipipe__a1_width(const bsipipe_model_dims_t *d)
+int kern_a1_width(const bsipipe_model_dims_t *d)
 {
     return d->family == BSIPIPE_MODEL_GPT ? d->ffn_hidden : 2 * d->ffn_hidden;
 }
 
-void bsipipe__layer_off(const bsipipe_model_dims_t *d, struct bsipipe_layer_off *o)
+void kern_layer_off(const bsipipe_model_dims_t *d, struct bsipipe_layer_off *o)
 {
     long h = d->hidden, f = d->ffn_hidden, at = 0;
     int gpt = d->family == BSIPIPE_MODEL_GPT;
@@ -37,12 +37,12 @@ void bsipipe__layer_off(const bsipipe_model_dims_t *d, struct bsipipe_layer_off 
     o->wo = at; at += h * h;
     o->n2w = at; at += h;
     o->n2b = gpt ? at : -1; at += gpt ? h : 0;
-    o->w1 = at; at += (long)bsipipe__a1_width(d) * h;
+    o->w1 = at; at += (long)kern_a1_width(d) * h;
     o->w2 = at; at += h * f;
     o->total = at;
 }
 
-void bsipipe__embed_off(const bsipipe_model_dims_t *d, struct bsipipe_embed_off *o)
+void kern_embed_off(const bsipipe_model_dims_t *d, struct bsipipe_embed_off *o)
 {
     long at = 0;
     o->wte = at; at += (long)d->vocab * d->hidden;
@@ -52,7 +52,7 @@ void bsipipe__embed_off(const bsipipe_model_dims_t *d, struct bsipipe_embed_off 
     o->total = at;
 }
 
-void bsipipe__head_off(const bsipipe_model_dims_t *d, struct bsipipe_head_off *o)
+void kern_head_off(const bsipipe_model_dims_t *d, struct bsipipe_head_off *o)
 {
     long at = 0;
     o->nfw = at; at += d->hidden;
@@ -63,7 +63,7 @@ void bsipipe__head_off(const bsipipe_model_dims_t *d, struct bsipipe_head_off *o
     o->total = at;
 }
 
-void bsipipe__stash_off(const bsipipe_model_dims_t *d, int len, struct bsipipe_stash_off *o)
+void kern_stash_off(const bsipipe_model_dims_t *d, int len, struct bsipipe_stash_off *o)
 {
     long n = len, h = d->hidden, at = 0;
     o->x = at; at += n * h;
@@ -75,12 +75,12 @@ void bsipipe__stash_off(const bsipipe_model_dims_t *d, int len, struct bsipipe_s
     o->x2 = at; at += n * h;
     o->n2 = at; at += n * h;
     o->s2 = at; at += 2 * n;
-    o->a1 = at; at += n * bsipipe__a1_width(d);
+    o->a1 = at; at += n * kern_a1_width(d);
     o->a2 = at; at += n * d->ffn_hidden;
     o->total = at;
 }
 
-void bsipipe__work_off(const bsipipe_model_dims_t *d, int len, struct bsipipe_work_off *o)
+void kern_work_off(const bsipipe_model_dims_t *d, int len, struct bsipipe_work_off *o)
 {
     long n = len, h = d->hidden, at = 0;
     o->dy = at; at += n * h;
@@ -88,7 +88,7 @@ void bsipipe__work_off(const bsipipe_model_dims_t *d, int len, struct bsipipe_wo
     o->dn = at; at += n * h;
     o->datt = at; at += n * h;
     o->dqkv = at; at += 3 * n * h;
-    o->da1 = at; at += n * bsipipe__a1_width(d);
+    o->da1 = at; at += n * kern_a1_width(d);
     o->da2 = at; at += n * d->ffn_hidden;
     o->total = at;
 }
@@ -98,7 +98,7 @@ long bsipipe_model_embed_params(const bsipipe_model_dims_t *d)
     struct bsipipe_embed_off o;
     if (bsipipe_model_dims_check(d))
         return -EINVAL;
-    bsipipe__embed_off(d, &o);
+    kern_embed_off(d, &o);
     return o.total;
 }
 
@@ -107,7 +107,7 @@ long bsipipe_model_layer_params(const bsipipe_model_dims_t *d)
     struct bsipipe_layer_off o;
     if (bsipipe_model_dims_check(d))
         return -EINVAL;
-    bsipipe__layer_off(d, &o);
+    kern_layer_off(d, &o);
     return o.total;
 }
 
@@ -116,7 +116,7 @@ long bsipipe_model_head_params(const bsipipe_model_dims_t *d)
     struct bsipipe_head_off o;
     if (bsipipe_model_dims_check(d))
         return -EINVAL;
-    bsipipe__head_off(d, &o);
+    kern_head_off(d, &o);
     return o.total;
 }
 
@@ -146,7 +146,7 @@ long bsipipe_model_stash_size(const bsipipe_model_dims_t *d, int len)
     struct bsipipe_stash_off o;
     if (bsipipe_model_dims_check(d) || len < 1 || len > d->seq_len)
         return -EINVAL;
-    bsipipe__stash_off(d, len, &o);
+    kern_stash_off(d, len, &o);
     return o.total;
 }
 
@@ -155,7 +155,7 @@ long bsipipe_model_work_size(const bsipipe_model_dims_t *d, int len)
     struct bsipipe_work_off o;
     if (bsipipe_model_dims_check(d) || len < 1 || len > d->seq_len)
         return -EINVAL;
-    bsipipe__work_off(d, len, &o);
+    kern_work_off(d, len, &o);
     return o.total;
 }
 
@@ -164,7 +164,7 @@ long bsipipe_model_wstash_size(const bsipipe_model_dims_t *d, int len)
     if (bsipipe_model_dims_check(d) || len < 1 || len > d->seq_len)
         return -EINVAL;
     /* dy, dx2 [len, d], dqkv [len, 3d], da1 [len, A1] (kernels_tmpl.h wst_off) */
-    return (long)len * (5L * d->hidden + bsipipe__a1_width(d));
+    return (long)len * (5L * d->hidden + kern_a1_width(d));
 }
 
 long bsipipe_model_head_work_size(const bsipipe_model_dims_t *d, int len)
@@ -182,7 +182,7 @@ double bsipipe_model_layer_flops(const bsipipe_model_dims_t *d, int start, int l
         return -EINVAL;
     /* query i sees start + i + 1 keys */
     keys = n * start + n * (n + 1) / 2;
-    return 2 * n * (3 * h * h + h * h + bsipipe__a1_width(d) * h + f * h) + 4 * keys * h;
+    return 2 * n * (3 * h * h + h * h + kern_a1_width(d) * h + f * h) + 4 * keys * h;
 }
 
 double bsipipe_model_head_flops(const bsipipe_model_dims_t *d, int len)
@@ -220,9 +220,9 @@ int bsipipe_model_tensors(const bsipipe_model_dims_t *d, bsipipe_tensor_info_t *
         return -EINVAL;
     h = d->hidden;
     L = d->n_layers;
-    bsipipe__embed_off(d, &e);
-    bsipipe__layer_off(d, &lo);
-    bsipipe__head_off(d, &ho);
+    kern_embed_off(d, &e);
+    kern_layer_off(d, &lo);
+    kern_head_off(d, &ho);
     put(out, max, &n, "wte", -1, e.wte, d->vocab, h, 1);
     if (e.wpe >= 0)
         put(out, max, &n, "wpe", -1, e.wpe, d->seq_len, h, 1);
@@ -242,7 +242,7 @@ int bsipipe_model_tensors(const bsipipe_model_dims_t *d, bsipipe_tensor_info_t *
         LT(wo, "wo", h, h, 1);
         LT(n2w, "n2w", h, 1, 0);
         LT(n2b, "n2b", h, 1, 0);
-        LT(w1, gpt ? "wfc" : "wgu", bsipipe__a1_width(d), h, 1);
+        LT(w1, gpt ? "wfc" : "wgu", kern_a1_width(d), h, 1);
         LT(w2, gpt ? "wproj" : "wdown", h, d->ffn_hidden, 1);
 #undef LT
     }

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/bsipipe_error.h" /* the error codes every layer shares */
+#include "base/bsipipe_error.h" /* the error codes every layer shares */
 #include "kernels/bsipipe_tp.h"
 #include "kernels/cpu/internal.h"
 
@@ -78,7 +78,7 @@ int bsipipe_tp_check(const bsipipe_model_dims_t *d, const bsipipe_tp_t *tp, int 
 
 /* --------------------------------------------------------------- layouts */
 
-void bsipipe__tp_layer_off(const bsipipe_model_dims_t *d, int size, struct bsipipe_layer_off *o)
+void kern_tp_layer_off(const bsipipe_model_dims_t *d, int size, struct bsipipe_layer_off *o)
 {
     long h = d->hidden, hs = h / size, fs = d->ffn_hidden / size, at = 0;
     int gpt = d->family == BSIPIPE_MODEL_GPT;
@@ -88,12 +88,12 @@ void bsipipe__tp_layer_off(const bsipipe_model_dims_t *d, int size, struct bsipi
     o->wo = at; at += h * hs;
     o->n2w = at; at += h;
     o->n2b = gpt ? at : -1; at += gpt ? h : 0;
-    o->w1 = at; at += (long)bsipipe__a1_width(d) / size * h;
+    o->w1 = at; at += (long)kern_a1_width(d) / size * h;
     o->w2 = at; at += h * fs;
     o->total = at;
 }
 
-void bsipipe__tp_embed_off(const bsipipe_model_dims_t *d, int size, struct bsipipe_embed_off *o)
+void kern_tp_embed_off(const bsipipe_model_dims_t *d, int size, struct bsipipe_embed_off *o)
 {
     long at = 0;
     o->wte = at; at += (long)(d->vocab / size) * d->hidden;
@@ -103,7 +103,7 @@ void bsipipe__tp_embed_off(const bsipipe_model_dims_t *d, int size, struct bsipi
     o->total = at;
 }
 
-void bsipipe__tp_head_off(const bsipipe_model_dims_t *d, int size, struct bsipipe_head_off *o)
+void kern_tp_head_off(const bsipipe_model_dims_t *d, int size, struct bsipipe_head_off *o)
 {
     long at = 0;
     o->nfw = at; at += d->hidden;
@@ -114,7 +114,7 @@ void bsipipe__tp_head_off(const bsipipe_model_dims_t *d, int size, struct bsipip
     o->total = at;
 }
 
-void bsipipe__tp_stash_off(const bsipipe_model_dims_t *d, int size, int len,
+void kern_tp_stash_off(const bsipipe_model_dims_t *d, int size, int len,
                            struct bsipipe_stash_off *o)
 {
     long n = len, ns = len / size, h = d->hidden, hs = h / size, at = 0;
@@ -127,20 +127,20 @@ void bsipipe__tp_stash_off(const bsipipe_model_dims_t *d, int size, int len,
     o->x2 = at; at += ns * h;
     o->n2 = at; at += ns * h;
     o->s2 = at; at += 2 * ns;
-    o->a1 = at; at += n * (bsipipe__a1_width(d) / size);
+    o->a1 = at; at += n * (kern_a1_width(d) / size);
     o->a2 = at; at += n * (d->ffn_hidden / size);
     o->total = at;
 }
 
-long bsipipe__tp_seg_work(const bsipipe_model_dims_t *d, int size, int len)
+long kern_tp_seg_work(const bsipipe_model_dims_t *d, int size, int len)
 {
     long n = len, hs = d->hidden / size;
-    long mlp = n * (bsipipe__a1_width(d) / size + d->ffn_hidden / size); /* da1 da2 */
+    long mlp = n * (kern_a1_width(d) / size + d->ffn_hidden / size); /* da1 da2 */
     long att = n * 4 * hs;                                             /* datt dqkv */
     return mlp > att ? mlp : att;
 }
 
-void bsipipe__tp_work_off(const bsipipe_model_dims_t *d, int size, int len,
+void kern_tp_work_off(const bsipipe_model_dims_t *d, int size, int len,
                           struct bsipipe_tp_work_off *o)
 {
     long n = len, ns = len / size, h = d->hidden, at = 0;
@@ -150,7 +150,7 @@ void bsipipe__tp_work_off(const bsipipe_model_dims_t *d, int size, int len,
     o->red = at; at += ns * h;
     o->dx2 = at; at += ns * h;
     o->dy = at; at += ns * h;
-    o->seg = at; at += bsipipe__tp_seg_work(d, size, len);
+    o->seg = at; at += kern_tp_seg_work(d, size, len);
     o->total = at;
 }
 
@@ -162,7 +162,7 @@ long bsipipe_tp_embed_params(const bsipipe_model_dims_t *d, int size)
     int rc = size_check(d, size, 0);
     if (rc)
         return rc;
-    bsipipe__tp_embed_off(d, size, &o);
+    kern_tp_embed_off(d, size, &o);
     return o.total;
 }
 
@@ -172,7 +172,7 @@ long bsipipe_tp_layer_params(const bsipipe_model_dims_t *d, int size)
     int rc = size_check(d, size, 0);
     if (rc)
         return rc;
-    bsipipe__tp_layer_off(d, size, &o);
+    kern_tp_layer_off(d, size, &o);
     return o.total;
 }
 
@@ -182,7 +182,7 @@ long bsipipe_tp_head_params(const bsipipe_model_dims_t *d, int size)
     int rc = size_check(d, size, 0);
     if (rc)
         return rc;
-    bsipipe__tp_head_off(d, size, &o);
+    kern_tp_head_off(d, size, &o);
     return o.total;
 }
 
@@ -222,7 +222,7 @@ long bsipipe_tp_stash_size(const bsipipe_model_dims_t *d, int size, int len)
     int rc = len_check(d, size, len);
     if (rc)
         return rc;
-    bsipipe__tp_stash_off(d, size, len, &o);
+    kern_tp_stash_off(d, size, len, &o);
     return o.total;
 }
 
@@ -231,7 +231,7 @@ long bsipipe_tp_wstash_size(const bsipipe_model_dims_t *d, int size, int len)
     int rc = len_check(d, size, len);
     if (rc)
         return rc;
-    return (long)len * (2L * d->hidden + bsipipe__a1_width(d) / size + 3L * d->hidden / size);
+    return (long)len * (2L * d->hidden + kern_a1_width(d) / size + 3L * d->hidden / size);
 }
 
 long bsipipe_tp_stash_norm_offset(const bsipipe_model_dims_t *d, int size, int len, int which)
@@ -242,7 +242,7 @@ long bsipipe_tp_stash_norm_offset(const bsipipe_model_dims_t *d, int size, int l
         return rc;
     if (which != 1 && which != 2)
         return -EINVAL;
-    bsipipe__tp_stash_off(d, size, len, &o);
+    kern_tp_stash_off(d, size, len, &o);
     return which == 1 ? o.n1 : o.n2;
 }
 
@@ -252,14 +252,14 @@ long bsipipe_tp_work_size(const bsipipe_model_dims_t *d, int size, int len)
     int rc = len_check(d, size, len);
     if (rc)
         return rc;
-    bsipipe__tp_work_off(d, size, len, &o);
+    kern_tp_work_off(d, size, len, &o);
     return o.total;
 }
 
 long bsipipe_tp_seg_work_size(const bsipipe_model_dims_t *d, int size, int len)
 {
     int rc = len_check(d, size, len);
-    return rc ? rc : bsipipe__tp_seg_work(d, size, len);
+    return rc ? rc : kern_tp_seg_work(d, size, len);
 }
 
 long bsipipe_tp_embed_work_size(const bsipipe_model_dims_t *d, int size, int len)
@@ -268,7 +268,7 @@ long bsipipe_tp_embed_work_size(const bsipipe_model_dims_t *d, int size, int len
     return rc ? rc : (long)len * d->hidden;
 }
 
-void bsipipe__tp_head_work_off(const bsipipe_model_dims_t *d, int size, int len,
+void kern_tp_head_work_off(const bsipipe_model_dims_t *d, int size, int len,
                                struct bsipipe_tp_head_work_off *o)
 {
     long n = len, ns = len / size, h = d->hidden, at = 0;
@@ -290,7 +290,7 @@ long bsipipe_tp_head_work_size(const bsipipe_model_dims_t *d, int size, int len)
     int rc = len_check(d, size, len);
     if (rc)
         return rc;
-    bsipipe__tp_head_work_off(d, size, len, &o);
+    kern_tp_head_work_off(d, size, len, &o);
     return o.total;
 }
 
@@ -321,22 +321,22 @@ static void tput(bsipipe_tp_tensor_info_t *t, int *n, const char *name, long off
     e->decay = decay;
 }
 
-int bsipipe__tp_part_tensors(const bsipipe_model_dims_t *d, int size, int part,
+int kern_tp_part_tensors(const bsipipe_model_dims_t *d, int size, int part,
                              bsipipe_tp_tensor_info_t *t)
 {
     int n = 0, h = d->hidden, L = d->n_layers, gpt = d->family == BSIPIPE_MODEL_GPT;
     const int R = BSIPIPE_TP_REPLICATED, SR = BSIPIPE_TP_SPLIT_ROWS, SC = BSIPIPE_TP_SPLIT_COLS;
     if (part < 0) {
         struct bsipipe_embed_off f, s;
-        bsipipe__embed_off(d, &f);
-        bsipipe__tp_embed_off(d, size, &s);
+        kern_embed_off(d, &f);
+        kern_tp_embed_off(d, size, &s);
         tput(t, &n, "wte", s.wte, f.wte, d->vocab, h, SR, 1, size, 1);
         if (f.wpe >= 0)
             tput(t, &n, "wpe", s.wpe, f.wpe, d->seq_len, h, R, 1, size, 1);
     } else if (part >= L) {
         struct bsipipe_head_off f, s;
-        bsipipe__head_off(d, &f);
-        bsipipe__tp_head_off(d, size, &s);
+        kern_head_off(d, &f);
+        kern_tp_head_off(d, size, &s);
         tput(t, &n, "nfw", s.nfw, f.nfw, h, 1, R, 1, size, 0);
         if (f.nfb >= 0)
             tput(t, &n, "nfb", s.nfb, f.nfb, h, 1, R, 1, size, 0);
@@ -344,8 +344,8 @@ int bsipipe__tp_part_tensors(const bsipipe_model_dims_t *d, int size, int part,
     } else {
         struct bsipipe_layer_off f, s;
         char nm[32];
-        bsipipe__layer_off(d, &f);
-        bsipipe__tp_layer_off(d, size, &s);
+        kern_layer_off(d, &f);
+        kern_tp_layer_off(d, size, &s);
 #define T(field, label, rows, cols, split, groups, decay)                                   \
     do {                                                                                     \
         if (f.field >= 0) {                                                                  \
@@ -359,7 +359,7 @@ int bsipipe__tp_part_tensors(const bsipipe_model_dims_t *d, int size, int part,
         T(wo, "wo", h, h, SC, 1, 1);
         T(n2w, "n2w", h, 1, R, 1, 0);
         T(n2b, "n2b", h, 1, R, 1, 0);
-        T(w1, gpt ? "wfc" : "wgu", bsipipe__a1_width(d), h, SR, gpt ? 1 : 2, 1);
+        T(w1, gpt ? "wfc" : "wgu", kern_a1_width(d), h, SR, gpt ? 1 : 2, 1);
         T(w2, gpt ? "wproj" : "wdown", h, d->ffn_hidden, SC, 1, 1);
 #undef T
     }
@@ -376,7 +376,7 @@ int bsipipe_tp_tensors(const bsipipe_model_dims_t *d, int size, bsipipe_tp_tenso
     if (max < 0)
         return -EINVAL;
     for (int part = -1; part <= d->n_layers; part++) {
-        int k = bsipipe__tp_part_tensors(d, size, part, t);
+        int k = kern_tp_part_tensors(d, size, part, t);
         long sb = part < 0 ? 0 : bsipipe_tp_layer_offset(d, size, part);
         long fb = part < 0 ? 0 : bsipipe_model_layer_offset(d, part);
         for (int i = 0; i < k; i++, n++)

@@ -7,7 +7,7 @@
  * Notation: h = hidden, size = D_t, r = rank, ls = len / size (the rank's
  * token slice), hs = h / size (its q/k/v columns = H / size heads), fs = F /
  * size, a1s = A1 / size, vs = V / size. */
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "kernels/bsipipe_tp.h"
 
 #define TP_DT (BSIPIPE_REAL_IS_FLOAT ? BSIPIPE_TP_F32 : BSIPIPE_TP_F64)
@@ -50,7 +50,7 @@ static int tp_copy(const bsipipe_model_dims_t *d, const bsipipe_tp_t *tp, int pa
         return bsipipe_error_set(-EINVAL, "part %d outside [-1, %d]", part, d->n_layers);
     if (!full || !shard)
         return TP_NULL("parameters");
-    n = bsipipe__tp_part_tensors(d, tp->size, part, t);
+    n = kern_tp_part_tensors(d, tp->size, part, t);
     for (int i = 0; i < n; i++) {
         R *f = full + t[i].full_offset, *s = shard + t[i].offset;
         int cols = t[i].full_cols;
@@ -135,7 +135,7 @@ int FN(bsipipe_tp_reduce_replicated)(const bsipipe_model_dims_t *d, const bsipip
     if (part < -1 || part > d->n_layers || !comm || !grads)
         return bsipipe_error_set(-EINVAL, "reduce_replicated: part %d outside [-1, %d] or "
                                           "NULL comm/grads", part, d->n_layers);
-    n = bsipipe__tp_part_tensors(d, tp->size, part, t);
+    n = kern_tp_part_tensors(d, tp->size, part, t);
     for (int i = 0; i < n && !rc; i++)
         if (t[i].split == BSIPIPE_TP_REPLICATED)
             rc = comm->all_reduce(comm->ctx, tp->rank, grads + t[i].offset,
@@ -165,19 +165,19 @@ static int tp_layer_init(const bsipipe_model_dims_t *d, const bsipipe_tp_t *tp, 
     t->H = d->n_heads / tp->size;
     t->hd = d->hidden / d->n_heads;
     t->fs = d->ffn_hidden / tp->size;
-    t->a1s = bsipipe__a1_width(d) / tp->size;
+    t->a1s = kern_a1_width(d) / tp->size;
     t->ls = len / tp->size;
     t->llama = d->family == BSIPIPE_MODEL_LLAMA;
-    bsipipe__tp_layer_off(d, tp->size, &lo);
+    kern_tp_layer_off(d, tp->size, &lo);
     layer_ptrs(&lo, layer, &t->p);
-    bsipipe__tp_stash_off(d, tp->size, len, &t->so);
+    kern_tp_stash_off(d, tp->size, len, &t->so);
     return 0;
 }
 
 static void tp_grads(const bsipipe_model_dims_t *d, int size, R *grads, struct lg *g)
 {
     struct bsipipe_layer_off lo;
-    bsipipe__tp_layer_off(d, size, &lo);
+    kern_tp_layer_off(d, size, &lo);
     layer_gptrs(&lo, grads, g);
 }
 
@@ -269,7 +269,7 @@ int FN(bsipipe_tp_layer_fwd_out)(const bsipipe_model_dims_t *d, const bsipipe_tp
         return rc;
     if (!stash || !red || !y)
         return TP_NULL("stash, red, y");
-    bsipipe__tp_stash_off(d, tp->size, len, &so);
+    kern_tp_stash_off(d, tp->size, len, &so);
     const R *x2 = stash + so.x2;
     for (size_t i = 0; i < (size_t)(len / tp->size) * d->hidden; i++)
         y[i] = x2[i] + red[i];
@@ -549,8 +549,8 @@ int FN(bsipipe_tp_chunk_forward)(const bsipipe_model_dims_t *d, const bsipipe_tp
         return rc;
     if (!layers || !x_in || !x_out || !stash || !kv || !work)
         return TP_NULL("layers, x_in, x_out, stash, kv, work");
-    bsipipe__tp_stash_off(d, tp->size, len, &so);
-    bsipipe__tp_work_off(d, tp->size, len, &wo);
+    kern_tp_stash_off(d, tp->size, len, &so);
+    kern_tp_work_off(d, tp->size, len, &wo);
     long lt = bsipipe_tp_layer_params(d, tp->size), kvs = bsipipe_tp_kv_size(d, tp->size);
     long cnt = (long)(len / tp->size) * d->hidden; /* one rank's slice */
     R *gath = work + wo.gath, *part = work + wo.part, *red = work + wo.red;
@@ -587,8 +587,8 @@ int FN(bsipipe_tp_chunk_backward)(const bsipipe_model_dims_t *d, const bsipipe_t
         return rc;
     if (!layers || !grads || !dy || !dx || !stash || !kv || !dkv || !work)
         return TP_NULL("layers, grads, dy, dx, stash, kv, dkv, work");
-    bsipipe__tp_stash_off(d, tp->size, len, &so);
-    bsipipe__tp_work_off(d, tp->size, len, &wo);
+    kern_tp_stash_off(d, tp->size, len, &so);
+    kern_tp_work_off(d, tp->size, len, &wo);
     long lt = bsipipe_tp_layer_params(d, tp->size), kvs = bsipipe_tp_kv_size(d, tp->size);
     long cnt = (long)(len / tp->size) * d->hidden;
     R *gath = work + wo.gath, *gdy = work + wo.gdy, *part = work + wo.part;
@@ -636,7 +636,7 @@ int FN(bsipipe_tp_embed_fwd_vocab)(const bsipipe_model_dims_t *d, const bsipipe_
         return rc;
     if (!embed || !part)
         return TP_NULL("embed, part");
-    bsipipe__tp_embed_off(d, tp->size, &eo);
+    kern_tp_embed_off(d, tp->size, &eo);
     int h = d->hidden, vs = d->vocab / tp->size, v0 = tp->rank * vs;
     for (int i = 0; i < len; i++) {
         R *row = part + IX(i, 0, h);
@@ -658,7 +658,7 @@ int FN(bsipipe_tp_embed_fwd_pos)(const bsipipe_model_dims_t *d, const bsipipe_tp
         return rc;
     if (!embed || !x)
         return TP_NULL("embed, x");
-    bsipipe__tp_embed_off(d, tp->size, &eo);
+    kern_tp_embed_off(d, tp->size, &eo);
     if (eo.wpe < 0)
         return 0;
     int h = d->hidden, ls = len / tp->size, p0 = start + tp->rank * ls;
@@ -680,7 +680,7 @@ int FN(bsipipe_tp_embed_bwd_pos)(const bsipipe_model_dims_t *d, const bsipipe_tp
         return rc;
     if (!embed_grad || !dx)
         return TP_NULL("embed_grad, dx");
-    bsipipe__tp_embed_off(d, tp->size, &eo);
+    kern_tp_embed_off(d, tp->size, &eo);
     if (eo.wpe < 0)
         return 0;
     int h = d->hidden, ls = len / tp->size, p0 = start + tp->rank * ls;
@@ -702,7 +702,7 @@ int FN(bsipipe_tp_embed_bwd_vocab)(const bsipipe_model_dims_t *d, const bsipipe_
         return rc;
     if (!embed_grad || !gath)
         return TP_NULL("embed_grad, gath");
-    bsipipe__tp_embed_off(d, tp->size, &eo);
+    kern_tp_embed_off(d, tp->size, &eo);
     int h = d->hidden, vs = d->vocab / tp->size, v0 = tp->rank * vs;
     for (int i = 0; i < len; i++) {
         int t = tokens[i] - v0;
@@ -762,7 +762,7 @@ int FN(bsipipe_tp_head_fwd_norm)(const bsipipe_model_dims_t *d, const bsipipe_tp
         return rc;
     if (!head || !x || !xn || !st)
         return TP_NULL("head, x, xn, st");
-    bsipipe__tp_head_off(d, tp->size, &ho);
+    kern_tp_head_off(d, tp->size, &ho);
     norm_fwd(len / tp->size, d->hidden, x, head + ho.nfw, ho.nfb >= 0 ? head + ho.nfb : NULL,
              xn, st);
     return 0;
@@ -777,7 +777,7 @@ int FN(bsipipe_tp_head_fwd_logits)(const bsipipe_model_dims_t *d, const bsipipe_
         return rc;
     if (!head || !gath || !logits || !ce)
         return TP_NULL("head, gath, logits, ce");
-    bsipipe__tp_head_off(d, tp->size, &ho);
+    kern_tp_head_off(d, tp->size, &ho);
     int h = d->hidden, vs = d->vocab / tp->size;
     lin_fwd(len, vs, h, gath, h, head + ho.wlm, h, (R)0, logits, vs);
     for (int i = 0; i < len; i++) {
@@ -824,7 +824,7 @@ int FN(bsipipe_tp_head_bwd_logits)(const bsipipe_model_dims_t *d, const bsipipe_
         return rc;
     if (!head || !head_grad || !gath || !ce || !logits || !part)
         return TP_NULL("head, head_grad, gath, ce, logits, part");
-    bsipipe__tp_head_off(d, tp->size, &ho);
+    kern_tp_head_off(d, tp->size, &ho);
     int h = d->hidden, vs = d->vocab / tp->size, v0 = tp->rank * vs;
     for (int i = 0; i < len; i++) {
         R *row = logits + IX(i, 0, vs);
@@ -850,7 +850,7 @@ int FN(bsipipe_tp_head_bwd_norm)(const bsipipe_model_dims_t *d, const bsipipe_tp
         return rc;
     if (!head || !head_grad || !x || !st || !red || !dx)
         return TP_NULL("head, head_grad, x, st, red, dx");
-    bsipipe__tp_head_off(d, tp->size, &ho);
+    kern_tp_head_off(d, tp->size, &ho);
     norm_bwd(len / tp->size, d->hidden, x, head + ho.nfw, ho.nfb >= 0, st, red, dx,
              head_grad + ho.nfw, ho.nfb >= 0 ? head_grad + ho.nfb : NULL, 0);
     return 0;
@@ -867,7 +867,7 @@ static int tp_head_fwd(const bsipipe_model_dims_t *d, const bsipipe_tp_t *tp,
         return rc;
     if (!work)
         return TP_NULL("work");
-    bsipipe__tp_head_work_off(d, tp->size, len, wo);
+    kern_tp_head_work_off(d, tp->size, len, wo);
     *ce = (double *)(void *)(work + wo->ce);
     SEG(FN(bsipipe_tp_head_fwd_norm)(d, tp, head, len, x, work + wo->xn, work + wo->st));
     AG(work + wo->xn, work + wo->gath, (long)(len / tp->size) * d->hidden);

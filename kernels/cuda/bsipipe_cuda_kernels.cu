@@ -125,7 +125,7 @@ static int copy_d2d(float *dst, const float *src, size_t n, cudaStream_t s)
 /* ------------------------------------------------------- the stash in bf16 (BF16S) */
 
 /* In BF16S the activations a layer keeps for its backward are stored in bf16: one layer's
- * stash is the fp32 layout of bsipipe__stash_off held as bf16 values (element i at bf16
+ * stash is the fp32 layout of kern_stash_off held as bf16 values (element i at bf16
  * index i; the statistics' slots unused), then, from float `half` on, the statistics in fp32
  * (s1 [2 len], s2 [2 len], lse [heads, len]: exp(S - lse) would lose too much in bf16).
  * The kernels compute in fp32 as always: a layer's forward writes an fp32 scratch copy of
@@ -142,7 +142,7 @@ static inline bool stash_bf16(bsipipe_cuda_gemm_mode_t m) { return m == BSIPIPE_
 static stash_fmt stash_fmt_of(const bsipipe_model_dims_t *d, int len, bsipipe_cuda_gemm_mode_t m)
 {
     bsipipe_stash_off so;
-    bsipipe__stash_off(d, len, &so);
+    kern_stash_off(d, len, &so);
     stash_fmt f;
     f.ss = (size_t)so.total;
     f.half = 0;
@@ -194,7 +194,7 @@ static int from_bf16(size_t n, const __nv_bfloat16 *src, float *dst, cudaStream_
 static void stash_stats(const bsipipe_model_dims_t *d, int len, size_t off[3], size_t n[3])
 {
     bsipipe_stash_off so;
-    bsipipe__stash_off(d, len, &so);
+    kern_stash_off(d, len, &so);
     off[0] = (size_t)so.s1, off[1] = (size_t)so.s2, off[2] = (size_t)so.lse;
     n[0] = n[1] = 2 * (size_t)len, n[2] = (size_t)d->n_heads * len;
 }
@@ -901,7 +901,7 @@ static void wst_layout(const bsipipe_model_dims_t *dm, int len, wst_off *o)
     o->dy = at; at += n * h;
     o->dx2 = at; at += n * h;
     o->dqkv = at; at += 3 * n * h;
-    o->da1 = at; at += n * bsipipe__a1_width(dm);
+    o->da1 = at; at += n * kern_a1_width(dm);
     o->total = at;
 }
 
@@ -991,14 +991,14 @@ static int layer_fwd(const bsipipe_model_dims_t *dm, int start, int len, const l
 {
     bsipipe_stash_off so;
     int d = dm->hidden, H = dm->n_heads, hd = d / H, f = dm->ffn_hidden;
-    int a1w = bsipipe__a1_width(dm);
+    int a1w = kern_a1_width(dm);
     bool llama = dm->family == BSIPIPE_MODEL_LLAMA;
     size_t kvrows = (size_t)dm->seq_len * d, nd = (size_t)len * d;
     const bool kv16 = stash_bf16(g_mode);
     float *K = kv, *Vc = kv + kvrows;
     __nv_bfloat16 *K16 = (__nv_bfloat16 *)kv, *V16 = K16 + kvrows;
     float *Kw = kv16 ? kvtmp : K + IX(start, 0, d), *Vw = kv16 ? kvtmp + nd : Vc + IX(start, 0, d);
-    bsipipe__stash_off(dm, len, &so);
+    kern_stash_off(dm, len, &so);
     float *x = stash + so.x, *n1 = stash + so.n1, *q = stash + so.q, *att = stash + so.att;
     float *x2 = stash + so.x2, *n2 = stash + so.n2, *a1 = stash + so.a1, *a2 = stash + so.a2;
 
@@ -1033,8 +1033,8 @@ static int layer_wgrad(const bsipipe_model_dims_t *dm, int len, const lg *g, con
                        cublasHandle_t hb)
 {
     bsipipe_stash_off so;
-    int d = dm->hidden, f = dm->ffn_hidden, a1w = bsipipe__a1_width(dm);
-    bsipipe__stash_off(dm, len, &so);
+    int d = dm->hidden, f = dm->ffn_hidden, a1w = kern_a1_width(dm);
+    kern_stash_off(dm, len, &so);
     RC_TRY(lin_bwd_w(hb, len, d, f, dy, d, stash + so.a2, f, g->w2, f));
     RC_TRY(lin_bwd_w(hb, len, a1w, d, da1, a1w, stash + so.n2, d, g->w1, d));
     RC_TRY(lin_bwd_w(hb, len, d, d, dx2, d, stash + so.att, d, g->wo, d));
@@ -1050,14 +1050,14 @@ static int layer_bwd(const bsipipe_model_dims_t *dm, int start, int len, const l
     bsipipe_work_off wo;
     wst_off wso;
     int d = dm->hidden, H = dm->n_heads, hd = d / H, f = dm->ffn_hidden;
-    int a1w = bsipipe__a1_width(dm);
+    int a1w = kern_a1_width(dm);
     bool llama = dm->family == BSIPIPE_MODEL_LLAMA;
     size_t kvrows = (size_t)dm->seq_len * d;
     const float *K = kv, *Vc = kv + kvrows;
     const __nv_bfloat16 *K16 = (const __nv_bfloat16 *)kv, *V16 = K16 + kvrows; /* BF16S */
     float *dK = dkv, *dV = dkv + kvrows;
-    bsipipe__stash_off(dm, len, &so);
-    bsipipe__work_off(dm, len, &wo);
+    kern_stash_off(dm, len, &so);
+    kern_work_off(dm, len, &wo);
     wst_layout(dm, len, &wso);
     const float *x = stash + so.x, *q = stash + so.q;
     const float *att = stash + so.att, *x2 = stash + so.x2, *a1 = stash + so.a1;
@@ -1138,8 +1138,8 @@ static int chunk_bwd(const bsipipe_model_dims_t *d, int l0, int l1, int start, i
         !grads || !dy || !dx || !stash || !kv || !dkv || !work || !hb)
         return -EINVAL;
     RC_TRY(set_stream(hb, s));
-    bsipipe__layer_off(d, &lo);
-    bsipipe__work_off(d, len, &wo);
+    kern_layer_off(d, &lo);
+    kern_work_off(d, len, &wo);
     wst_layout(d, len, &wso);
     const stash_fmt f = stash_fmt_of(d, len, g_mode);
     ss = f.total;
@@ -1181,7 +1181,7 @@ static int head_logits(const bsipipe_model_dims_t *d, const float *head, int len
 {
     bsipipe_head_off ho;
     int h = d->hidden;
-    bsipipe__head_off(d, &ho);
+    kern_head_off(d, &ho);
     *xn = work;
     *lgt = work + (size_t)len * h;
     *st = *lgt + (size_t)len * d->vocab;
@@ -1280,7 +1280,7 @@ extern "C" int bsipipe_cuda_embed_forward(const bsipipe_model_dims_t *d, const f
     if (bsipipe_model_dims_check(d) || start < 0 || len < 1 || start > d->seq_len - len ||
         !embed || !tokens || !x_out)
         return -EINVAL;
-    bsipipe__embed_off(d, &eo);
+    kern_embed_off(d, &eo);
     size_t tot = (size_t)len * d->hidden;
     BSIPIPE_LAUNCH(k_embed_fwd, nblocks(tot, 256), 256, 0, s, d->hidden, d->vocab, embed + eo.wte,
                                                   eo.wpe >= 0 ? embed + eo.wpe : NULL, tokens,
@@ -1296,7 +1296,7 @@ extern "C" int bsipipe_cuda_embed_backward(const bsipipe_model_dims_t *d, float 
     if (bsipipe_model_dims_check(d) || start < 0 || len < 1 || start > d->seq_len - len ||
         !embed_grad || !tokens || !dx)
         return -EINVAL;
-    bsipipe__embed_off(d, &eo);
+    kern_embed_off(d, &eo);
     size_t tot = (size_t)len * d->hidden;
     BSIPIPE_LAUNCH(k_embed_bwd, nblocks(tot, 256), 256, 0, s, d->hidden, d->vocab, embed_grad + eo.wte,
                                                   eo.wpe >= 0 ? embed_grad + eo.wpe : NULL,
@@ -1358,8 +1358,8 @@ extern "C" int bsipipe_cuda_chunk_forward(const bsipipe_model_dims_t *d, int l0,
         !x_in || !x_out || !stash || !kv || !hb)
         return -EINVAL;
     RC_TRY(set_stream(hb, s));
-    bsipipe__layer_off(d, &lo);
-    bsipipe__stash_off(d, len, &so);
+    kern_layer_off(d, &lo);
+    kern_stash_off(d, len, &so);
     const stash_fmt f = stash_fmt_of(d, len, g_mode);
     ss = f.total;
     kvs = kv_floats(d, g_mode);
@@ -1430,7 +1430,7 @@ extern "C" int bsipipe_cuda_chunk_backward_weight(const bsipipe_model_dims_t *d,
         !stash || !wstash || !hb)
         return -EINVAL;
     RC_TRY(set_stream(hb, s));
-    bsipipe__layer_off(d, &lo);
+    kern_layer_off(d, &lo);
     wst_layout(d, len, &wso);
     const stash_fmt f = stash_fmt_of(d, len, g_mode);
     ss = f.total;
@@ -1486,7 +1486,7 @@ extern "C" int bsipipe_cuda_head_forward_backward(const bsipipe_model_dims_t *d,
     RC_TRY(set_stream(hb, s));
     V = d->vocab;
     h = d->hidden;
-    bsipipe__head_off(d, &ho);
+    kern_head_off(d, &ho);
     RC_TRY(head_logits(d, head, len, x, work, &xn, &lgt, &st, s, hb));
     CU_TRY(cudaMemsetAsync(loss, 0, sizeof(double), s));
     BSIPIPE_LAUNCH(k_ce, len, CE_NT, 0, s, V, lgt, targets, grad_scale, 1, loss);

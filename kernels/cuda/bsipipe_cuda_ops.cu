@@ -1,7 +1,7 @@
 /* kernels/cuda/bsipipe_cuda_ops.cu: small device operations for the CUDA
  * codelets (bsipipe_cuda_ops.h). */
 #include "kernels/cuda/bsipipe_cuda_ops.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #include <cuda_runtime.h>
 #include <errno.h>

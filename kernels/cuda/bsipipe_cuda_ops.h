@@ -1,5 +1,5 @@
 /* kernels/cuda/bsipipe_cuda_ops.h: the small device operations the CUDA
- * codelets (tasks/cl_*.c) need beside the kernels: clearing a buffer, adding
+ * codelets (tasks/ops/<op>.c) need beside the kernels: clearing a buffer, adding
  * a loss, the two-replica gradient sum of SYNC, copies, stream-ordered
  * scratch. Plain C API so that the codelet files stay C.
  *

@@ -9,7 +9,7 @@
  * h / T (its q/k/v columns = H / T heads), fs = F / T, a1s = A1 / T, vs =
  * V / T. */
 #include "kernels/cuda/bsipipe_cuda_tp.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 namespace {
 
@@ -63,19 +63,19 @@ static int tp_cuda_layer_init(const bsipipe_model_dims_t *d, const bsipipe_tp_t 
     t->H = d->n_heads / tp->size;
     t->hd = d->hidden / d->n_heads;
     t->fs = d->ffn_hidden / tp->size;
-    t->a1s = bsipipe__a1_width(d) / tp->size;
+    t->a1s = kern_a1_width(d) / tp->size;
     t->ls = len / tp->size;
     t->llama = d->family == BSIPIPE_MODEL_LLAMA;
-    bsipipe__tp_layer_off(d, tp->size, &lo);
+    kern_tp_layer_off(d, tp->size, &lo);
     layer_ptrs(&lo, layer, &t->p);
-    bsipipe__tp_stash_off(d, tp->size, len, &t->so);
+    kern_tp_stash_off(d, tp->size, len, &t->so);
     return 0;
 }
 
 static void tp_cuda_grads(const bsipipe_model_dims_t *d, int size, float *grads, lg *g)
 {
     bsipipe_layer_off lo;
-    bsipipe__tp_layer_off(d, size, &lo);
+    kern_tp_layer_off(d, size, &lo);
     layer_gptrs(&lo, grads, g);
 }
 
@@ -265,7 +265,7 @@ static int tp_cuda_embed_pos(const bsipipe_model_dims_t *d, const bsipipe_tp_t *
                              int start, int len, float *x, int fwd, cudaStream_t s)
 {
     bsipipe_embed_off eo;
-    bsipipe__tp_embed_off(d, tp->size, &eo);
+    kern_tp_embed_off(d, tp->size, &eo);
     if (eo.wpe < 0)
         return 0;
     int h = d->hidden, ls = len / tp->size;
@@ -471,7 +471,7 @@ extern "C" int bsipipe_cuda_tp_layer_fwd_out(const bsipipe_model_dims_t *d, cons
     RC_TRY(tp_cuda_piece(d, tp, 0, len));
     if (!stash || !red || !y)
         return TP_CUDA_NULL("stash, red, y");
-    bsipipe__tp_stash_off(d, tp->size, len, &so);
+    kern_tp_stash_off(d, tp->size, len, &so);
     return tp_add(s, (size_t)(len / tp->size) * d->hidden, stash + so.x2, red, y);
 }
 
@@ -611,7 +611,7 @@ extern "C" int bsipipe_cuda_tp_embed_fwd_vocab(const bsipipe_model_dims_t *d, co
     RC_TRY(tp_cuda_piece(d, tp, 0, len));
     if (!embed || !tokens || !part)
         return TP_CUDA_NULL("embed, tokens, part");
-    bsipipe__tp_embed_off(d, tp->size, &eo);
+    kern_tp_embed_off(d, tp->size, &eo);
     int h = d->hidden, vs = d->vocab / tp->size;
     BSIPIPE_LAUNCH(k_tp_embed_vocab, nblocks((size_t)len * h, 256), 256, 0, s, h, d->vocab, vs,
                    tp->rank * vs, embed + eo.wte, tokens, len, part);
@@ -651,7 +651,7 @@ extern "C" int bsipipe_cuda_tp_embed_bwd_vocab(const bsipipe_model_dims_t *d, co
     RC_TRY(tp_cuda_piece(d, tp, 0, len));
     if (!embed_grad || !tokens || !gath)
         return TP_CUDA_NULL("embed_grad, tokens, gath");
-    bsipipe__tp_embed_off(d, tp->size, &eo);
+    kern_tp_embed_off(d, tp->size, &eo);
     int h = d->hidden, vs = d->vocab / tp->size;
     BSIPIPE_LAUNCH(k_tp_embed_bwd_vocab, nblocks((size_t)len * h, 256), 256, 0, s, h, vs,
                    tp->rank * vs, embed_grad + eo.wte, tokens, len, gath);
@@ -667,7 +667,7 @@ extern "C" int bsipipe_cuda_tp_head_fwd_norm(const bsipipe_model_dims_t *d, cons
     RC_TRY(tp_cuda_piece(d, tp, 0, len));
     if (!head || !x || !xn || !st)
         return TP_CUDA_NULL("head, x, xn, st");
-    bsipipe__tp_head_off(d, tp->size, &ho);
+    kern_tp_head_off(d, tp->size, &ho);
     return norm_fwd(s, len / tp->size, d->hidden, x, head + ho.nfw, ho.nfb >= 0 ? head + ho.nfb : NULL,
                     xn, st);
 }
@@ -682,7 +682,7 @@ extern "C" int bsipipe_cuda_tp_head_fwd_logits(const bsipipe_model_dims_t *d, co
     if (!hb || !head || !gath || !logits || !ce)
         return TP_CUDA_NULL("cublas handle, head, gath, logits, ce");
     RC_TRY(set_stream(hb, s));
-    bsipipe__tp_head_off(d, tp->size, &ho);
+    kern_tp_head_off(d, tp->size, &ho);
     int h = d->hidden, vs = d->vocab / tp->size;
     RC_TRY(lin_fwd(hb, len, vs, h, gath, h, head + ho.wlm, h, 0.0f, logits, vs));
     BSIPIPE_LAUNCH(k_tp_rowmax, len, CE_NT, 0, s, vs, logits, ce);
@@ -713,7 +713,7 @@ extern "C" int bsipipe_cuda_tp_head_bwd_logits(const bsipipe_model_dims_t *d, co
     if (!hb || !head || !head_grad || !gath || !targets || !ce || !logits || !part)
         return TP_CUDA_NULL("cublas handle, head, head_grad, gath, targets, ce, logits, part");
     RC_TRY(set_stream(hb, s));
-    bsipipe__tp_head_off(d, tp->size, &ho);
+    kern_tp_head_off(d, tp->size, &ho);
     int h = d->hidden, vs = d->vocab / tp->size;
     BSIPIPE_LAUNCH(k_tp_ce_grad, len, CE_NT, 0, s, len, vs, tp->rank * vs, logits, targets, grad_scale,
                    ce);
@@ -732,7 +732,7 @@ extern "C" int bsipipe_cuda_tp_head_bwd_norm(const bsipipe_model_dims_t *d, cons
     RC_TRY(tp_cuda_piece(d, tp, 0, len));
     if (!head || !head_grad || !x || !st || !red || !dx)
         return TP_CUDA_NULL("head, head_grad, x, st, red, dx");
-    bsipipe__tp_head_off(d, tp->size, &ho);
+    kern_tp_head_off(d, tp->size, &ho);
     return norm_bwd(s, len / tp->size, d->hidden, x, head + ho.nfw, ho.nfb >= 0, st, red, dx,
                     head_grad + ho.nfw, ho.nfb >= 0 ? head_grad + ho.nfb : NULL, 0);
 }

@@ -24,10 +24,10 @@ kernels/cuda/bsipipe_cuda_kernels.lo: kernels/cuda/bsipipe_cuda_kernels.h kernel
 	kernels/bsipipe_kernels_decl.h kernels/bsipipe_model.h kernels/cpu/internal.h \
 	kernels/cuda/bsipipe_cuda_internal.h kernels/cuda/bsipipe_cuda_attention_tc.h \
 	kernels/cuda/bsipipe_cuda_tp.h kernels/cuda/bsipipe_cuda_tp.cuh kernels/bsipipe_tp.h \
-	kernels/bsipipe_tp_decl.h graph/bsipipe_error.h
+	kernels/bsipipe_tp_decl.h base/bsipipe_error.h
 kernels/cuda/bsipipe_cuda_attention_tc.lo: kernels/cuda/bsipipe_cuda_attention_tc.h \
 	kernels/cuda/bsipipe_cuda_internal.h
-kernels/cuda/bsipipe_cuda_ops.lo: kernels/cuda/bsipipe_cuda_ops.h graph/bsipipe_error.h
+kernels/cuda/bsipipe_cuda_ops.lo: kernels/cuda/bsipipe_cuda_ops.h base/bsipipe_error.h
 
 check_PROGRAMS += tests/test_cuda_probe
 TESTS += tests/test_cuda_probe

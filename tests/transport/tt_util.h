@@ -11,7 +11,7 @@
 
 #include <starpu.h>
 
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #include "tasks/bsipipe_transport.h"
 
 #define TT_NWORKERS 4

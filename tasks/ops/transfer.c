@@ -1,4 +1,4 @@
-/* cl_transfer.c: SEND and RECV over the engine's transport (local:
+/* tasks/ops/transfer.c: SEND and RECV over the engine's transport (local:
  * rendezvous copy between devices of this process). RECV posts its buffer,
  * notifies its SEND's tag and returns; its task completes when the data
  * lands (one end dependency, released by the transport). The SEND task is
@@ -19,7 +19,7 @@
  * Buffers: SEND 0 source R; RECV 0 destination W. */
 #include "tasks/engine_internal.h"
 #include "tasks/engine_cuda.h"
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 #ifdef BSIPIPE_HAVE_NCCL
 #include "tasks/bsipipe_transport_nccl.h"
 #endif
@@ -74,7 +74,7 @@ static void send_cuda(void *buffers[], void *cl_arg)
     int rc;
 #ifdef BSIPIPE_HAVE_NCCL
     if (engine_uses_nccl(e, a->op.device, a->op.peer)) {
-        engine_report(e, a, bsipipe_nccl_send(e->nccl, a->op.device, a->op.peer, src, bytes, s));
+        engine_report(e, a, transport_nccl_send(e->nccl, a->op.device, a->op.peer, src, bytes, s));
         return;
     }
 #endif
@@ -94,7 +94,7 @@ static void recv_cuda(void *buffers[], void *cl_arg)
     void *dst = (void *)STARPU_VECTOR_GET_PTR(buffers[0]);
 #ifdef BSIPIPE_HAVE_NCCL
     if (engine_uses_nccl(e, a->op.device, a->op.peer)) {
-        int rc = bsipipe_nccl_recv(e->nccl, a->op.device, a->op.peer, dst, bytes, engine_cuda_stream());
+        int rc = transport_nccl_recv(e->nccl, a->op.device, a->op.peer, dst, bytes, engine_cuda_stream());
         starpu_task_end_dep_release(starpu_task_get_current()); /* the stream now carries the wait */
         engine_report(e, a, rc);
         return;
@@ -107,7 +107,7 @@ static void recv_cuda(void *buffers[], void *cl_arg)
 }
 #endif
 
-struct starpu_codelet bsipipe_cl_send = {
+struct starpu_codelet engine_cl_send = {
     .cpu_funcs = {send_cpu},
     .cpu_funcs_name = {"send_cpu"},
     BSIPIPE_CL_CUDA(send_cuda)
@@ -117,7 +117,7 @@ struct starpu_codelet bsipipe_cl_send = {
     .name = "SEND",
 };
 
-struct starpu_codelet bsipipe_cl_recv = {
+struct starpu_codelet engine_cl_recv = {
     .cpu_funcs = {recv_cpu},
     .cpu_funcs_name = {"recv_cpu"},
     BSIPIPE_CL_CUDA(recv_cuda)
@@ -126,3 +126,36 @@ struct starpu_codelet bsipipe_cl_recv = {
     .model = &engine_model_recv,
     .name = "RECV",
 };
+
+/* SEND's task: the buffer it sends. An eager send (engine_send_eager) has no
+ * task: its producer offers the buffer; only its bytes and its use of the
+ * buffer are counted here. */
+int engine_insert_send(engine_insert_t *t)
+{
+    struct bsipipe_engine *e = t->e;
+    op_args_t *a = t->a;
+    const bsipipe_op_t *op = &a->op;
+    if (e->eager && !t->dry_run) { /* sent by its producer, which may have freed the buffer already */
+        e->act_bytes_local += (double)engine_piece_len(e, op->sub) * e->d * sizeof(float);
+        if (e->pool_active && a->send_handle) /* staged if need be: the buffer is free once its producer ends */
+            engine_buffer_used(e, a->send_handle, t->d, e->slot_of[t->d][t->i]);
+        t->cl = NULL;
+        return 0;
+    }
+    long ai = act_index(e, op->mb, op->sub, op->chunk);
+    t->cl = &engine_cl_send;
+    t->flags = ENGINE_TASK_RENDEZVOUS; /* ready once its RECV posted (a tag; not under blocking sends) */
+    engine_insert_read(t, op->tensor == BSIPIPE_TENSOR_ACT ? e->h_x_out[ai] : e->h_dx[ai]);
+    if (!t->dry_run && t->descr[0].handle)
+        e->act_bytes_local += (double)starpu_vector_get_nx(t->descr[0].handle) * sizeof(float);
+    return 0;
+}
+
+/* RECV's task: its channel's receive buffer, written. */
+int engine_insert_recv(engine_insert_t *t)
+{
+    t->cl = &engine_cl_recv;
+    t->flags = ENGINE_TASK_END_DEP; /* ends when the data lands (the transport releases it) */
+    engine_insert_buffer(t, &t->e->h_recv[t->a->op.channel], STARPU_W);
+    return 0;
+}

@@ -1,5 +1,5 @@
 /* bsipipe_error.c: code → text, and the per-thread detail sentence. */
-#include "graph/bsipipe_error.h"
+#include "base/bsipipe_error.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* cl_wgrad.c: W — the weight-gradient half of a split backward (ZeroBubble):
+/* tasks/ops/wgrad.c: W — the weight-gradient half of a split backward (ZeroBubble):
  * the matrix gradients of the chunk's layers from the forward's stash and the
  * output gradients its B saved; run in the order of the B's it gives bitwise
  * the fused backward's gradients.
@@ -17,7 +17,7 @@ static void wgrad_run(void *buffers[], op_args_t *a, int cuda)
     if (engine_failed(e))
         return;
     int rc = 0;
-    if (e->pass_kind != ENGINE_PASS_EVAL && !engine_emulate(e, &a->op)) { /* a validation pass: forward only */
+    if (e->pass_kind != ENGINE_PASS_EVAL && !engine_emulate(e, a)) { /* a validation pass: forward only */
         float *grads = (float *)STARPU_VECTOR_GET_PTR(buffers[0]) + engine_replica_offset(e, a, a->l0);
         const float *stash = (const float *)STARPU_VECTOR_GET_PTR(buffers[1]);
         const float *wstash = (const float *)STARPU_VECTOR_GET_PTR(buffers[2]);
@@ -46,7 +46,7 @@ static void wgrad_cuda(void *buffers[], void *cl_arg)
 }
 #endif
 
-struct starpu_codelet bsipipe_cl_wgrad = {
+struct starpu_codelet engine_cl_wgrad = {
     .cpu_funcs = {wgrad_cpu},
     .cpu_funcs_name = {"wgrad_cpu"},
     BSIPIPE_CL_CUDA(wgrad_cuda)
@@ -55,3 +55,16 @@ struct starpu_codelet bsipipe_cl_wgrad = {
     .model = &engine_model_wgrad,
     .name = "W",
 };
+
+/* W's task: the buffers listed above, in that order. */
+int engine_insert_wgrad(engine_insert_t *t)
+{
+    struct bsipipe_engine *e = t->e;
+    const bsipipe_op_t *op = &t->a->op;
+    long ai = act_index(e, op->mb, op->sub, op->chunk);
+    t->cl = &engine_cl_wgrad;
+    engine_insert_buffer(t, &e->rep[op->pipe * e->C + op->chunk].h_grads, STARPU_RW);
+    engine_insert_buffer(t, &e->h_stash[ai], STARPU_R);
+    engine_insert_buffer(t, &e->h_wstash[ai], STARPU_R);
+    return 0;
+}

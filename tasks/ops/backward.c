@@ -1,4 +1,4 @@
-/* cl_backward.c: B — backward of one subsequence through one chunk (with the
+/* tasks/ops/backward.c: B — backward of one subsequence through one chunk (with the
  * embedding's on the first chunk). Pieces of a micro-batch run in reverse:
  * the first backward of a micro-batch on a chunk (the last piece) clears the
  * K/V gradient buffer that later pieces' backwards accumulate into.
@@ -74,7 +74,7 @@ static void backward_cpu_run(void *buffers[], void *cl_arg)
     }
     if (io.clear_dkv && e->o.emulate_flops <= 0) /* emulated: nothing reads it, and faulting its pages in is not device time */
         memset(io.dkv, 0, sizeof(float) * io.dkv_floats);
-    if (engine_emulate(e, &a->op))
+    if (engine_emulate(e, a))
         rc = 0;
     else if (e->split) /* ZB-H1: input gradient now, weight gradient in W */
         rc = bsipipe_chunk_backward_input(D, a->l0, a->l1, a->start, a->len, io.params + io.layers,
@@ -114,7 +114,7 @@ static void backward_cuda(void *buffers[], void *cl_arg)
     }
     if (io.clear_dkv)
         rc = bsipipe_cuda_zero(io.dkv, sizeof(float) * io.dkv_floats, s);
-    if (rc == 0 && !engine_emulate(e, &a->op)) {
+    if (rc == 0 && !engine_emulate(e, a)) {
         if (e->split)
             rc = bsipipe_cuda_chunk_backward_input(D, a->l0, a->l1, a->start, a->len, io.params + io.layers,
                                                    io.grads + io.layers, io.dy, io.dx, io.stash, io.kv, io.dkv,
@@ -130,7 +130,7 @@ static void backward_cuda(void *buffers[], void *cl_arg)
 }
 #endif
 
-struct starpu_codelet bsipipe_cl_backward = {
+struct starpu_codelet engine_cl_backward = {
     .cpu_funcs = {backward_cpu},
     .cpu_funcs_name = {"backward_cpu"},
     BSIPIPE_CL_CUDA(backward_cuda)
@@ -138,3 +138,31 @@ struct starpu_codelet bsipipe_cl_backward = {
     .model = &engine_model_bwd,
     .name = "B",
 };
+
+/* B's task: the buffers listed above, in that order. */
+int engine_insert_backward(engine_insert_t *t)
+{
+    struct bsipipe_engine *e = t->e;
+    const op_args_t *a = t->a;
+    const bsipipe_op_t *op = &a->op;
+    replica_t *r = &e->rep[op->pipe * e->C + op->chunk];
+    long ai = act_index(e, op->mb, op->sub, op->chunk);
+    t->cl = &engine_cl_backward;
+    engine_insert_buffer(t, &r->h_params, STARPU_R);
+    engine_insert_buffer(t, &r->h_grads, STARPU_RW);
+    engine_insert_read(t, op->chunk == e->C - 1 ? e->h_dy[ai] : engine_input_handle(e, a));
+    if (op->chunk == 0)
+        engine_insert_buffer(t, &e->h_tokens[op->mb], STARPU_R);
+    else
+        engine_insert_buffer(t, &e->h_dx[ai], STARPU_W);
+    if (e->eager && a->send_op >= 0 && !t->dry_run)
+        e->args[t->d][a->send_op].send_handle = e->h_dx[ai];
+    engine_insert_buffer(t, &e->h_stash[ai], STARPU_R);
+    engine_insert_buffer(t, &e->h_kv[op->mb * e->C + op->chunk], STARPU_R);
+    /* The first backward (last piece) clears the K/V gradient: write only. */
+    engine_insert_buffer(t, &e->h_dkv[op->mb * e->C + op->chunk], op->sub == e->k - 1 ? STARPU_W : STARPU_RW);
+    engine_insert_buffer(t, &e->h_work, STARPU_SCRATCH);
+    if (e->split)
+        engine_insert_buffer(t, &e->h_wstash[ai], STARPU_W);
+    return 0;
+}

@@ -1,4 +1,4 @@
-/* cl_forward.c: F — forward of one subsequence through one chunk (with the
+/* tasks/ops/forward.c: F — forward of one subsequence through one chunk (with the
  * embedding on the first chunk, and the head's loss and output gradient on
  * the last). CPU and CUDA functions side by side (same buffers, same
  * arithmetic up to rounding; the CUDA one queues on the worker's stream).
@@ -52,7 +52,7 @@ static void forward_cpu_run(void *buffers[], void *cl_arg)
         return;
     const bsipipe_model_dims_t *D = &e->dims;
     struct forward_io io = forward_begin(a, buffers);
-    if (engine_emulate(e, &a->op))
+    if (engine_emulate(e, a))
         return;
     int rc = 0;
     if (a->op.chunk == 0)
@@ -95,7 +95,7 @@ static void forward_cuda(void *buffers[], void *cl_arg)
     cudaStream_t s = engine_cuda_stream();
     cublasHandle_t h = engine_cuda_blas();
     struct forward_io io = forward_begin(a, buffers);
-    if (engine_emulate(e, &a->op))
+    if (engine_emulate(e, a))
         return;
     int rc = 0;
     if (a->op.chunk == 0)
@@ -126,7 +126,7 @@ static void forward_cuda(void *buffers[], void *cl_arg)
 }
 #endif
 
-struct starpu_codelet bsipipe_cl_forward = {
+struct starpu_codelet engine_cl_forward = {
     .cpu_funcs = {forward_cpu},
     .cpu_funcs_name = {"forward_cpu"},
     BSIPIPE_CL_CUDA(forward_cuda)
@@ -137,7 +137,7 @@ struct starpu_codelet bsipipe_cl_forward = {
 
 /* The same forward on the last chunk (head and loss included): a codelet of
  * its own only so that its longer time has a performance model of its own. */
-struct starpu_codelet bsipipe_cl_forward_head = {
+struct starpu_codelet engine_cl_forward_head = {
     .cpu_funcs = {forward_cpu},
     .cpu_funcs_name = {"forward_cpu"},
     BSIPIPE_CL_CUDA(forward_cuda)
@@ -145,3 +145,31 @@ struct starpu_codelet bsipipe_cl_forward_head = {
     .model = &engine_model_fwd_head,
     .name = "F",
 };
+
+/* F's task: the buffers listed above, in that order. */
+int engine_insert_forward(engine_insert_t *t)
+{
+    struct bsipipe_engine *e = t->e;
+    const op_args_t *a = t->a;
+    const bsipipe_op_t *op = &a->op;
+    replica_t *r = &e->rep[op->pipe * e->C + op->chunk];
+    long ai = act_index(e, op->mb, op->sub, op->chunk);
+    int head = op->chunk == e->C - 1;
+    t->cl = head ? &engine_cl_forward_head : &engine_cl_forward;
+    engine_insert_buffer(t, &r->h_params, STARPU_R);
+    engine_insert_read(t, op->chunk == 0 ? e->h_tokens[op->mb] : engine_input_handle(e, a));
+    engine_insert_buffer(t, &e->h_x_out[ai], STARPU_W);
+    if (e->eager && a->send_op >= 0 && !t->dry_run) /* its SEND goes out at its end (engine_send_eager) */
+        e->args[t->d][a->send_op].send_handle = e->h_x_out[ai];
+    engine_insert_buffer(t, &e->h_stash[ai], STARPU_W);
+    /* The first piece only writes the K/V cache (its buffer is fresh). */
+    engine_insert_buffer(t, &e->h_kv[op->mb * e->C + op->chunk], op->sub == 0 ? STARPU_W : STARPU_RW);
+    engine_insert_buffer(t, &e->h_work, STARPU_SCRATCH);
+    if (head) {
+        engine_insert_buffer(t, &e->h_targets[op->mb], STARPU_R);
+        engine_insert_buffer(t, &r->h_grads, STARPU_RW);
+        engine_insert_buffer(t, &e->h_dy[ai], STARPU_W);
+        engine_insert_buffer(t, &e->h_loss[t->d], STARPU_RW);
+    }
+    return 0;
+}

@@ -1,4 +1,4 @@
-/* cl_step.c: STEP — the optimizer step of every replica a device holds:
+/* tasks/ops/step.c: STEP — the optimizer step of every replica a device holds:
  * global gradient-norm clipping over the whole model (every chunk's squared
  * norm, computed once by its NORM task on its down replica after SYNC and
  * added in chunk order), then AdamW per tensor with weight decay on matrices
@@ -114,7 +114,7 @@ static void step_cuda(void *buffers[], void *cl_arg)
 }
 #endif
 
-struct starpu_codelet bsipipe_cl_step = {
+struct starpu_codelet engine_cl_step = {
     .cpu_funcs = {step_cpu},
     .cpu_funcs_name = {"step_cpu"},
     BSIPIPE_CL_CUDA(step_cuda)
@@ -122,3 +122,73 @@ struct starpu_codelet bsipipe_cl_step = {
     .model = &engine_model_step,
     .name = "STEP",
 };
+
+/* STEP's task: every chunk's squared norm (R), then the device's own
+ * replicas' params, m, v (RW) and grads (R). With t->step 0 it keeps its
+ * slot and changes nothing. */
+int engine_insert_step(engine_insert_t *t)
+{
+    struct bsipipe_engine *e = t->e;
+    op_args_t *a = t->a;
+    t->cl = &engine_cl_step;
+    a->do_step = t->step;
+    for (int c = 0; c < e->C; c++)
+        engine_insert_buffer(t, &e->h_norm[c], STARPU_R);
+    for (int j = 0; j < a->n_own && t->n + 4 <= ENGINE_MAX_BUFFERS; j++) {
+        replica_t *o = &e->rep[a->own_rep[j]];
+        engine_insert_buffer(t, &o->h_params, STARPU_RW);
+        engine_insert_buffer(t, &o->h_m, STARPU_RW);
+        engine_insert_buffer(t, &o->h_v, STARPU_RW);
+        engine_insert_buffer(t, &o->h_grads, STARPU_R);
+    }
+    return 0;
+}
+
+/* NORM: the squared norm of chunk c's gradient, computed once on the
+ * device holding its down replica, for every STEP (and, across ranks,
+ * every rank) to read. Buffers: 0 grads R, 1 sumsq (one double) W. */
+static void norm_cpu(void *buffers[], void *cl_arg)
+{
+    struct bsipipe_engine *e = cl_arg;
+    double *out = (double *)STARPU_VECTOR_GET_PTR(buffers[1]);
+    if (engine_failed(e) || e->o.emulate_flops > 0) {
+        *out = 0;
+        return;
+    }
+    *out = bsipipe_sumsq((long)STARPU_VECTOR_GET_NX(buffers[0]), (const float *)STARPU_VECTOR_GET_PTR(buffers[0]));
+}
+
+#ifdef BSIPIPE_HAVE_CUDA
+/* On CUDA devices (a CUDA worker runs only CUDA functions): the norm on the
+ * worker's stream into the one-double buffer; the slots stay empty. */
+static void norm_cuda(void *buffers[], void *cl_arg)
+{
+    struct bsipipe_engine *e = cl_arg;
+    double *out = (double *)STARPU_VECTOR_GET_PTR(buffers[1]);
+    cudaStream_t s = engine_cuda_stream();
+    int rc;
+    if (engine_failed(e) || e->o.emulate_flops > 0)
+        rc = bsipipe_cuda_zero(out, sizeof(double), s);
+    else
+        rc = bsipipe_cuda_sumsq((long)STARPU_VECTOR_GET_NX(buffers[0]), (const float *)STARPU_VECTOR_GET_PTR(buffers[0]),
+                                out, s);
+    if (rc < 0)
+        engine_fail(e, rc);
+}
+#endif
+
+struct starpu_codelet engine_cl_norm = {
+    .cpu_funcs = {norm_cpu},
+    .cpu_funcs_name = {"norm_cpu"},
+    BSIPIPE_CL_CUDA(norm_cuda)
+    .nbuffers = 2,
+    .modes = {STARPU_R, STARPU_W},
+    .model = &engine_model_norm,
+    .name = "NORM",
+};
+
+int engine_insert_norm(struct bsipipe_engine *e, int device, int c)
+{
+    struct starpu_data_descr descr[2] = {{e->rep[c].h_grads, STARPU_R}, {e->h_norm[c], STARPU_W}};
+    return engine_task_submit(e, device, -1, &engine_cl_norm, descr, 2);
+}
