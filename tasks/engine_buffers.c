@@ -15,7 +15,7 @@
  *   the handle, so the reuse holds whatever order the workers run in, and
  *   the memory StarPU allocated at the handle's first write is never freed
  *   and allocated again (a third of the engine's cost per task at w = 2
- *   without device time: docs/benchmarks.md, tenth pass). Every access must
+ *   without device time: docs/benchmarks.md, "Where the time goes"). Every access must
  *   then be a task's: an eager send that finds no posted receive copies its
  *   data aside (bsipipe_transport_set_offer_staging), so its producer's
  *   buffer is free when the producer ends.

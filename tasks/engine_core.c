@@ -167,7 +167,7 @@ void engine_eager_done(void *arg)
      * copy (the producer or the RECV), once that task has released its data:
      * unregistering from inside the codelet would delay the task's end, and
      * with it the hand-off to the next op (StarPU's unregistration is about
-     * a third of a task's termination: docs/benchmarks.md, seventh pass). */
+     * a third of a task's termination: docs/benchmarks.md, "Where the time goes"). */
     if (s->e->pool_active) /* its use was consumed at its submission: the transport stages what it keeps */
         return;
     struct starpu_task *cur = starpu_task_get_current();
