@@ -7,15 +7,11 @@
  * engine_core.c's, the reports engine_stats.c's. */
 #include "tasks/engine_internal.h"
 #include "base/bsipipe_error.h"
-#include "graph/bsipipe_sim.h"
 
-#include <dlfcn.h>
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 long bsipipe_engine_n_params(const bsipipe_engine_t *e)
 {
