@@ -6,6 +6,7 @@
  * gradients gathered. Creation is engine_create.c's, the task machinery
  * engine_core.c's, the reports engine_stats.c's. */
 #include "tasks/engine_internal.h"
+#include "tasks/transport/transport.h"
 #include "base/bsipipe_error.h"
 
 #include <math.h>
@@ -36,14 +37,11 @@ static int (*const insert_op[BSIPIPE_OP_KIND_COUNT])(engine_insert_t *) = {
  * that every buffer it needs exists, and counts their uses. */
 int engine_submit_op(struct bsipipe_engine *e, int d, int i, int step, int dry_run)
 {
-    int handled = engine_mpi_submit_op(e, d, i, dry_run);
-    if (handled != 0)
-        return handled < 0 ? handled : 0;
     if (!engine_local(e, d))
         return 0; /* another rank's op */
-    if (e->T > 1)
-        return engine_tp_submit_op(e, d, i, step, dry_run);
     op_args_t *a = &e->args[d][i];
+    if (e->T > 1 && !engine_transport_takes_tp_op(e, d, &a->op)) /* the TP builder submits the T slices */
+        return engine_tp_submit_op(e, d, i, step, dry_run);
     if ((unsigned)a->op.kind >= BSIPIPE_OP_KIND_COUNT || !insert_op[a->op.kind])
         return bsipipe_error_set(-EINVAL, "engine: unknown op kind %d", a->op.kind);
     /* A buffer's first writer takes its handle (engine_buffer_bind) from
@@ -105,11 +103,11 @@ static int submit_norms(bsipipe_engine_t *e)
     for (int c = 0; c < e->C; c++) {
         int owner = e->rep[c].device, rc;
         if (!engine_local(e, owner)) {
-            rc = engine_mpi_norm_exchange(e, c, 0);
+            rc = engine_transports_norm_exchange(e, c, 0);
         } else {
             rc = e->T > 1 ? engine_tp_submit_norm(e, c, e->h_norm[c]) : engine_insert_norm(e, owner, c);
             if (rc == 0)
-                rc = engine_mpi_norm_exchange(e, c, 1);
+                rc = engine_transports_norm_exchange(e, c, 1);
         }
         if (rc < 0)
             return rc;
@@ -256,7 +254,6 @@ static int run_pass(bsipipe_engine_t *e, const int *tokens, const int *targets, 
         e->live_bytes[d] = e->peak_bytes[d] = 0;
     engine_sends_begin(e);
     engine_buffers_begin(e, e->reuse_buffers);
-    engine_tags_begin(e);
     engine_overhead_begin(e);
     double t0 = starpu_timing_now();
     /* A half-submitted plan could leave an in-order worker waiting for a slot
@@ -266,14 +263,13 @@ static int run_pass(bsipipe_engine_t *e, const int *tokens, const int *targets, 
     if ((rc = engine_mpi_agree(e, rc)) < 0) {
         engine_buffers_end(e);
         starpu_task_wait_for_all();
-        engine_tags_end(e);
         return rc;
     }
+    engine_transports_begin(e); /* fresh rendezvous tags; the MPI messages' bookkeeping, its watchdog armed */
     int wd_rc = engine_watchdog_start(e);
     if (wd_rc < 0)
         fprintf(stderr, "bsipipe engine: %s; a deadlock would hang\n", bsipipe_error_detail());
     engine_buffers_counted(e); /* buffers no op uses; with reuse, the dry run's */
-    engine_mpi_iteration_begin(e);
     /* StarPU's traces carry the pass: Iteration N for the step to iteration
      * N, "N 1" for a forward-backward (validation) pass after N steps. */
     e->pass_kind = step ? ENGINE_PASS_TRAIN : eval ? ENGINE_PASS_EVAL : ENGINE_PASS_FWD_BWD;
@@ -307,8 +303,7 @@ static int run_pass(bsipipe_engine_t *e, const int *tokens, const int *targets, 
         char why[512];
         snprintf(why, sizeof why, "%s", bsipipe_error_detail());
         engine_fail(e, rc);
-        bsipipe_transport_abort(e->transport, why);
-        engine_tags_abort(e); /* SENDs submitted without their RECV: let them fail */
+        engine_transports_abort(e, why); /* SENDs submitted without their RECV: let them fail */
         bsipipe_error_set(rc, "%s", why);
     }
     if (!e->mpi && engine_watchdog_wait(e) < 0) { /* the policy stalled: StarPU keeps the tasks */
@@ -317,14 +312,14 @@ static int run_pass(bsipipe_engine_t *e, const int *tokens, const int *targets, 
         engine_watchdog_stop(e);
         return bsipipe_error_set(-ETIMEDOUT, "%s", why);
     }
-    rc = engine_mpi_iteration_end(e, rc); /* every task and message of every rank */
+    rc = engine_transports_wait(e, rc); /* every task and message of every rank */
     /* Buffers whose uses were not all submitted (submission stopped half
      * way) or whose eager send never met its RECV: freed now that no task
      * can touch them (an eager send's copy may run after its producer). */
     sends_settle(e);
     engine_buffers_end(e);
     engine_watchdog_stop(e);
-    engine_tags_end(e);
+    engine_transports_end(e);
     if (e->T > 1)
         engine_tp_iteration_end(e); /* the ranks' records merged per op */
     engine_overhead_end(e, t0, t_sub, starpu_timing_now());
@@ -473,18 +468,24 @@ static int gather(bsipipe_engine_t *e, float *out, int grads)
 {
     if (!out)
         return bsipipe_error_set(-EINVAL, "engine: no output buffer");
-    if (e->T > 1)
-        return engine_tp_gather(e, out, grads);
-    if (e->mpi)
-        memset(out, 0, sizeof(float) * (size_t)bsipipe_model_params(&e->dims));
-    for (int c = 0; c < e->C; c++) {
-        replica_t *r = &e->rep[c];
-        if (!r->params)
-            continue; /* on another rank */
-        starpu_data_handle_t h = grads ? r->h_grads : r->h_params;
-        engine_vector_read(h, out + r->base, grads ? r->grads : r->params, sizeof(float) * (size_t)r->n);
+    int rc = 0;
+    if (e->T > 1) {
+        rc = engine_tp_gather(e, out, grads);
+    } else {
+        if (e->mpi)
+            memset(out, 0, sizeof(float) * (size_t)bsipipe_model_params(&e->dims));
+        for (int c = 0; c < e->C; c++) {
+            replica_t *r = &e->rep[c];
+            if (!r->params)
+                continue; /* on another rank */
+            starpu_data_handle_t h = grads ? r->h_grads : r->h_params;
+            engine_vector_read(h, out + r->base, grads ? r->grads : r->params, sizeof(float) * (size_t)r->n);
+        }
     }
-    return engine_mpi_sum_floats(e, out, bsipipe_model_params(&e->dims));
+    /* Every element comes from one process (the others hold zeros there):
+     * the sum is exact. Every rank calls, also after a failure. */
+    int arc = engine_mpi_sum_floats(e, out, bsipipe_model_params(&e->dims));
+    return rc < 0 ? rc : arc;
 }
 
 int bsipipe_engine_params(bsipipe_engine_t *e, float *out) { return gather(e, out, 0); }

@@ -1,10 +1,12 @@
 # tasks/engine.mk: the engine and its tests. engine_core.c is what every task file shares
 # (reports, buffers as tasks list them), engine.c the lifecycle and the iteration loop, and
-# tasks/ops/ one file per op kind: its CPU and CUDA functions, codelet and insert function.
+# tasks/ops/ one file per op kind: its CPU and CUDA functions, codelet and insert function;
+# tasks/transport/ how SEND, RECV and SYNC move (local, nccl, mpi: one interface, transport.h).
 libbsipipe_la_SOURCES += tasks/engine_core.c tasks/engine_create.c tasks/engine.c tasks/engine_floor.c tasks/engine_stats.c tasks/engine_tp.c tasks/tp_submit.c tasks/tp_codelets.c tasks/engine_devices.c tasks/engine_emulate.c tasks/engine_buffers.c tasks/engine_watchdog.c tasks/engine_policy.c tasks/engine_perfmodel.c \
-	tasks/ops/forward.c tasks/ops/backward.c tasks/ops/wgrad.c tasks/ops/transfer.c tasks/ops/sync.c tasks/ops/step.c
+	tasks/ops/forward.c tasks/ops/backward.c tasks/ops/wgrad.c tasks/ops/transfer.c tasks/ops/sync.c tasks/ops/step.c \
+	tasks/transport/transport.c tasks/transport/local.c tasks/transport/nccl.c tasks/transport/mpi.c
 nobase_pkginclude_HEADERS += tasks/bsipipe_engine.h
-noinst_HEADERS += tasks/engine_internal.h tasks/engine_cuda.h tasks/tp_internal.h
+noinst_HEADERS += tasks/engine_internal.h tasks/engine_cuda.h tasks/tp_internal.h tasks/transport/transport.h
 libbsipipe_la_LIBADD += -ldl
 check_PROGRAMS += tests/test_engine_equiv
 TESTS += tests/test_engine_equiv

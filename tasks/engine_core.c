@@ -3,7 +3,7 @@
  * submitting a task (engine_task_submit: the worker, the in-order slot and
  * how far ahead a RECV is posted, the rendezvous tag of a SEND, the floor's
  * empty body, the callbacks that fill the op's record), the buffers an
- * insert function lists, eager sends, an op's failure reported, and where
+ * insert function lists, an op's failure reported, and where
  * a layer's parameters start. It calls nothing of the driver's. */
 #include "tasks/engine_internal.h"
 #include "base/bsipipe_error.h"
@@ -125,7 +125,7 @@ static void record_profile(void *arg)
     }
     a->rec->seq = __atomic_fetch_add(&a->e->rec_seq, 1, __ATOMIC_SEQ_CST);
     __atomic_store_n(&a->running_since, 0LL, __ATOMIC_SEQ_CST);
-    engine_watchdog_task_ended(a->e, a->op.kind == BSIPIPE_OP_RECV);
+    engine_task_ended(a->e, a->op.kind == BSIPIPE_OP_RECV);
 }
 
 /* Across ranks the watchdog must tell a long task from a stalled rank: count
@@ -146,67 +146,33 @@ static void op_popped(void *arg)
     task_popped(a->e);
 }
 
+void engine_task_ended(struct bsipipe_engine *e, int recv)
+{
+    long ended = __atomic_add_fetch(&e->tasks_ended, 1, __ATOMIC_SEQ_CST);
+    if (!recv)
+        __atomic_fetch_add(&e->nr_ended, 1, __ATOMIC_SEQ_CST);
+    /* The engine frees the watchdog only after starpu_task_wait_for_all,
+     * which returns once every callback has returned. */
+    struct engine_watchdog_end *w = __atomic_load_n(&e->wd_end, __ATOMIC_SEQ_CST);
+    if (w && ended >= __atomic_load_n(&w->target, __ATOMIC_SEQ_CST)) {
+        pthread_mutex_lock(&w->lock);
+        pthread_cond_broadcast(&w->done);
+        pthread_mutex_unlock(&w->lock);
+    }
+}
+
 static void task_ended(void *arg)
 {
-    engine_watchdog_task_ended(arg, 0);
+    engine_task_ended(arg, 0);
 }
 
 
-/* An eager send settled (copied, or given up after a failure): its record,
- * and its use of the buffer, which may now be freed. Once per SEND: the
- * transport calls it, and so does engine_sends_settle for an offer whose
- * RECV never ran. */
-void engine_eager_done(void *arg)
+/* The op whose task `t` is, or NULL (a task outside the plan, the TP
+ * builder's, none). */
+op_args_t *engine_task_op(struct starpu_task *t)
 {
-    op_args_t *s = arg;
-    if (__atomic_exchange_n(&s->eager_done, 1, __ATOMIC_ACQ_REL))
-        return;
-    s->rec->end_us = starpu_timing_now();
-    s->rec->seq = __atomic_fetch_add(&s->e->rec_seq, 1, __ATOMIC_SEQ_CST);
-    /* The buffer's use is consumed by the callback of the task running the
-     * copy (the producer or the RECV), once that task has released its data:
-     * unregistering from inside the codelet would delay the task's end, and
-     * with it the hand-off to the next op (StarPU's unregistration is about
-     * a third of a task's termination: docs/benchmarks.md, "Where the time goes"). */
-    if (s->e->pool_active) /* its use was consumed at its submission: the transport stages what it keeps */
-        return;
-    struct starpu_task *cur = starpu_task_get_current();
-    op_args_t *host = cur ? cur->cl_arg : NULL;
-    if (host && host->task == cur && cur->callback_func == record_profile && !host->settled)
-        host->settled = s;
-    else
-        engine_buffer_use(s->e, s->send_handle, 0); /* nothing for the floor's buffers registered once */
-}
-
-/* The floor's eager send: the same meeting with no data (a RECV posted
- * first is released by its producer, a producer first by the RECV). */
-void engine_floor_meet(struct bsipipe_engine *e, long ch, int side)
-{
-    int before = __atomic_fetch_or(&e->floor_meet[ch], side, __ATOMIC_SEQ_CST);
-    if (before & (side == 1 ? 2 : 1))
-        starpu_task_end_dep_release(e->floor_recv[ch]);
-}
-
-void engine_send_eager(op_args_t *a, void *out)
-{
-    struct bsipipe_engine *e = a->e;
-    if (a->send_op < 0 || !e->eager)
-        return;
-    op_args_t *s = &e->args[a->op.device][a->send_op];
-    s->rec->start_us = starpu_timing_now();
-    s->rec->worker = starpu_worker_get_id();
-    if (e->floor_flags) {
-        engine_floor_meet(e, s->op.channel, 1);
-        engine_eager_done(s);
-        return;
-    }
-    size_t bytes = STARPU_VECTOR_GET_NX(out) * STARPU_VECTOR_GET_ELEMSIZE(out);
-    int rc = bsipipe_transport_offer(e->transport, s->op.channel, (const void *)STARPU_VECTOR_GET_PTR(out), bytes,
-                                     s->op.device, s->name + 5 /* past "SEND " */, engine_eager_done, s);
-    if (rc == -ETIMEDOUT) /* the transport failed earlier: its report names the waits */
-        engine_fail(e, BSIPIPE_EDEADLOCK);
-    else
-        engine_report(e, s, rc);
+    op_args_t *a = t && t->callback_func == record_profile ? t->cl_arg : NULL;
+    return a && a->task == t ? a : NULL;
 }
 
 
@@ -291,8 +257,9 @@ int engine_task_submit_flags(struct bsipipe_engine *e, int d, int i, struct star
     if (a && (flags & ENGINE_TASK_END_DEP))
         starpu_task_end_dep_add(t, 1);
     if (a && (flags & ENGINE_TASK_RENDEZVOUS) && a->op.channel >= 0 &&
-        a->op.channel < e->n_channels && (!e->blocking_send || e->floor_flags) && engine_transfer_tagged(e, d, a->op.peer)) {
-        /* The rendezvous as a dependency: not ready before the RECV posted. */
+        a->op.channel < e->n_channels && (!e->blocking_send || e->floor_flags)) {
+        /* The local transport's rendezvous as a dependency: not ready
+         * before the RECV posted (engine_watchdog.c). */
         t->use_tag = 1;
         t->tag_id = (starpu_tag_t)engine_send_tag(e, a->op.channel);
         starpu_tag_declare_deps(t->tag_id, 1, (starpu_tag_t)engine_post_tag(e, a->op.channel));

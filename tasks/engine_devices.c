@@ -498,15 +498,3 @@ long engine_kv_floats(const struct bsipipe_engine *e, int n_layers)
 #endif
     return n_layers * bsipipe_model_kv_size(&e->dims);
 }
-
-int engine_uses_nccl(const struct bsipipe_engine *e, int a, int b)
-{
-#ifdef BSIPIPE_HAVE_NCCL
-    return e->nccl && transport_nccl_has(e->nccl, a, b);
-#else
-    (void)e;
-    (void)a;
-    (void)b;
-    return 0;
-#endif
-}

@@ -4,6 +4,7 @@
  * StarPU's and the engine's own overhead (docs/benchmarks.md). A RECV still
  * lets its SEND go and a SEND its RECV, so the same dependencies hold. */
 #include "tasks/engine_internal.h"
+#include "tasks/transport/transport.h"
 #include "base/bsipipe_error.h"
 
 #include <stdlib.h>
@@ -24,7 +25,7 @@ static void floor_cpu(void *buffers[], void *cl_arg)
         if (e->eager)
             engine_floor_meet(e, ch, 2);
         else
-            engine_post_notify(e, ch);
+            transport_local_post_notify(e, ch);
         break;
     case BSIPIPE_OP_SEND:
         starpu_task_end_dep_release(e->floor_recv[ch]);

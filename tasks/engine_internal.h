@@ -2,6 +2,7 @@
 #ifndef BSIPIPE_ENGINE_INTERNAL_H
 #define BSIPIPE_ENGINE_INTERNAL_H
 
+#include <pthread.h>
 #include <starpu.h>
 
 #include "tasks/bsipipe_engine.h"
@@ -40,6 +41,17 @@ typedef struct replica {
     float *params, *grads, *m, *v;
     starpu_data_handle_t h_params, h_grads, h_m, h_v;
 } replica_t;
+
+/* The part of the watchdog (engine_watchdog.c) a task's end touches: the
+ * engine waits on `done` under `lock` for the iteration's `target` count of
+ * ended tasks (LONG_MAX while submitting); the task callbacks (engine_core.c)
+ * count and wake it. Below the watchdog, which also inspects the TP
+ * builder's ops: the callbacks of every task builder reach it. */
+struct engine_watchdog_end {
+    pthread_mutex_t lock;
+    pthread_cond_t done;
+    long target;
+};
 
 struct bsipipe_engine {
     bsipipe_engine_options_t o;
@@ -138,6 +150,7 @@ struct bsipipe_engine {
     int *post_notified;                /* per channel, __atomic: post tag notified */
     unsigned char *send_tagged;        /* per channel: its SEND waits for the post tag */
     struct engine_watchdog *wd;        /* the watchdog while it watches an iteration, else NULL */
+    struct engine_watchdog_end *wd_end; /* its part a task's end touches (engine_task_ended), with wd */
     struct engine_watchdog *wd_thread; /* the engine's watchdog thread, parked between iterations */
     /* Overhead measurement (bsipipe_engine_last_overhead, _floor_iteration). */
     bsipipe_engine_overhead_t ovh;
@@ -195,16 +208,10 @@ static inline unsigned long long engine_post_tag(const struct bsipipe_engine *e,
 {
     return e->tag_base + 2ULL * (unsigned long long)ch + 1ULL;
 }
-/* The RECV of channel ch has posted (or the transport failed): lets its SEND
- * go. Exactly once per channel and iteration; later calls do nothing. */
-void engine_post_notify(struct bsipipe_engine *e, long ch);
-/* 1 when a transfer between devices a and b goes through the local
- * rendezvous (not NCCL, not across ranks): its SEND waits for the post tag. */
-int engine_transfer_tagged(const struct bsipipe_engine *e, int a, int b);
-
-/* Per iteration (engine_watchdog.c): fresh tags and flags before submission;
- * after a failed submission, every post tag notified (held SENDs drain);
- * after the iteration's tasks ended, the tags removed. */
+/* Per iteration (the local transport, tasks/transport/local.c): fresh tags
+ * and flags before submission; after a failed submission, every post tag
+ * notified (held SENDs drain); after the iteration's tasks ended, the tags
+ * removed. */
 void engine_tags_begin(struct bsipipe_engine *e);
 void engine_tags_abort(struct bsipipe_engine *e);
 void engine_tags_end(struct bsipipe_engine *e);
@@ -220,8 +227,9 @@ void engine_watchdog_free(struct bsipipe_engine *e);
  * then -ETIMEDOUT with the detail naming the policy, and StarPU is left
  * holding the tasks (e->hung). Without a watchdog: starpu_task_wait_for_all. */
 int engine_watchdog_wait(struct bsipipe_engine *e);
-/* Task callbacks: one more task ended (recv: it was a RECV). */
-void engine_watchdog_task_ended(struct bsipipe_engine *e, int recv);
+/* Task callbacks (engine_core.c): one more task ended (recv: it was a
+ * RECV); wakes the engine's wait when the iteration's target is reached. */
+void engine_task_ended(struct bsipipe_engine *e, int recv);
 
 /* A codelet's error: say which op failed and why, then fail the iteration. */
 void engine_report(struct bsipipe_engine *e, const op_args_t *a, int rc);
@@ -264,12 +272,9 @@ int engine_task_submit(struct bsipipe_engine *e, int d, int i, struct starpu_cod
 enum { ENGINE_TASK_END_DEP = 1u, ENGINE_TASK_RENDEZVOUS = 2u };
 int engine_task_submit_flags(struct bsipipe_engine *e, int d, int i, struct starpu_codelet *cl,
                              struct starpu_data_descr *descr, int n, unsigned flags);
-/* An eager send settled (engine_send_eager's completion, given to the
- * transport; engine.c calls it for offers no RECV took). */
-void engine_eager_done(void *send_args);
-/* The floor's stand-in for an eager send's meeting on channel ch: side 1
- * the producer, 2 the RECV; the second to arrive releases the RECV. */
-void engine_floor_meet(struct bsipipe_engine *e, long ch, int side);
+/* The op whose task `t` is, or NULL (a task outside the plan, the TP
+ * builder's, none). */
+op_args_t *engine_task_op(struct starpu_task *t);
 /* One use of a per-iteration buffer: counted (dry_run) or consumed (the
  * buffer is unregistered after its last use). Other handles: nothing.
  * Consuming is thread safe: an eager send consumes its use on a worker. */
@@ -358,9 +363,9 @@ int engine_piece_len(const struct bsipipe_engine *e, int sub);
 int engine_insert_forward(engine_insert_t *t);
 int engine_insert_backward(engine_insert_t *t);
 int engine_insert_wgrad(engine_insert_t *t);
-int engine_insert_send(engine_insert_t *t);
-int engine_insert_recv(engine_insert_t *t);
-int engine_insert_sync(engine_insert_t *t);
+/* SEND, RECV and SYNC: the transport's (tasks/transport/transport.h). What
+ * a SEND sends: slice r (0 without TP) of its activation or gradient. */
+starpu_data_handle_t engine_send_source(const struct bsipipe_engine *e, const bsipipe_op_t *op, int r);
 int engine_insert_step(engine_insert_t *t);
 /* Chunk c's squared gradient norm on `device` (a task outside the plan,
  * tasks/ops/step.c): every STEP reads it. */
@@ -371,12 +376,6 @@ int engine_insert_norm(struct bsipipe_engine *e, int device, int c);
 void engine_vector_write(starpu_data_handle_t h, const void *src, size_t bytes);
 void engine_vector_read(starpu_data_handle_t h, void *dst, const void *data, size_t bytes);
 
-/* Eager sends (ops/forward.c, ops/backward.c): at the end of an F or B whose
- * output goes to another device, offer it to the transport in place of a
- * SEND task (bsipipe_transport_offer): copied at once if its RECV has
- * posted, else by the RECV's post. `out` is the op's output buffer. Does
- * nothing for an op without a send or when sends are not eager. */
-void engine_send_eager(op_args_t *a, void *out);
 /* Device kinds (tasks/engine_devices.c): sets conf's worker counts for the
  * options' device kind before starpu_init (cuda: -ENODEV "no CUDA device
  * found; run with --devices cpu" when there is none); after it lists the
@@ -401,8 +400,6 @@ int engine_starpu_init_quiet(int (*init)(void *), void *arg);
 int engine_devices_start(struct bsipipe_engine *e);
 /* Before starpu_shutdown: cuBLAS handles, NCCL communicators. */
 void engine_devices_stop(struct bsipipe_engine *e);
-/* 1 when the SYNC or transfer between devices a and b goes through NCCL. */
-int engine_uses_nccl(const struct bsipipe_engine *e, int a, int b);
 /* Floats of the stash of n_layers layers for a piece of len tokens on this
  * engine's devices: the CPU kernels' layout, or the CUDA kernels' in the
  * engine's precision (bf16 activations in bf16s: about half). */
@@ -434,17 +431,14 @@ int engine_trace_recording(void);
  * creates takes the task's tag settings then, and t may be gone after. */
 void engine_job_note(struct bsipipe_engine *e, int d, int i, struct starpu_task *t, int primary);
 
-extern struct starpu_codelet engine_cl_forward, engine_cl_forward_head, engine_cl_backward, engine_cl_send,
-    engine_cl_recv, engine_cl_sync, engine_cl_sync_peer, engine_cl_step, engine_cl_wgrad;
+extern struct starpu_codelet engine_cl_forward, engine_cl_forward_head, engine_cl_backward, engine_cl_sync,
+    engine_cl_sync_peer, engine_cl_step, engine_cl_wgrad;
 /* Performance models of F (F on the last chunk: _head), B, W, SEND, RECV
  * (engine_perfmodel.c; symbols bsipipe_fwd, bsipipe_fwd_head, ...). */
 extern struct starpu_perfmodel engine_model_fwd, engine_model_fwd_head, engine_model_bwd, engine_model_wgrad,
     engine_model_send, engine_model_recv, engine_model_sync, engine_model_step, engine_model_norm,
     engine_model_mpi_send, engine_model_mpi_recv, engine_model_mpi_sync, engine_model_tp_seg, engine_model_tp_coll,
     engine_model_tp_step, engine_model_tp_norm; /* the floor's codelet has none: it is the floor */
-#ifdef BSIPIPE_HAVE_NCCL
-extern struct starpu_codelet engine_cl_sync_nccl; /* one replica RW, all-reduced with its mirror */
-#endif
 
 /* Emulated device time (engine_emulate.c): holds the worker for the op's
  * cost-model duration. Returns 1 when the engine emulates (the caller then
@@ -503,15 +497,6 @@ int engine_mpi_start(struct bsipipe_engine *e, struct starpu_conf *conf);
 /* Stops StarPU(-MPI) and frees the MPI state. */
 void engine_mpi_shutdown(struct bsipipe_engine *e);
 
-/* Op i of device d in submission order, when one end of it is on another
- * rank (SEND, RECV, SYNC with a remote peer): submits this rank's part.
- * Returns 1 when it handled the op (the caller submits nothing), 0 when the
- * op is an ordinary local one, or a negative error. dry_run: count uses. */
-int engine_mpi_submit_op(struct bsipipe_engine *e, int d, int i, int dry_run);
-/* Chunk c's squared gradient norm (e->h_norm[c]) across ranks: the owner
- * rank (owned = 1, its NORM task already submitted) sends it to every other
- * rank, which receives it. 0 without MPI. */
-int engine_mpi_norm_exchange(struct bsipipe_engine *e, int c, int owned);
 /* Around an iteration: sizes its message bookkeeping and arms the watchdog
  * (the heartbeat thread runs for the engine's life); waits for every task
  * and message of every rank, disarms it and agrees on the outcome (the most
@@ -564,7 +549,8 @@ void engine_tp_iteration_end(struct bsipipe_engine *e);
 /* Device d's busy time in the last iteration: a rank's mean µs in its F/B
  * segments and in every collective of the group (each rank waits for it). */
 double engine_tp_busy_us(const struct bsipipe_engine *e, int d);
-/* Whole-model parameters or gradients gathered from the shards. */
+/* Whole-model parameters or gradients gathered from this process's shards
+ * (other ranks' entries zero: the caller sums over the ranks). */
 int engine_tp_gather(struct bsipipe_engine *e, float *out, int grads);
 /* Checkpoints: vector `which` of pipe `pipe`'s replicas as the whole-model
  * vector (bsipipe_model_params floats) gathered from the ranks' shards, and
@@ -595,6 +581,6 @@ const op_args_t *engine_tp_slot_op(struct bsipipe_engine *e, int d, long slot);
 const op_args_t *engine_tp_op_args(struct bsipipe_engine *e, int d, int i);
 void engine_tp_free(struct bsipipe_engine *e);
 
-extern struct starpu_codelet engine_cl_mpi_marker, engine_cl_mpi_send, engine_cl_mpi_sync_up, engine_cl_norm;
+extern struct starpu_codelet engine_cl_norm;
 
 #endif

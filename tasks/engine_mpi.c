@@ -1,21 +1,11 @@
 /* engine_mpi.c: the engine across StarPU-MPI ranks (the `mpi` transport of
  * DESIGN.md §6–§7, docs/scaleout.md).
  *
- * Every rank plans the same schedule and walks the same submission order.
- * A rank submits the tasks of its own devices; when the two ends of a
- * transfer or a SYNC are on different ranks, each rank submits its part:
- *   SEND  a marker task in the device's plan slot (RW on the source, so
- *         StarPU orders the send after it), then starpu_mpi_isend_detached;
- *   RECV  starpu_mpi_irecv_detached into the receive buffer, posted at
- *         submission (the earliest possible receive: StarPU-MPI matches the
- *         message whenever it arrives), then a marker task in the RECV's
- *         slot; the consumer's data dependency waits for the data;
- *   SYNC  the up replica's rank sends its gradient to the down replica's
- *         rank, which sums (the same codelet as a local SYNC, so the result
- *         is bit-identical) and sends the sum back;
- *   norms each chunk's squared gradient norm is computed once on the down
- *         replica's rank and sent to every rank, for the STEPs' global-norm
- *         clipping (instead of shipping whole gradients).
+ * The transport's ops (SEND, RECV, SYNC and the gradient norms across
+ * ranks) are tasks/transport/mpi.c's; this file holds what they stand on:
+ * MPI's start and end, the messages they post (engine_mpi_post_send,
+ * engine_mpi_post_recv) and what each iteration waits for, the collectives
+ * the engine agrees with, and the liveness watchdog.
  * Tags are derived from the op's identity (channel or chunk) and the
  * iteration, so they are the same on every rank and never reused while a
  * message may be in flight.
@@ -30,6 +20,7 @@
  * and what waits for it; a rank that dies makes mpirun stop the others and
  * name it. */
 #include "tasks/engine_internal.h"
+#include "tasks/transport/transport.h"
 #include "base/bsipipe_error.h"
 #include "graph/bsipipe_topology.h"
 
@@ -48,8 +39,6 @@
 #ifdef BSIPIPE_HAVE_STARPUMPI
 #include <mpi.h>
 #include <starpu_mpi.h>
-
-enum { TAG_CHANNEL = 1, TAG_SYNC_UP = 2, TAG_SYNC_DOWN = 3, TAG_NORM = 4 };
 
 /* One message this rank waits for (for the watchdog's report). */
 struct pending_recv {
@@ -578,6 +567,17 @@ static int post_recv(struct engine_mpi *m, starpu_data_handle_t h, int src, int 
     return 0;
 }
 
+int engine_mpi_post_send(struct bsipipe_engine *e, starpu_data_handle_t h, int dest, int kind, long index, int sync)
+{
+    return post_send(e->mpi, h, dest, kind, index, sync);
+}
+
+int engine_mpi_post_recv(struct bsipipe_engine *e, starpu_data_handle_t h, int src, int kind, long index, int device,
+                         int peer_device, const char *what)
+{
+    return post_recv(e->mpi, h, src, kind, index, device, peer_device, what);
+}
+
 /* Sizes the per-iteration arrays: at most one message per transfer, two per
  * SYNC side, and nranks per chunk norm. */
 static int size_iteration(struct bsipipe_engine *e)
@@ -601,118 +601,6 @@ static int size_iteration(struct bsipipe_engine *e)
     }
     m->n_recv = m->n_sent = 0;
     return 0;
-}
-
-/* ---- submission ---- */
-
-/* The slot task of op i of device d (TP rank r's with tensor parallelism). */
-static int submit_slot(struct bsipipe_engine *e, int d, int i, int r, struct starpu_codelet *cl,
-                       struct starpu_data_descr *descr, int n)
-{
-    return e->T > 1 ? engine_tp_submit_rank(e, d, i, r, cl, descr, n) : engine_task_submit(e, d, i, cl, descr, n);
-}
-
-/* With tensor parallelism (T > 1) a cross-rank op is T messages, one per TP
- * rank: its [len/T, d] slice (tag index channel * T + r, the channel of the
- * in-process transport) or its gradient shard (chunk * T + r), each with its
- * slot task on rank r's worker. The TP group itself never spans processes. */
-int engine_mpi_submit_op(struct bsipipe_engine *e, int d, int i, int dry_run)
-{
-    struct engine_mpi *m = e->mpi;
-    if (!m)
-        return 0;
-    const bsipipe_op_t *op = &e->args[d][i].op;
-    if (op->kind != BSIPIPE_OP_SEND && op->kind != BSIPIPE_OP_RECV && op->kind != BSIPIPE_OP_SYNC)
-        return 0;
-    if (op->peer < 0 || e->dev_rank[op->peer] == e->dev_rank[d])
-        return 0; /* both ends here (or both elsewhere): an ordinary op */
-    if (!engine_local(e, d))
-        return 1; /* the other rank's part */
-    int peer_rank = e->dev_rank[op->peer], rc = 0, T = e->T;
-    const char *name = e->args[d][i].name;
-    long ai = op->sub >= 0 ? act_index(e, op->mb, op->sub, op->chunk) * T : 0;
-    struct starpu_data_descr descr[2];
-    for (int r = 0; r < T; r++) {
-        long ch = (long)op->channel * T + r, ck = (long)op->chunk * T + r;
-        switch (op->kind) {
-        case BSIPIPE_OP_SEND: {
-            starpu_data_handle_t src = op->tensor == BSIPIPE_TENSOR_ACT ? e->h_x_out[ai + r] : e->h_dx[ai + r];
-            if (!src)
-                return bsipipe_error_set(-EINVAL, "engine: %s has no source buffer", name);
-            if (dry_run) { /* two uses: the marker task, then the isend */
-                engine_buffer_use(e, src, 1);
-                engine_buffer_use(e, src, 1);
-                break;
-            }
-            /* The marker holds the plan slot; RW orders the isend after it. */
-            descr[0] = (struct starpu_data_descr){src, STARPU_RW};
-            if ((rc = submit_slot(e, d, i, r, &engine_cl_mpi_send, descr, 1)) < 0)
-                return rc;
-            if ((rc = post_send(m, src, peer_rank, TAG_CHANNEL, ch, 0)) < 0)
-                return rc;
-            engine_buffer_use(e, src, 0); /* the last use: unregistered after the send completes */
-            break;
-        }
-        case BSIPIPE_OP_RECV: {
-            starpu_data_handle_t dst = e->h_recv[ch];
-            if (!dst)
-                return bsipipe_error_set(-EINVAL, "engine: %s has no receive buffer", name);
-            if (dry_run)
-                break; /* its consumer's use is counted there */
-            if ((rc = post_recv(m, dst, peer_rank, TAG_CHANNEL, ch, d, op->peer, name)) < 0)
-                return rc;
-            if ((rc = submit_slot(e, d, i, r, &engine_cl_mpi_marker, descr, 0)) < 0)
-                return rc;
-            break;
-        }
-        default: { /* SYNC of mirrored replicas on two ranks */
-            if (dry_run)
-                break;
-            long n_up = e->rep[e->C + op->chunk].n;
-            starpu_data_handle_t down = T > 1 ? engine_tp_rep_grads(e, op->chunk, r, NULL) : e->rep[op->chunk].h_grads;
-            starpu_data_handle_t up = T > 1 ? engine_tp_rep_grads(e, e->C + op->chunk, r, &n_up)
-                                            : e->rep[e->C + op->chunk].h_grads;
-            if (op->pipe == 1) { /* up side: send the gradient, get the sum back */
-                descr[0] = (struct starpu_data_descr){up, STARPU_RW};
-                if ((rc = submit_slot(e, d, i, r, &engine_cl_mpi_sync_up, descr, 1)) < 0 ||
-                    (rc = post_send(m, up, peer_rank, TAG_SYNC_UP, ck, 1)) < 0 ||
-                    (rc = post_recv(m, up, peer_rank, TAG_SYNC_DOWN, ck, d, op->peer, name)) < 0)
-                    return rc;
-                break;
-            }
-            /* down side: receive the up gradient into a buffer, sum, send back */
-            starpu_data_handle_t in;
-            starpu_vector_data_register(&in, -1, 0, (uint32_t)n_up, sizeof(float));
-            if ((rc = post_recv(m, in, peer_rank, TAG_SYNC_UP, ck, d, op->peer, name)) < 0)
-                return rc;
-            descr[0] = (struct starpu_data_descr){down, STARPU_RW};
-            descr[1] = (struct starpu_data_descr){in, STARPU_RW};
-            if ((rc = submit_slot(e, d, i, r, &engine_cl_sync, descr, 2)) < 0 ||
-                (rc = post_send(m, in, peer_rank, TAG_SYNC_DOWN, ck, 1)) < 0)
-                return rc;
-            starpu_data_unregister_submit(in);
-            break;
-        }
-        }
-    }
-    return 1;
-}
-
-int engine_mpi_norm_exchange(struct bsipipe_engine *e, int c, int owned)
-{
-    struct engine_mpi *m = e->mpi;
-    if (!m)
-        return 0;
-    int owner_dev = e->rep[c].device, owner = e->dev_rank[owner_dev], rc = 0;
-    if (!owned) {
-        char what[64];
-        snprintf(what, sizeof what, "gradient norm of chunk %d", c);
-        return post_recv(m, e->h_norm[c], owner, TAG_NORM, c, -1, owner_dev, what);
-    }
-    for (int r = 0; r < e->nranks && rc == 0; r++)
-        if (r != e->rank)
-            rc = post_send(m, e->h_norm[c], r, TAG_NORM, c, -1);
-    return rc;
 }
 
 /* ---- liveness: heartbeats and the watchdog ----
@@ -1052,8 +940,6 @@ int engine_mpi_start(struct bsipipe_engine *e, struct starpu_conf *conf)
     return engine_starpu_init_quiet(init_plain, conf) == 0 ? 0 : bsipipe_error_set(-EIO, "engine: starpu_init failed");
 }
 void engine_mpi_shutdown(struct bsipipe_engine *e) { (void)e; starpu_shutdown(); }
-int engine_mpi_submit_op(struct bsipipe_engine *e, int d, int i, int dry_run) { (void)e; (void)d; (void)i; (void)dry_run; return 0; }
-int engine_mpi_norm_exchange(struct bsipipe_engine *e, int c, int owned) { (void)e; (void)c; (void)owned; return 0; }
 void engine_mpi_iteration_begin(struct bsipipe_engine *e) { (void)e; }
 int engine_mpi_iteration_end(struct bsipipe_engine *e, int rc) { (void)e; starpu_task_wait_for_all(); return rc; }
 int engine_mpi_agree(struct bsipipe_engine *e, int rc) { (void)e; return rc; }

@@ -4,6 +4,7 @@
  * by op (the planner's tables, through the lowered plan), the peak
  * activation memory, and the ranks. Read-only, between iterations. */
 #include "tasks/engine_internal.h"
+#include "tasks/transport/transport.h"
 #include "base/bsipipe_error.h"
 
 #include <stdlib.h>
@@ -14,7 +15,7 @@ int bsipipe_engine_traffic(bsipipe_engine_t *e, double act_bytes[2], double sync
         return bsipipe_error_set(-EINVAL, "engine: no output buffer");
     double v[4] = {e->act_bytes_local, 0, e->sync_bytes_local, 0};
     double act[2] = {0, 0}, sync[2] = {0, 0};
-    engine_mpi_local_traffic(e, act, sync);
+    engine_transports_traffic(e, act, sync);
     v[1] = act[1];
     v[3] = sync[1];
     int rc = engine_mpi_sum(e, v, 4);

@@ -495,11 +495,7 @@ int engine_tp_set_full(struct bsipipe_engine *e, int pipe, int which, const floa
 
 int engine_tp_gather(struct bsipipe_engine *e, float *out, int grads)
 {
-    int rc = engine_tp_full(e, 0, grads ? ENGINE_TP_GRADS : ENGINE_TP_PARAMS, out);
-    /* Across MPI ranks every element comes from one process (the others
-     * hold zeros there): the sum is exact. Every rank calls. */
-    int arc = engine_mpi_sum_floats(e, out, bsipipe_model_params(&e->dims));
-    return rc < 0 ? rc : arc;
+    return engine_tp_full(e, 0, grads ? ENGINE_TP_GRADS : ENGINE_TP_PARAMS, out); /* summed over ranks by engine.c */
 }
 
 /* ---- the group's tasks, kept until the next iteration (tp_internal.h) ---- */

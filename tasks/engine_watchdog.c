@@ -35,6 +35,7 @@
  * so the engine is then left as it is (bsipipe_engine_destroy only says so).
  */
 #include "tasks/engine_internal.h"
+#include "tasks/transport/transport.h"
 #include "base/bsipipe_error.h"
 
 #include <errno.h>
@@ -45,18 +46,16 @@
 #include <time.h>
 
 struct engine_watchdog {
+    struct engine_watchdog_end end; /* lock, done (also: parked), target: what a task's end touches */
     struct bsipipe_engine *e;
     pthread_t thread;
-    pthread_mutex_t lock;
     pthread_cond_t cond; /* CLOCK_MONOTONIC */
     int armed;           /* an iteration is being watched (engine_watchdog_start .. _stop) */
     int parked;          /* the thread saw armed = 0 and touches nothing of the iteration */
     int quit;            /* the engine is going: the thread ends */
     long *held_slot;     /* per device: the slot seen held at, -1 none */
     double *held_since;  /* per device: when first seen there */
-    pthread_cond_t done; /* the engine waits on it for the iteration's end */
     long ended_base;     /* e->tasks_ended when the iteration began */
-    long target;         /* e->tasks_ended at the iteration's end; LONG_MAX while submitting */
     double armed_s;      /* when the target was set: the policy-stall clock starts there at the
                             earliest (a slow submission is not the policy's stall) */
     int stalled;         /* the policy stalled (under lock) */
@@ -75,28 +74,6 @@ static double mono_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-int engine_transfer_tagged(const struct bsipipe_engine *e, int a, int b)
-{
-    if (b < 0 || !engine_local(e, a) || !engine_local(e, b))
-        return 0;
-    return !engine_uses_nccl(e, a, b);
-}
-
-void engine_post_notify(struct bsipipe_engine *e, long ch)
-{
-    if (!e->post_notified || ch < 0 || ch >= e->n_channels)
-        return;
-    if (__atomic_exchange_n(&e->post_notified[ch], 1, __ATOMIC_ACQ_REL) == 0)
-        starpu_tag_notify_from_apps((starpu_tag_t)engine_post_tag(e, ch));
-}
-
-/* After a failure (watchdog, abort): every held SEND may go (and fail). */
-static void release_all_posts(struct bsipipe_engine *e)
-{
-    for (long ch = 0; ch < e->n_channels; ch++)
-        engine_post_notify(e, ch);
 }
 
 /* The op that device d's worker waits for (in-order policy), or NULL. */
@@ -140,7 +117,7 @@ static void fire(struct bsipipe_engine *e, long ch)
 {
     bsipipe_transport_expire(e->transport, ch);
     engine_fail(e, BSIPIPE_EDEADLOCK);
-    release_all_posts(e);
+    transport_local_release_posts(e); /* every held SEND may go (and fail) */
 }
 
 /* Watches one iteration, from arming to parking; lock held. */
@@ -157,7 +134,7 @@ static void watch_iteration(struct engine_watchdog *w)
     while (w->armed && !w->quit) {
         double until = mono_s() + period;
         struct timespec ts = {(time_t)until, (long)((until - (double)(time_t)until) * 1e9)};
-        pthread_cond_timedwait(&w->cond, &w->lock, &ts);
+        pthread_cond_timedwait(&w->cond, &w->end.lock, &ts);
         if (!w->armed || w->quit)
             continue;
         double now = mono_s();
@@ -168,9 +145,9 @@ static void watch_iteration(struct engine_watchdog *w)
             last_progress = now;
         }
         if (bsipipe_transport_failed(e->transport)) { /* aborted or fired: held SENDs must drain */
-            pthread_mutex_unlock(&w->lock);
-            release_all_posts(e);
-            pthread_mutex_lock(&w->lock);
+            pthread_mutex_unlock(&w->end.lock);
+            transport_local_release_posts(e);
+            pthread_mutex_lock(&w->end.lock);
         } else if (e->inorder) {
             /* Note every held device first, so the report names them all. */
             for (int d = 0; d < e->W; d++) {
@@ -216,7 +193,7 @@ static void watch_iteration(struct engine_watchdog *w)
          * transport failed, the released SENDs never run either). */
         long running = __atomic_load_n(&e->tasks_popped, __ATOMIC_SEQ_CST) -
                        __atomic_load_n(&e->nr_ended, __ATOMIC_SEQ_CST);
-        long target = __atomic_load_n(&w->target, __ATOMIC_SEQ_CST);
+        long target = __atomic_load_n(&w->end.target, __ATOMIC_SEQ_CST);
         double quiet_since = last_progress > w->armed_s ? last_progress : w->armed_s;
         if (!e->mpi && fired < 0 && !held && !stalled && target != LONG_MAX && now_ended < target && running <= 0 &&
             now - quiet_since >= stall_after) {
@@ -224,7 +201,7 @@ static void watch_iteration(struct engine_watchdog *w)
             w->stall_s = now - quiet_since;
             w->stall_left = target - now_ended;
             engine_fail(e, -ETIMEDOUT);
-            pthread_cond_broadcast(&w->done);
+            pthread_cond_broadcast(&w->end.done);
         }
         /* A SEND held because its peer is still computing is not a deadlock:
          * while any op runs, the wait is a slow op's (a --watchdog shorter
@@ -248,9 +225,9 @@ static void watch_iteration(struct engine_watchdog *w)
             }
         }
         if (fired >= 0) {
-            pthread_mutex_unlock(&w->lock);
+            pthread_mutex_unlock(&w->end.lock);
             fire(e, fired);
-            pthread_mutex_lock(&w->lock);
+            pthread_mutex_lock(&w->end.lock);
         }
     }
 }
@@ -258,16 +235,16 @@ static void watch_iteration(struct engine_watchdog *w)
 static void *watchdog_main(void *arg)
 {
     struct engine_watchdog *w = arg;
-    pthread_mutex_lock(&w->lock);
+    pthread_mutex_lock(&w->end.lock);
     while (!w->quit) {
         if (w->armed) /* watch_reset cleared parked */
             watch_iteration(w);
         w->parked = 1; /* the engine's stop waits for this */
-        pthread_cond_broadcast(&w->done);
+        pthread_cond_broadcast(&w->end.done);
         if (!w->quit && !w->armed)
-            pthread_cond_wait(&w->cond, &w->lock);
+            pthread_cond_wait(&w->cond, &w->end.lock);
     }
-    pthread_mutex_unlock(&w->lock);
+    pthread_mutex_unlock(&w->end.lock);
     return NULL;
 }
 
@@ -279,7 +256,7 @@ static void watch_reset(struct engine_watchdog *w)
     for (int d = 0; d < e->W; d++)
         w->held_slot[d] = -1;
     w->ended_base = __atomic_load_n(&e->tasks_ended, __ATOMIC_SEQ_CST);
-    w->target = LONG_MAX;
+    w->end.target = LONG_MAX;
     w->armed_s = 0;
     w->stalled = 0;
     w->stall_s = 0;
@@ -295,11 +272,12 @@ int engine_watchdog_start(struct bsipipe_engine *e)
         return 0;
     struct engine_watchdog *w = e->wd_thread;
     if (w) { /* parked since the last iteration: armed again */
-        pthread_mutex_lock(&w->lock);
+        pthread_mutex_lock(&w->end.lock);
         watch_reset(w);
         pthread_cond_signal(&w->cond);
-        pthread_mutex_unlock(&w->lock);
+        pthread_mutex_unlock(&w->end.lock);
         __atomic_store_n(&e->wd, w, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&e->wd_end, &w->end, __ATOMIC_SEQ_CST);
         return 0;
     }
     w = calloc(1, sizeof *w);
@@ -315,11 +293,11 @@ int engine_watchdog_start(struct bsipipe_engine *e)
     if (!rc)
         rc = pthread_cond_init(&w->cond, &ca);
     pthread_condattr_destroy(&ca);
-    if (!rc && (rc = pthread_cond_init(&w->done, NULL)) != 0)
+    if (!rc && (rc = pthread_cond_init(&w->end.done, NULL)) != 0)
         pthread_cond_destroy(&w->cond);
-    if (!rc && (rc = pthread_mutex_init(&w->lock, NULL)) != 0) {
+    if (!rc && (rc = pthread_mutex_init(&w->end.lock, NULL)) != 0) {
         pthread_cond_destroy(&w->cond);
-        pthread_cond_destroy(&w->done);
+        pthread_cond_destroy(&w->end.done);
     }
     if (rc || !w->held_slot || !w->held_since) {
         free(w->held_slot);
@@ -329,9 +307,9 @@ int engine_watchdog_start(struct bsipipe_engine *e)
     }
     watch_reset(w);
     if ((rc = pthread_create(&w->thread, NULL, watchdog_main, w)) != 0) {
-        pthread_mutex_destroy(&w->lock);
+        pthread_mutex_destroy(&w->end.lock);
         pthread_cond_destroy(&w->cond);
-        pthread_cond_destroy(&w->done);
+        pthread_cond_destroy(&w->end.done);
         free(w->held_slot);
         free(w->held_since);
         free(w);
@@ -339,22 +317,8 @@ int engine_watchdog_start(struct bsipipe_engine *e)
     }
     e->wd_thread = w;
     __atomic_store_n(&e->wd, w, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&e->wd_end, &w->end, __ATOMIC_SEQ_CST);
     return 0;
-}
-
-void engine_watchdog_task_ended(struct bsipipe_engine *e, int recv)
-{
-    long ended = __atomic_add_fetch(&e->tasks_ended, 1, __ATOMIC_SEQ_CST);
-    if (!recv)
-        __atomic_fetch_add(&e->nr_ended, 1, __ATOMIC_SEQ_CST);
-    /* The engine frees the watchdog only after starpu_task_wait_for_all,
-     * which returns once every callback has returned. */
-    struct engine_watchdog *w = __atomic_load_n(&e->wd, __ATOMIC_SEQ_CST);
-    if (w && ended >= __atomic_load_n(&w->target, __ATOMIC_SEQ_CST)) {
-        pthread_mutex_lock(&w->lock);
-        pthread_cond_broadcast(&w->done);
-        pthread_mutex_unlock(&w->lock);
-    }
 }
 
 int engine_watchdog_wait(struct bsipipe_engine *e)
@@ -364,18 +328,18 @@ int engine_watchdog_wait(struct bsipipe_engine *e)
         starpu_task_wait_for_all();
         return 0;
     }
-    pthread_mutex_lock(&w->lock);
+    pthread_mutex_lock(&w->end.lock);
     /* Stored before reading the count; a callback adds to the count before
      * reading the target: one of the two sees the other (sequential
      * consistency), so the last wake-up is not lost. */
     w->armed_s = mono_s();
-    __atomic_store_n(&w->target, w->ended_base + e->tasks_submitted, __ATOMIC_SEQ_CST);
-    while (!w->stalled && __atomic_load_n(&e->tasks_ended, __ATOMIC_SEQ_CST) < w->target)
-        pthread_cond_wait(&w->done, &w->lock);
+    __atomic_store_n(&w->end.target, w->ended_base + e->tasks_submitted, __ATOMIC_SEQ_CST);
+    while (!w->stalled && __atomic_load_n(&e->tasks_ended, __ATOMIC_SEQ_CST) < w->end.target)
+        pthread_cond_wait(&w->end.done, &w->end.lock);
     int stalled = w->stalled;
     double s = w->stall_s;
     long left = w->stall_left, total = e->tasks_submitted;
-    pthread_mutex_unlock(&w->lock);
+    pthread_mutex_unlock(&w->end.lock);
     if (!stalled) {
         starpu_task_wait_for_all();
         return 0;
@@ -403,14 +367,15 @@ void engine_watchdog_stop(struct bsipipe_engine *e)
     struct engine_watchdog *w = e->wd;
     if (!w)
         return;
-    pthread_mutex_lock(&w->lock);
+    pthread_mutex_lock(&w->end.lock);
     w->armed = 0;
     pthread_cond_signal(&w->cond);
-    while (!w->parked) /* not in the middle of a check (fire, release_all_posts run unlocked) */
-        pthread_cond_wait(&w->done, &w->lock);
-    pthread_mutex_unlock(&w->lock);
+    while (!w->parked) /* not in the middle of a check (fire, transport_local_release_posts run unlocked) */
+        pthread_cond_wait(&w->end.done, &w->end.lock);
+    pthread_mutex_unlock(&w->end.lock);
     /* A task StarPU still holds (e->hung) may end and call back: it finds no
      * watchdog armed, and the parked thread is left as it is. */
+    __atomic_store_n(&e->wd_end, NULL, __ATOMIC_SEQ_CST);
     __atomic_store_n(&e->wd, NULL, __ATOMIC_SEQ_CST);
 }
 
@@ -419,40 +384,18 @@ void engine_watchdog_free(struct bsipipe_engine *e)
     struct engine_watchdog *w = e->wd_thread;
     if (!w || e->hung)
         return;
-    pthread_mutex_lock(&w->lock);
+    pthread_mutex_lock(&w->end.lock);
     w->quit = 1;
     pthread_cond_signal(&w->cond);
-    pthread_mutex_unlock(&w->lock);
+    pthread_mutex_unlock(&w->end.lock);
     pthread_join(w->thread, NULL);
-    pthread_cond_destroy(&w->done);
-    pthread_mutex_destroy(&w->lock);
+    pthread_cond_destroy(&w->end.done);
+    pthread_mutex_destroy(&w->end.lock);
     pthread_cond_destroy(&w->cond);
     free(w->held_slot);
     free(w->held_since);
     free(w);
     e->wd = e->wd_thread = NULL;
+    e->wd_end = NULL;
 }
 
-void engine_tags_begin(struct bsipipe_engine *e)
-{
-    static unsigned long long next_base = 0xB5B0000000000000ULL;
-    unsigned long long span = 2ULL * (unsigned long long)(e->n_channels + 1);
-    e->tag_base = __atomic_fetch_add(&next_base, span, __ATOMIC_SEQ_CST);
-    for (long ch = 0; ch < e->n_channels; ch++) {
-        e->post_notified[ch] = 0;
-        e->send_tagged[ch] = 0;
-    }
-}
-
-void engine_tags_abort(struct bsipipe_engine *e)
-{
-    release_all_posts(e);
-}
-
-void engine_tags_end(struct bsipipe_engine *e)
-{
-    for (long ch = 0; ch < e->n_channels; ch++) {
-        starpu_tag_remove((starpu_tag_t)engine_send_tag(e, ch));
-        starpu_tag_remove((starpu_tag_t)engine_post_tag(e, ch));
-    }
-}

@@ -1,6 +1,6 @@
 # tasks/mpi.mk: the engine across StarPU-MPI ranks (docs/scaleout.md) and its
 # multi-rank tests (run under mpirun by tests/test_mpi.sh).
-libbsipipe_la_SOURCES += tasks/engine_mpi.c tasks/cl_mpi.c
+libbsipipe_la_SOURCES += tasks/engine_mpi.c
 if HAVE_STARPUMPI
 check_PROGRAMS += tests/test_mpi_equiv tests/test_mpi_tp
 tests_test_mpi_equiv_LDADD = libbsipipe.la $(STARPUMPI_LIBS) $(STARPU_LIBS) $(MPI_LIBS)

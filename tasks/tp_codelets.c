@@ -527,7 +527,7 @@ static void tp_norm_popped(void *arg)
 static void tp_norm_done(void *arg)
 {
     tp_task_t *tt = arg;
-    engine_watchdog_task_ended(tt->e, 0);
+    engine_task_ended(tt->e, 0);
 }
 
 int engine_tp_submit_norm(struct bsipipe_engine *e, int c, starpu_data_handle_t out)

@@ -4,6 +4,7 @@
  * SEND/RECV of each rank's slice, SYNC per rank, the STEP's norm and
  * update; each task placed in its rank worker's plan order. */
 #include "tasks/tp_internal.h"
+#include "tasks/transport/transport.h"
 #include "tasks/engine_cuda.h"
 #include "base/bsipipe_error.h"
 #include "kernels/bsipipe_tp.h"
@@ -107,7 +108,7 @@ static void tp_done(void *arg)
     }
     a->rec->seq = __atomic_fetch_add(&a->e->rec_seq, 1, __ATOMIC_SEQ_CST);
     __atomic_store_n(&a->running_since, 0LL, __ATOMIC_SEQ_CST);
-    engine_watchdog_task_ended(a->e, tt->recv);
+    engine_task_ended(a->e, tt->recv);
 }
 
 /* Posting ahead with TP: the plan's RECV is posted before the compute op
@@ -199,8 +200,10 @@ static int tb_submit(tp_ctx_t *c, tb_t *b, struct starpu_codelet *cl, int r, int
     if (tt->meet)
         tt->meet->task[r] = task;
     const op_args_t *ra = tt->a;
+    /* The local transport's rendezvous (its SEND waits for the RECV's post):
+     * every transfer of a TP group is the local transport's (transport.h). */
     if (cl == &engine_cl_send && ra->op.channel >= 0 && ra->op.channel < e->n_channels && !e->blocking_send &&
-        engine_transfer_tagged(e, d, ra->op.peer)) {
+        ra->op.peer >= 0) {
         task->use_tag = 1;
         task->tag_id = (starpu_tag_t)engine_send_tag(e, ra->op.channel);
         starpu_tag_declare_deps(task->tag_id, 1, (starpu_tag_t)engine_post_tag(e, ra->op.channel));

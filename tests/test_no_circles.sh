@@ -7,13 +7,10 @@
 #  - two or more files of one folder (base/, graph/, kernels/, policies/,
 #    tasks/, ...) call each other in a circle, or
 #  - the folders do (graph/ calling tasks/ and tasks/ calling graph/).
-# The one circle still allowed is the engine's knot of issue 33, listed in
-# KNOWN_KNOT below: the transports' three shapes (local rendezvous tags and
-# watchdog, StarPU-MPI, NCCL) reached from the task core, the tensor-parallel
-# builder (engine_tp.c, tp_submit.c, tp_codelets.c: one file until it was
-# split for size) and the SEND/RECV/SYNC op files, until one transport
-# interface carries them. It may only shrink: a circle among other files, or one more
-# file in the knot, fails.
+# No circle is allowed. tasks/ is layered (docs/engine.md): the task core
+# (engine_core.c) at the bottom, the op files (tasks/ops/) and the
+# transports (tasks/transport/) above it, the tensor-parallel builder above
+# those, the watchdog and the MPI runtime above that, the driver on top.
 # Prints every circle found with the symbols that close it.
 set -u
 top="${top_builddir:-.}"
@@ -23,9 +20,6 @@ python3 - "$top" "${srcdir:-.}" <<'PY'
 import glob, os, re, subprocess, sys
 
 top, srcdir = sys.argv[1], sys.argv[2]
-KNOWN_KNOT = {"tasks/engine_core.c", "tasks/engine_devices.c", "tasks/engine_mpi.c", "tasks/engine_watchdog.c",
-              "tasks/engine_tp.c", "tasks/tp_submit.c", "tasks/tp_codelets.c", "tasks/ops/sync.c",
-              "tasks/ops/transfer.c"}
 
 
 def objects():
@@ -133,10 +127,6 @@ folders = sorted({os.path.dirname(s).split("/")[0] for s in objs})
 for folder in folders:
     nodes = {s for s in objs if s.split("/")[0] == folder}
     for comp in circles(nodes, calls):
-        if folder == "tasks" and comp <= KNOWN_KNOT:
-            print("known: the engine's knot, %d files (issue 33: it may only shrink): %s"
-                  % (len(comp), " ".join(sorted(comp))))
-            continue
         fails += 1
         print("FAIL: %d files of %s/ call each other in a circle:" % (len(comp), folder))
         show(comp, calls)

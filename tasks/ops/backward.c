@@ -8,6 +8,7 @@
  * 6 dkv RW, 7 work SCRATCH; split backward (ZB-H1) also 8 wstash W, the output
  * gradients its W needs. */
 #include "tasks/engine_internal.h"
+#include "tasks/transport/transport.h"
 #include "tasks/engine_cuda.h"
 
 #include <string.h>

@@ -7,6 +7,7 @@
  * the piece's activation), 2 x_out W, 3 stash W, 4 kv RW, 5 work SCRATCH;
  * last chunk also 6 targets R, 7 grads RW, 8 dy W, 9 loss RW. */
 #include "tasks/engine_internal.h"
+#include "tasks/transport/transport.h"
 #include "tasks/engine_cuda.h"
 
 #define BUF(i, type) ((type)STARPU_VECTOR_GET_PTR(buffers[i]))
