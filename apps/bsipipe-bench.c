@@ -1020,8 +1020,12 @@ static void trace_row(const row_t *r, const config_t *c, const char *policy, int
     }
     /* planned.svg under the costs the table's prediction uses */
     bsipipe_cost_model_t cost = c->emulate ? bsipipe_cost_model_emulated(c->tflops * 1e12) : bsipipe_cost_model_unit();
+    bsipipe_sim_result_t *planned = NULL;
+    if (rc == 0 && bsipipe_simulate(bsipipe_engine_schedule(e), &cost, &planned) < 0)
+        fprintf(stderr, PROG ": warning: --trace: no planned.svg: %s\n", bsipipe_error_detail());
     if (rc == 0)
-        rc = bsipipe_engine_trace_write(e, dir, &cost);
+        rc = bsipipe_engine_trace_write(e, dir, planned, &cost);
+    bsipipe_sim_result_destroy(planned);
     char why[512] = "";
     if (rc < 0)
         snprintf(why, sizeof why, "%s", bsipipe_error_detail());

@@ -790,8 +790,14 @@ int main(int argc, char **argv)
         if (n_params > 0)
             printf("parameters: FNV-1a %016llx over %ld floats\n", h, n_params);
     }
-    if (trace && rc == 0 && done > 0 && (rc = bsipipe_engine_trace_write(e, trace, &cost)) < 0)
-        fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());
+    if (trace && rc == 0 && done > 0) {
+        bsipipe_sim_result_t *drawn = NULL; /* planned.svg: the plan under the costs of the summary's bubble */
+        if (bsipipe_simulate(s, &cost, &drawn) < 0)
+            fprintf(stderr, "bsipipe-train: warning: no planned.svg: %s\n", bsipipe_error_detail());
+        if ((rc = bsipipe_engine_trace_write(e, trace, drawn, &cost)) < 0)
+            fprintf(stderr, "bsipipe-train: %s\n", bsipipe_error_detail());
+        bsipipe_sim_result_destroy(drawn);
+    }
     bsipipe_engine_destroy(e); /* StarPU's shutdown writes the raw FxT trace */
     if (trace) {
         int trc = bsipipe_trace_end(trace);

@@ -15,7 +15,8 @@
 
 #include "graph/bsipipe_schedule.h"
 
-struct bsipipe_cost_model; /* graph/bsipipe_sim.h */
+struct bsipipe_cost_model;  /* graph/bsipipe_sim.h */
+struct bsipipe_sim_result; /* graph/bsipipe_sim.h */
 #include "kernels/bsipipe_kernels.h"
 
 #ifdef __cplusplus
@@ -448,7 +449,7 @@ int bsipipe_checkpoint_keep(const char *dir, int keep_last, long *iteration);
  *
  * Use: bsipipe_trace_begin(DIR) before bsipipe_engine_create (it sets the
  * StarPU FxT environment that starpu_init reads), run the iterations,
- * bsipipe_engine_trace_write(e, DIR, cost), bsipipe_engine_destroy(e) (its
+ * bsipipe_engine_trace_write(e, DIR, planned, cost), bsipipe_engine_destroy(e) (its
  * starpu_shutdown writes the raw FxT file), then bsipipe_trace_end(DIR).
  * One engine per trace directory: the raw file of a second engine would
  * replace the first one's.
@@ -465,9 +466,14 @@ int bsipipe_checkpoint_keep(const char *dir, int keep_last, long *iteration);
  * file), -EACCES, -ENOENT, ... (the negated errno; the detail names DIR). */
 int bsipipe_trace_begin(const char *dir);
 
-/* Writes DIR/trace.json, DIR/timeline.svg (measured), DIR/planned.svg
- * (simulated under `cost`; NULL = unit costs) and DIR/index.html from the
- * engine's last iteration. Call after a successful iteration.
+/* Writes DIR/trace.json, DIR/timeline.svg (measured), DIR/planned.svg and
+ * DIR/index.html from the engine's last iteration. Call after a successful
+ * iteration. planned.svg draws `planned`, the engine's plan as the caller
+ * simulated it (bsipipe_simulate of bsipipe_engine_schedule(e) under
+ * `cost`; the engine itself never simulates after create); NULL: no
+ * planned.svg and no planned bubble (-1 in trace.json). `cost` titles the
+ * drawing and gives it a time axis when its costs are not unit ones (NULL:
+ * unit costs).
  * trace.json: one "X" event per op of the plan: name (the task name, e.g.
  * "F down mb3 s1 c5"), cat (kind), pid 0, tid (the device whose StarPU
  * worker ran the op), ts and dur in microseconds from the iteration's first
@@ -476,10 +482,11 @@ int bsipipe_trace_begin(const char *dir);
  * events name the devices; otherData holds the config and the measured and
  * planned bubble ratios; each transfer adds a flow start ("s", in its SEND's
  * slice) and end ("f", "bp": "e", in its RECV's) with the channel as id.
- * Errors: -EINVAL (NULL engine or dir, or no iteration has run), the
- * simulator's (planned.svg of an unchecked, deadlocking plan), the negated
- * errno of a file that cannot be written (the detail names it), -ENOMEM. */
-int bsipipe_engine_trace_write(bsipipe_engine_t *e, const char *dir, const struct bsipipe_cost_model *cost);
+ * Errors: -EINVAL (NULL engine or dir, no iteration has run, or `planned`
+ * not of this engine's plan), the negated errno of a file that cannot be
+ * written (the detail names it), -ENOMEM. */
+int bsipipe_engine_trace_write(bsipipe_engine_t *e, const char *dir, const struct bsipipe_sim_result *planned,
+                               const struct bsipipe_cost_model *cost);
 
 /* After bsipipe_engine_destroy: restores the FxT environment, then runs
  * `starpu_fxt_tool -i DIR/prof_file_<id> -d DIR` (output in

@@ -195,13 +195,10 @@ int bsipipe_engine_set_blocking_recv(bsipipe_engine_t *e, int on)
     if (on && (e->mpi || e->o.devices == BSIPIPE_DEVICES_CUDA))
         return bsipipe_error_set(-ENOTSUP, "blocking receives run on CPU devices in one process only (the local "
                                  "transport); drop --recv blocking, or --mpi / --devices cuda");
-    if (on && !e->o.unchecked_plan) { /* prove the plan under these semantics first, as at create */
-        bsipipe_cost_model_t blocking = bsipipe_cost_model_unit();
-        blocking.blocking_recv = 1;
-        int rc = bsipipe_schedule_validate_ex(e->sched, &blocking); /* its detail names the semantics */
-        if (rc < 0)
-            return rc;
-    }
+    /* The plan proven under these semantics too (at create: the lowering
+     * pass); its detail names the semantics. */
+    if (on && e->lowered->blocking_checked && e->lowered->blocking_rc < 0)
+        return bsipipe_error_set(e->lowered->blocking_rc, "%s", e->lowered->blocking_why);
     e->blocking_recv = on != 0;
     return 0;
 }

@@ -121,7 +121,6 @@ void bsipipe_engine_destroy(bsipipe_engine_t *e)
         free(e->wmask[d]);
     free(e->wmask);
     free(e->workerid);
-    free(e->order_device); free(e->order_index);
     bsipipe_transport_destroy(e->transport);
     engine_devices_stop(e);
     if (e->no_poll)
@@ -256,14 +255,6 @@ static int eager_allowed(const bsipipe_engine_t *e, int say);
 static int create_args(bsipipe_engine_t *e)
 {
     const int *st = bsipipe_schedule_sub_starts(e->sched);
-    /* What the iterations read of the plan (graph/plan_lower.h): posting
-     * ahead under non-blocking receives (blocking ones never post ahead:
-     * engine_recv_ahead), and the emulated ops' durations. */
-    bsipipe_cost_model_t recv = bsipipe_cost_model_unit();
-    recv.recv_in_place = e->o.recv_in_place;
-    int rc = plan_lower(e->sched, &recv, e->o.emulate_flops > 0 ? &e->emu_cost : NULL, &e->lowered);
-    if (rc < 0)
-        return rc;
     if (!ALLOC(e->args, e->W) || !ALLOC(e->pos, e->W) || !ALLOC(e->slot_base, e->W) || !ALLOC(e->rec, e->W) ||
         !ALLOC(e->slot_of, e->W) || !ALLOC(e->slot_op, e->W) || !ALLOC(e->n_slots, e->W))
         return -ENOMEM;
@@ -349,46 +340,6 @@ static int create_args(bsipipe_engine_t *e)
     return 0;
 }
 
-/* A submission order for a plan whose transfers deadlock: the same plan's
- * compute order with transfers reordered the paper's way, which cannot
- * deadlock, gives an order where every producer precedes its consumers;
- * map it back onto the original op positions. */
-static int topo_order(const bsipipe_schedule_t *plan, bsipipe_sim_result_t **out)
-{
-    bsipipe_schedule_t *ok;
-    int rc = bsipipe_schedule_copy(plan, &ok); /* a driver's plan too, not only a preset */
-    if (rc < 0)
-        return rc;
-    if ((rc = bsipipe_schedule_reorder_comm(ok, BSIPIPE_COMM_BSIPIPE)) < 0) {
-        bsipipe_schedule_destroy(ok);
-        return rc;
-    }
-    bsipipe_cost_model_t unit = bsipipe_cost_model_unit();
-    bsipipe_sim_result_t *r;
-    if ((rc = bsipipe_simulate(ok, &unit, &r)) < 0) {
-        bsipipe_schedule_destroy(ok);
-        return rc;
-    }
-    /* Same ops on the same devices, only SEND/RECV positions differ: match by
-     * identity (kind, channel or work). */
-    for (long j = 0; j < r->n_order; j++) {
-        int d = r->order_device[j], n_ok, n_plan;
-        const bsipipe_op_t *a = &bsipipe_schedule_device_ops(ok, d, &n_ok)[r->order_index[j]];
-        const bsipipe_op_t *ops = bsipipe_schedule_device_ops(plan, d, &n_plan);
-        for (int i = 0; i < n_plan; i++) {
-            const bsipipe_op_t *b = &ops[i];
-            if (a->kind == b->kind && a->mb == b->mb && a->sub == b->sub && a->chunk == b->chunk &&
-                a->tensor == b->tensor && a->pipe == b->pipe) {
-                r->order_index[j] = i;
-                break;
-            }
-        }
-    }
-    bsipipe_schedule_destroy(ok);
-    *out = r;
-    return 0;
-}
-
 /* A driver's plan must be the plan of the options' config and model: the
  * engine sizes its data and checkpoints from those. */
 static int plan_matches(const bsipipe_engine_options_t *o)
@@ -417,52 +368,34 @@ static int plan_matches(const bsipipe_engine_options_t *o)
 }
 
 /* Task priorities for the built-in policies (prio, dmdas, eager's
- * priority variants...): each op's remaining critical path under FLOPs costs
- * (bsipipe_schedule_critical_path), scaled onto the running policy's range,
- * so what most work waits on runs first. The bsipipe policy orders by slot
- * and ignores priorities: none are set there. A plan the simulator cannot
- * finish (an unchecked one) gets none either. */
+ * priority variants...): each op's remaining critical path under FLOPs
+ * costs (bsipipe_schedule_critical_path, lowered at create), scaled onto
+ * the running policy's range, so what most work waits on runs first. The
+ * bsipipe policy orders by slot and ignores priorities: none are set there.
+ * A plan the simulator cannot finish (an unchecked one) gets none either. */
 static int plan_priorities(bsipipe_engine_t *e)
 {
     int lo = starpu_sched_get_min_priority(), hi = starpu_sched_get_max_priority();
-    if (e->inorder || hi <= lo)
+    if (e->inorder || hi <= lo || !e->lowered->has_crit)
         return 0;
-    bsipipe_cost_model_t flops = bsipipe_cost_model_flops(1e12);
-    double *rp;
-    if (bsipipe_schedule_critical_path(e->sched, &flops, &rp) < 0)
-        return 0;
-    long j = 0;
-    double top = 0;
-    for (int d = 0; d < e->W; d++) {
-        int n;
-        bsipipe_schedule_device_ops(e->sched, d, &n);
-        for (int i = 0; i < n; i++, j++)
-            if (rp[j] > top)
-                top = rp[j];
-    }
-    if (!ALLOC(e->prio, e->W)) {
-        free(rp);
+    double top = e->lowered->crit_top;
+    if (!ALLOC(e->prio, e->W))
         return -ENOMEM;
-    }
-    j = 0;
     for (int d = 0; d < e->W; d++) {
         int n;
-        bsipipe_schedule_device_ops(e->sched, d, &n);
-        if (!ALLOC(e->prio[d], n)) {
-            free(rp);
-            return -ENOMEM;
-        }
         const bsipipe_op_t *ops = bsipipe_schedule_device_ops(e->sched, d, &n);
-        for (int i = 0; i < n; i++, j++)
+        if (!ALLOC(e->prio[d], n))
+            return -ENOMEM;
+        for (int i = 0; i < n; i++)
             /* Transfers first: they cost little and feed another device. By
              * their path alone (that of the op they feed, one shorter than
              * their producer's siblings'), a device would finish all its
              * forwards before sending one activation (1F1B: bubble 56 -> 65%). */
             e->prio[d][i] = ops[i].kind == BSIPIPE_OP_SEND || ops[i].kind == BSIPIPE_OP_RECV
                                 ? hi
-                                : (int)lround((double)lo + (top > 0 ? ((double)hi - (double)lo) * rp[j] / top : 0));
+                                : (int)lround((double)lo + (top > 0 ? ((double)hi - (double)lo) *
+                                                                          e->lowered->ops[d][i].crit / top : 0));
     }
-    free(rp);
     return 0;
 }
 
@@ -527,28 +460,24 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
         return bsipipe_error_set(rc, "%s", why);
     }
 
-    /* Submission order: the simulator's resolution order respects every
-     * dependency, so StarPU's sequential consistency sees each producer
-     * before its consumers. */
-    bsipipe_cost_model_t unit = bsipipe_cost_model_unit();
-    unit.recv_in_place = o->recv_in_place;
-    bsipipe_sim_result_t *sim;
-    if ((rc = bsipipe_simulate(e->sched, &unit, &sim)) < 0 && !(o->unchecked_plan && rc == BSIPIPE_EDEADLOCK)) {
+    /* What the iterations read of the plan (graph/plan_lower.h): the
+     * submission order, posting ahead under non-blocking receives (blocking
+     * ones never post ahead: engine_recv_ahead), the emulated ops'
+     * durations, the built-in policies' priorities, the plan under blocking
+     * receives. The engine calls the planner no more after this. */
+    bsipipe_cost_model_t recv = bsipipe_cost_model_unit();
+    recv.recv_in_place = o->recv_in_place;
+    plan_lower_opts_t lower = {.recv = &recv,
+                               .emulated = e->o.emulate_flops > 0 ? &e->emu_cost : NULL,
+                               .unchecked = o->unchecked_plan,
+                               .priorities = !bsipipe_policy_is_inorder(e->o.policy)};
+    if ((rc = plan_lower(e->sched, &lower, &e->lowered)) < 0) {
         bsipipe_engine_destroy(e);
         return rc;
     }
-    if (rc == BSIPIPE_EDEADLOCK) { /* unchecked plan: submit every op, producers first */
-        rc = topo_order(e->sched, &sim);
-        if (rc < 0) {
-            bsipipe_engine_destroy(e);
-            return rc;
-        }
-    }
-    e->n_order = sim->n_order;
-    e->order_device = sim->order_device;
-    e->order_index = sim->order_index;
-    sim->order_device = sim->order_index = NULL;
-    bsipipe_sim_result_destroy(sim);
+    e->n_order = e->lowered->n_order;
+    e->order_device = e->lowered->order_device;
+    e->order_index = e->lowered->order_index;
 
     if ((rc = engine_mpi_setup(e)) < 0) {
         char why[1024];

@@ -4,9 +4,8 @@
  * The transport's ops (SEND, RECV, SYNC and the gradient norms across
  * ranks) are tasks/transport/mpi.c's; this file holds what they stand on:
  * MPI's start and end, the messages they post (engine_mpi_post_send,
- * engine_mpi_post_recv) and what each iteration waits for, the collectives
- * the engine agrees with, and the liveness watchdog.
- * Tags are derived from the op's identity (channel or chunk) and the
+ * engine_mpi_post_recv) and what each iteration waits for, and the
+ * collectives the engine agrees with. Tags are derived from the op's identity (channel or chunk) and the
  * iteration, so they are the same on every rank and never reused while a
  * message may be in flight.
  *
@@ -14,13 +13,15 @@
  * did it), so the main thread may call MPI collectives while StarPU-MPI's
  * progress thread runs; it is finalised at exit, after every engine.
  *
- * Failure: every rank sends heartbeats; a watchdog aborts the whole job
+ * Failure (engine_mpi_liveness.c): every rank sends heartbeats; a watchdog
+ * aborts the whole job
  * (MPI_Abort) when this rank makes no progress for the engine's watchdog
  * time and the rank it waits for has gone silent as long, naming that rank
  * and what waits for it; a rank that dies makes mpirun stop the others and
  * name it. */
 #include "tasks/engine_internal.h"
 #include "tasks/transport/transport.h"
+#include "tasks/mpi_internal.h"
 #include "base/bsipipe_error.h"
 #include "graph/bsipipe_topology.h"
 
@@ -40,50 +41,6 @@
 #include <mpi.h>
 #include <starpu_mpi.h>
 
-/* One message this rank waits for (for the watchdog's report). */
-struct pending_recv {
-    struct engine_mpi *m;
-    int done;
-    int peer_rank, device, peer_device;
-    char what[64];
-};
-
-/* Bytes of one cross-rank send, counted when StarPU-MPI completes it. */
-struct sent_bytes {
-    struct engine_mpi *m;
-    double bytes;
-    int sync;
-};
-
-struct engine_mpi {
-    struct bsipipe_engine *e;
-    long iter;                           /* for tags */
-    /* Per iteration: */
-    struct pending_recv *recv;           /* one per cross-rank message */
-    long n_recv, cap;                    /* cap: entries of recv and of sent */
-    struct sent_bytes *sent;
-    long n_sent;
-    double act_sent, sync_sent;          /* this rank's bytes to other ranks, last iteration */
-    long progress;                       /* completed receives */
-    /* End of iteration: a barrier that knows who has not arrived. */
-    MPI_Comm comm;                       /* a duplicate, for our own messages */
-    int *arrived;                        /* per rank, this iteration */
-    int in_barrier;
-    /* Liveness: heartbeats for the engine's life, the watchdog during
-     * iterations. */
-    pthread_t liveness;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int live, watching, stop;
-    double *heard;                       /* per rank: when its last heartbeat came */
-    int *quiet;                          /* per rank: its last heartbeat (0) came */
-    /* A blocking step the main thread is in (a collective, StarPU-MPI's
-     * start or barrier), under lock: the liveness thread aborts the job when
-     * it has lasted the watchdog time and some rank has gone silent as long. */
-    char waiting[128];
-    double wait_since;
-};
-
 static int mpi_initialized_here;
 /* Waits with no heartbeat to tell slow from stopped (MPI's start-up and
  * finalize, the hello) get at least this long: a loaded machine may take
@@ -96,85 +53,6 @@ static double plain_deadline(const struct bsipipe_engine *e)
     return e->o.watchdog_s > PLAIN_DEADLINE_MIN_S ? e->o.watchdog_s : PLAIN_DEADLINE_MIN_S;
 }
 
-static void *liveness_main(void *arg);
-static void liveness_stop(struct bsipipe_engine *e);
-static double now_s(void);
-
-/* ---- deadlines where no heartbeat can exist yet (MPI_Init_thread,
- * MPI_Finalize): a thread that ends this process when the call has not
- * returned in time, so that mpirun ends the job instead of it hanging. MPI
- * cannot say then which rank is missing. ---- */
-
-struct guard {
-    pthread_t thread;
-    pthread_mutex_t lock;
-    pthread_cond_t cond; /* CLOCK_MONOTONIC */
-    int done, started;
-    double limit;
-    const char *what;
-};
-
-static const char *env_rank(void)
-{
-    const char *r = getenv("OMPI_COMM_WORLD_RANK");
-    return r ? r : getenv("PMI_RANK") ? getenv("PMI_RANK") : "?";
-}
-
-static void *guard_main(void *arg)
-{
-    struct guard *g = arg;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    double until = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec + g->limit;
-    ts.tv_sec = (time_t)until;
-    ts.tv_nsec = (long)((until - (double)ts.tv_sec) * 1e9);
-    pthread_mutex_lock(&g->lock);
-    while (!g->done && pthread_cond_timedwait(&g->cond, &g->lock, &ts) == 0)
-        ;
-    int done = g->done;
-    pthread_mutex_unlock(&g->lock);
-    if (!done) {
-        const char *size = getenv("OMPI_COMM_WORLD_SIZE"), *me = env_rank();
-        char who[96];
-        if (size && strcmp(size, "2") == 0 && (strcmp(me, "0") == 0 || strcmp(me, "1") == 0))
-            snprintf(who, sizeof who, "rank %c, the job's other rank,", me[0] == '0' ? '1' : '0');
-        else /* MPI cannot say which at this point */
-            snprintf(who, sizeof who, "another of the job's %s ranks", size ? size : "");
-        fprintf(stderr, "bsipipe engine: rank %s (pid %ld): %s has not returned after %.1f s: %s is stopped, hangs or "
-                        "never started. Ending this rank so that mpirun ends the job.\n",
-                me, (long)getpid(), g->what, g->limit, who);
-        fflush(stderr);
-        _exit(3);
-    }
-    return NULL;
-}
-
-static void guard_start(struct guard *g, const char *what, double limit)
-{
-    memset(g, 0, sizeof *g);
-    g->what = what;
-    g->limit = limit;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&g->cond, &ca);
-    pthread_condattr_destroy(&ca);
-    pthread_mutex_init(&g->lock, NULL);
-    g->started = pthread_create(&g->thread, NULL, guard_main, g) == 0; /* without it: no deadline */
-}
-
-static void guard_end(struct guard *g)
-{
-    if (g->started) {
-        pthread_mutex_lock(&g->lock);
-        g->done = 1;
-        pthread_cond_signal(&g->cond);
-        pthread_mutex_unlock(&g->lock);
-        pthread_join(g->thread, NULL);
-    }
-    pthread_mutex_destroy(&g->lock);
-    pthread_cond_destroy(&g->cond);
-}
 
 static void mpi_finalize_at_exit(void)
 {
@@ -183,33 +61,11 @@ static void mpi_finalize_at_exit(void)
     if (!fin) {
         /* Open MPI's finalize waits for every rank: a rank stopped after its
          * engine ended would hold this one for ever. */
-        struct guard g;
-        guard_start(&g, "MPI_Finalize", mpi_deadline_s);
+        struct mpi_guard g;
+        mpi_guard_start(&g, "MPI_Finalize", mpi_deadline_s);
         MPI_Finalize();
-        guard_end(&g);
+        mpi_guard_end(&g);
     }
-}
-
-/* ---- blocking steps under the liveness thread's eye ---- */
-
-static void wait_mark(struct engine_mpi *m, const char *what)
-{
-    pthread_mutex_lock(&m->lock);
-    snprintf(m->waiting, sizeof m->waiting, "%s", what ? what : "");
-    m->wait_since = now_s();
-    pthread_mutex_unlock(&m->lock);
-}
-
-/* The first other rank that has not sent a heartbeat for `limit` seconds
- * (and has not said goodbye), or -1. Under m->lock or from the thread that
- * updates heard[]. */
-static int silent_rank(const struct bsipipe_engine *e, double t, double limit)
-{
-    const struct engine_mpi *m = e->mpi;
-    for (int r = 0; r < e->nranks; r++)
-        if (r != e->rank && !m->quiet[r] && t - m->heard[r] >= limit)
-            return r;
-    return -1;
 }
 
 /* Waits for a non-blocking collective. The liveness thread watches: when
@@ -219,19 +75,19 @@ static int silent_rank(const struct bsipipe_engine *e, double t, double limit)
 static int coll_wait(struct bsipipe_engine *e, MPI_Request *req, const char *what)
 {
     struct engine_mpi *m = e->mpi;
-    double t0 = now_s();
-    wait_mark(m, what);
+    double t0 = mpi_now_s();
+    mpi_wait_mark(m, what);
     for (long spins = 0;; spins++) {
         int flag = 0;
         if (MPI_Test(req, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-            wait_mark(m, NULL);
+            mpi_wait_mark(m, NULL);
             return bsipipe_error_set(-EIO, "engine: MPI failed in %s", what);
         }
         if (flag)
             break;
-        if (!m->live && now_s() - t0 >= plain_deadline(e)) {
+        if (!m->live && mpi_now_s() - t0 >= plain_deadline(e)) {
             fprintf(stderr, "bsipipe engine: rank %d waited %.1f s for %s: another rank is stopped or hangs. "
-                            "Aborting the job.\n", e->rank, now_s() - t0, what);
+                            "Aborting the job.\n", e->rank, mpi_now_s() - t0, what);
             fflush(stderr);
             MPI_Abort(MPI_COMM_WORLD, 3);
         }
@@ -242,7 +98,7 @@ static int coll_wait(struct bsipipe_engine *e, MPI_Request *req, const char *wha
             nanosleep(&ts, NULL);
         }
     }
-    wait_mark(m, NULL);
+    mpi_wait_mark(m, NULL);
     return 0;
 }
 
@@ -339,7 +195,7 @@ static void hello_all(struct bsipipe_engine *e)
             MPI_Isend(&token, 1, MPI_INT, r, TAG_HELLO, MPI_COMM_WORLD, &req[n + r]);
         }
     }
-    double t0 = now_s();
+    double t0 = mpi_now_s();
     for (int left = n - 1; left > 0;) {
         int idx = MPI_UNDEFINED, flag = 0;
         MPI_Testany(n, req, &idx, &flag, MPI_STATUS_IGNORE);
@@ -348,13 +204,13 @@ static void hello_all(struct bsipipe_engine *e)
             left--;
             continue;
         }
-        if (now_s() - t0 >= plain_deadline(e)) {
+        if (mpi_now_s() - t0 >= plain_deadline(e)) {
             char who[256] = "";
             for (int r = 0; r < n && strlen(who) < 200; r++)
                 if (!got[r])
                     snprintf(who + strlen(who), sizeof who - strlen(who), "%s%d", *who ? ", " : "", r);
             fprintf(stderr, "bsipipe engine: rank %d waited %.1f s at start-up for rank%s %s: %s stopped, hangs or "
-                            "failed before starting. Aborting the job.\n", e->rank, now_s() - t0,
+                            "failed before starting. Aborting the job.\n", e->rank, mpi_now_s() - t0,
                     strchr(who, ',') ? "s" : "", who, strchr(who, ',') ? "they are" : "it is");
             fflush(stderr);
             MPI_Abort(MPI_COMM_WORLD, 3);
@@ -380,10 +236,10 @@ static int setup_ranks(struct bsipipe_engine *e)
     mpi_deadline_s = plain_deadline(e);
     if (!inited) {
         /* Open MPI's start-up waits for every rank: under a deadline. */
-        struct guard g;
-        guard_start(&g, "MPI_Init_thread", plain_deadline(e));
+        struct mpi_guard g;
+        mpi_guard_start(&g, "MPI_Init_thread", plain_deadline(e));
         int irc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &level);
-        guard_end(&g);
+        mpi_guard_end(&g);
         if (irc != MPI_SUCCESS)
             return bsipipe_error_set(-EIO, "engine: MPI_Init_thread failed");
         if (!mpi_initialized_here)
@@ -416,7 +272,7 @@ static int setup_ranks(struct bsipipe_engine *e)
     int crc = coll_wait(e, &req, "MPI_Comm_idup at start-up");
     if (crc < 0)
         return crc;
-    e->mpi->live = pthread_create(&e->mpi->liveness, NULL, liveness_main, e) == 0;
+    e->mpi->live = pthread_create(&e->mpi->liveness, NULL, mpi_liveness_main, e) == 0;
     if (!e->mpi->live)
         return bsipipe_error_set(-EAGAIN, "engine: cannot start the heartbeat thread");
     engine_mpi_fault_point(e, "start-up");
@@ -464,9 +320,9 @@ int engine_mpi_start(struct bsipipe_engine *e, struct starpu_conf *conf)
         return engine_starpu_init_quiet(init_plain, conf) == 0 ? 0
                                                                 : bsipipe_error_set(-EIO, "engine: starpu_init failed");
     struct engine_mpi *m = e->mpi;
-    wait_mark(m, "StarPU-MPI's start (starpu_mpi_init_conf)"); /* it may hold a barrier */
+    mpi_wait_mark(m, "StarPU-MPI's start (starpu_mpi_init_conf)"); /* it may hold a barrier */
     int src = engine_starpu_init_quiet(init_mpi, conf);
-    wait_mark(m, NULL);
+    mpi_wait_mark(m, NULL);
     if (src != 0)
         return bsipipe_error_set(-EIO, "engine: starpu_mpi_init_conf failed on rank %d", e->rank);
     return 0;
@@ -480,7 +336,7 @@ void engine_mpi_shutdown(struct bsipipe_engine *e)
         return;
     }
     engine_mpi_fault_point(e, "end");
-    liveness_stop(e);
+    mpi_liveness_stop(e);
     starpu_mpi_shutdown();
 }
 
@@ -492,7 +348,7 @@ static void free_mpi(struct bsipipe_engine *e)
     int fin = 0;
     MPI_Finalized(&fin);
     if (!fin)
-        liveness_stop(e); /* a setup that failed before StarPU started */
+        mpi_liveness_stop(e); /* a setup that failed before StarPU started */
     pthread_mutex_destroy(&m->lock);
     pthread_cond_destroy(&m->cond);
     if (m->comm != MPI_COMM_NULL && !fin)
@@ -603,203 +459,6 @@ static int size_iteration(struct bsipipe_engine *e)
     return 0;
 }
 
-/* ---- liveness: heartbeats and the watchdog ----
- * One thread per engine, for its whole life: every tick it sends a heartbeat
- * to every other rank and notes the heartbeats it receives, so a rank that is
- * only slow (a long op, or busy between iterations) is told apart from one
- * that is stopped or hung. During an iteration, when this rank has made no
- * progress (no task running or ending, no message arriving) for watchdog_s
- * and the rank it waits for has sent no heartbeat for as long, it names that
- * rank and aborts the job. A rank that dies is named by mpirun itself. */
-
-enum { TAG_BARRIER = 1, TAG_HEARTBEAT = 2 };
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* Takes every heartbeat that has arrived; a 0 is a rank's last one. */
-static void heartbeats_take(struct bsipipe_engine *e, double t)
-{
-    struct engine_mpi *m = e->mpi;
-    for (;;) {
-        int flag = 0, v;
-        MPI_Status st;
-        MPI_Iprobe(MPI_ANY_SOURCE, TAG_HEARTBEAT, m->comm, &flag, &st);
-        if (!flag)
-            return;
-        MPI_Recv(&v, 1, MPI_INT, st.MPI_SOURCE, TAG_HEARTBEAT, m->comm, MPI_STATUS_IGNORE);
-        m->heard[st.MPI_SOURCE] = t;
-        if (v == 0)
-            m->quiet[st.MPI_SOURCE] = 1;
-    }
-}
-
-/* The rank this one waits for (the oldest missing message, else one that
- * has not reached the end-of-iteration barrier), with a sentence on what for;
- * -1 when it waits for nobody. */
-static int awaited_rank(struct bsipipe_engine *e, char *what, size_t len)
-{
-    struct engine_mpi *m = e->mpi;
-    for (long j = 0; j < m->n_recv; j++) {
-        const struct pending_recv *w = &m->recv[j];
-        if (__atomic_load_n(&w->done, __ATOMIC_SEQ_CST))
-            continue;
-        if (w->device >= 0)
-            snprintf(what, len, "device %d waits for data from rank %d (device %d) in %s", w->device,
-                     w->peer_rank, w->peer_device, w->what);
-        else
-            snprintf(what, len, "it waits for the %s from rank %d (device %d)", w->what, w->peer_rank,
-                     w->peer_device);
-        return w->peer_rank;
-    }
-    if (__atomic_load_n(&m->in_barrier, __ATOMIC_SEQ_CST))
-        for (int r = 0; r < e->nranks; r++)
-            if (r != e->rank && !__atomic_load_n(&m->arrived[r], __ATOMIC_SEQ_CST)) {
-                snprintf(what, len, "it waits at the end of iteration %ld for rank %d", m->iter, r);
-                return r;
-            }
-    snprintf(what, len, "no task ended and no message arrived in iteration %ld", m->iter);
-    return -1;
-}
-
-static void *liveness_main(void *arg)
-{
-    struct bsipipe_engine *e = arg;
-    struct engine_mpi *m = e->mpi;
-    const double tick = 0.05, limit = e->o.watchdog_s;
-    static const int alive = 1;
-    long last = -1;
-    double since = now_s();
-    for (int r = 0; r < e->nranks; r++)
-        m->heard[r] = since;
-    for (;;) {
-        pthread_mutex_lock(&m->lock);
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += (long)(tick * 1e9);
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        if (!m->stop)
-            pthread_cond_timedwait(&m->cond, &m->lock, &ts);
-        int stop = m->stop, watching = m->watching;
-        pthread_mutex_unlock(&m->lock);
-        if (stop)
-            return NULL;
-        double t = now_s();
-        for (int r = 0; r < e->nranks; r++) /* small: sent eagerly, never waited for */
-            if (r != e->rank) {
-                MPI_Request q;
-                MPI_Isend(&alive, 1, MPI_INT, r, TAG_HEARTBEAT, m->comm, &q);
-                MPI_Request_free(&q);
-            }
-        heartbeats_take(e, t);
-        /* A blocking step of the main thread (a collective, StarPU-MPI's
-         * start or barrier) that waits for a silent rank. */
-        pthread_mutex_lock(&m->lock);
-        char waiting[sizeof m->waiting];
-        memcpy(waiting, m->waiting, sizeof waiting);
-        double waited = t - m->wait_since;
-        pthread_mutex_unlock(&m->lock);
-        int silent = silent_rank(e, t, limit);
-        if (*waiting && waited >= limit && silent >= 0) {
-            fprintf(stderr, "bsipipe engine: rank %d has waited %.1f s in %s; rank %d has sent no heartbeat for %.1f s: "
-                            "it has died or hangs. Aborting the job.\n", e->rank, waited, waiting, silent,
-                    t - m->heard[silent]);
-            fflush(stderr);
-            MPI_Abort(MPI_COMM_WORLD, 3);
-        }
-        long ended = __atomic_load_n(&e->tasks_ended, __ATOMIC_SEQ_CST);
-        long now = ended + __atomic_load_n(&m->progress, __ATOMIC_SEQ_CST);
-        /* Progress is an op that ended or a message that arrived. An op in
-         * flight (a long one, or a RECV's slot waiting for its data) keeps
-         * the clock from running only while every rank answers: once one
-         * has gone silent, waiting cannot end well. */
-        int running = __atomic_load_n(&e->tasks_popped, __ATOMIC_SEQ_CST) > ended;
-        if (!watching || now != last || (running && silent < 0)) {
-            last = now;
-            since = t;
-            continue;
-        }
-        double still = t - since;
-        if (still < limit)
-            continue;
-        char what[256];
-        int peer = awaited_rank(e, what, sizeof what);
-        if (peer < 0 && silent >= 0) { /* waiting for nobody in particular: a silent rank is the culprit */
-            snprintf(what, sizeof what, "no task ended and no message arrived in iteration %ld", m->iter);
-            peer = silent;
-        }
-        /* The rank it waits for is alive: slow (a long op), not gone. If it
-         * were stuck itself, its own watchdog would name who it waits for. */
-        if (peer >= 0 && t - m->heard[peer] < limit)
-            continue;
-        if (peer < 0 && still < 10 * limit)
-            continue; /* waiting for nobody: only a runtime stall, give it time */
-        if (peer >= 0)
-            fprintf(stderr, "bsipipe engine: rank %d made no progress for %.1f s: %s; rank %d has sent no heartbeat "
-                            "for %.1f s: it has died or hangs. Aborting the job.\n",
-                    e->rank, still, what, peer, t - m->heard[peer]);
-        else
-            fprintf(stderr, "bsipipe engine: rank %d made no progress for %.1f s: %s. Aborting the job.\n", e->rank,
-                    still, what);
-        fflush(stderr);
-        MPI_Abort(MPI_COMM_WORLD, 3);
-    }
-}
-
-/* Stops the heartbeats: this rank's last one (0) to every rank, then every
- * rank's heartbeats up to its last, so no message is left in flight. */
-static void liveness_stop(struct bsipipe_engine *e)
-{
-    struct engine_mpi *m = e->mpi;
-    if (!m->live)
-        return;
-    pthread_mutex_lock(&m->lock);
-    m->stop = 1;
-    pthread_cond_signal(&m->cond);
-    pthread_mutex_unlock(&m->lock);
-    pthread_join(m->liveness, NULL);
-    m->live = 0;
-    static const int last = 0;
-    MPI_Request *q = calloc((size_t)e->nranks, sizeof *q);
-    for (int r = 0; r < e->nranks; r++) {
-        if (q)
-            q[r] = MPI_REQUEST_NULL;
-        if (r != e->rank && q)
-            MPI_Isend(&last, 1, MPI_INT, r, TAG_HEARTBEAT, m->comm, &q[r]);
-    }
-    /* Every rank's heartbeats up to its last; a rank silent for the
-     * watchdog time before its last one is named (it would hold us here). */
-    for (;;) {
-        double t = now_s();
-        heartbeats_take(e, t);
-        int r = 0;
-        while (r < e->nranks && (r == e->rank || m->quiet[r]))
-            r++;
-        if (r == e->nranks)
-            break;
-        int silent = silent_rank(e, t, e->o.watchdog_s);
-        if (silent >= 0) {
-            fprintf(stderr, "bsipipe engine: rank %d waits at its engine's end for rank %d, which has sent no heartbeat "
-                            "for %.1f s: it has died or hangs. Aborting the job.\n", e->rank, silent,
-                    t - m->heard[silent]);
-            fflush(stderr);
-            MPI_Abort(MPI_COMM_WORLD, 3);
-        }
-        struct timespec ts = {0, 1000000}; /* 1 ms */
-        nanosleep(&ts, NULL);
-    }
-    if (q)
-        MPI_Waitall(e->nranks, q, MPI_STATUSES_IGNORE);
-    free(q);
-}
-
 void engine_mpi_iteration_begin(struct bsipipe_engine *e)
 {
     struct engine_mpi *m = e->mpi;
@@ -856,9 +515,9 @@ int engine_mpi_iteration_end(struct bsipipe_engine *e, int rc)
     free(req);
     char what[96];
     snprintf(what, sizeof what, "StarPU-MPI's barrier at the end of iteration %ld", m->iter);
-    wait_mark(m, what);
+    mpi_wait_mark(m, what);
     starpu_mpi_wait_for_all(MPI_COMM_WORLD);
-    wait_mark(m, NULL);
+    mpi_wait_mark(m, NULL);
     pthread_mutex_lock(&m->lock);
     m->watching = 0;
     pthread_mutex_unlock(&m->lock);

@@ -1,6 +1,7 @@
 # tasks/mpi.mk: the engine across StarPU-MPI ranks (docs/scaleout.md) and its
 # multi-rank tests (run under mpirun by tests/test_mpi.sh).
-libbsipipe_la_SOURCES += tasks/engine_mpi.c
+libbsipipe_la_SOURCES += tasks/engine_mpi.c tasks/engine_mpi_liveness.c
+noinst_HEADERS += tasks/mpi_internal.h
 if HAVE_STARPUMPI
 check_PROGRAMS += tests/test_mpi_equiv tests/test_mpi_tp
 tests_test_mpi_equiv_LDADD = libbsipipe.la $(STARPUMPI_LIBS) $(STARPU_LIBS) $(MPI_LIBS)

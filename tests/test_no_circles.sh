@@ -6,7 +6,9 @@
 # Fails when
 #  - two or more files of one folder (base/, graph/, kernels/, policies/,
 #    tasks/, ...) call each other in a circle, or
-#  - the folders do (graph/ calling tasks/ and tasks/ calling graph/).
+#  - the folders do (graph/ calling tasks/ and tasks/ calling graph/);
+#  - a file of tasks/ other than engine_create.c calls into the simulator's
+#    files (the engine reads the plan lowered at create, graph/plan_lower.h).
 # No circle is allowed. tasks/ is layered (docs/engine.md): the task core
 # (engine_core.c) at the bottom, the op files (tasks/ops/) and the
 # transports (tasks/transport/) above it, the tensor-parallel builder above
@@ -141,6 +143,22 @@ for comp in circles(set(folders), folder_calls):
     fails += 1
     print("FAIL: the folders %s call each other in a circle:" % ", ".join(sorted(comp)))
     show(comp, folder_calls)
+# The engine reads the lowered plan and runs the planner's simulation of a
+# plan only when it is created (graph/plan_lower.h): no other file of tasks/
+# calls a function that simulates or validates a plan. (The link model of
+# emulated links, graph/sim_links.c, and the cost models' constructors are
+# not simulations of the plan.)
+SIMULATES = re.compile(r"^(bsipipe_simulate|bsipipe_schedule_validate|bsipipe_schedule_critical_path|bsipipe_sim_op_|"
+                       r"bsipipe_sim_recv_ahead|bsipipe_sim_tp_comm|plan_lower$)")
+CREATE = {"tasks/engine_create.c"}
+for a in sorted(objs):
+    if not a.startswith("tasks/") or a in CREATE:
+        continue
+    used = sorted(n for b, names in calls[a].items() if b.startswith("graph/") for n in names if SIMULATES.match(n))
+    if used:
+        fails += 1
+        print("FAIL: %s calls the simulator after the engine's create: %s (lower it at create: graph/plan_lower.h)"
+              % (a, ", ".join(used)))
 order = " ".join("%s->%s" % (a, ",".join(sorted(folder_calls[a]))) for a in sorted(folder_calls))
 print("folders: %s" % order)
 print("test_no_circles: %d files, %d failed" % (len(objs), fails))
