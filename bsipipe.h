@@ -1,25 +1,35 @@
-/* bsipipe.h: the whole public API of libbsipipe in one include.
+/* bsipipe.h: libbsipipe's API for planning and training in one include:
+ * errors, models, configs, partitions, schedules, plans built op by op or
+ * imported from JSON, the simulator and validator, drawings, cluster
+ * topology, and the training engine (create, iterate, statistics,
+ * checkpoints, traces).
  *
  *     #include <bsipipe.h>
  *     cc app.c $(pkg-config --cflags --libs bsipipe)
+ *
+ * Opt-in, for what fewer programs need:
+ *   <bsipipe_kernels.h>  the CPU kernels (a chunk's forward and backward,
+ *                        AdamW, tensor-parallel slices) and the sequential
+ *                        reference trainer: for a runtime of your own;
+ *   <bsipipe_starpu.h>   the StarPU scheduling policy and the in-process
+ *                        rendezvous channel: for StarPU programs of your own.
  *
  * Installed as $(includedir)/bsipipe/bsipipe.h next to the headers it
  * includes (graph/, kernels/, policies/, tasks/), and bsipipe.pc puts
  * $(includedir)/bsipipe on the include path. Each header says who owns and
  * who frees every pointer; library functions return 0 or a negative error
  * code, with a sentence in bsipipe_error_detail() (base/bsipipe_error.h).
- * Not included here: kernels/cuda/bsipipe_cuda_kernels.h,
+ * Not included by any of the three: kernels/cuda/bsipipe_cuda_kernels.h,
  * kernels/cuda/bsipipe_cuda_tp.h and kernels/cuda/bsipipe_cuda_ops.h (they
- * need the CUDA headers; include them
- * yourself in a CUDA build), and kernels/bsipipe_kernels_decl.h (an
- * implementation detail of kernels/bsipipe_kernels.h).
+ * need the CUDA headers; include them yourself in a CUDA build), and
+ * kernels/bsipipe_kernels_decl.h (an implementation detail of
+ * kernels/bsipipe_kernels.h).
  *
- * No header here includes StarPU's (policies/bsipipe_policy.h and
- * tasks/bsipipe_transport.h name StarPU's structs only), so a program
- * including it compiles in any C mode, -std=c11 included; a program that
- * calls StarPU itself includes <starpu.h> (`pkg-config --cflags bsipipe`
- * gives its path: Requires.private starpu-1.3) with the POSIX its headers
- * need (-std=gnu11, or _POSIX_C_SOURCE 200809L). */
+ * No header here includes StarPU's, so a program including it compiles in
+ * any C mode, -std=c11 included; a program that calls StarPU itself
+ * includes <starpu.h> (`pkg-config --cflags bsipipe` gives its path:
+ * Requires.private starpu-1.3) with the POSIX its headers need (-std=gnu11,
+ * or _POSIX_C_SOURCE 200809L). */
 #ifndef BSIPIPE_H
 #define BSIPIPE_H
 
@@ -38,16 +48,12 @@
 #include "graph/bsipipe_draw.h"
 #include "graph/bsipipe_topology.h"
 
-/* kernels (plain C): model shapes, CPU kernels, the sequential reference trainer */
+/* the model's shapes and parameter layout, AdamW's hyper-parameters; which
+ * CUDA devices this machine has */
 #include "kernels/bsipipe_model.h"
-#include "kernels/bsipipe_kernels.h"
-#include "kernels/bsipipe_tp.h"
-#include "kernels/reference_trainer.h"
 #include "kernels/cuda/bsipipe_cuda_probe.h"
 
-/* StarPU layer: the scheduling policy, the transport, the training engine */
-#include "policies/bsipipe_policy.h"
-#include "tasks/bsipipe_transport.h"
+/* the training engine (StarPU tasks; its header names none of StarPU's) */
 #include "tasks/bsipipe_engine.h"
 
 #ifdef __cplusplus

@@ -99,6 +99,14 @@ typedef struct bsipipe_tensor_info {
  * owns out. */
 int bsipipe_model_tensors(const bsipipe_model_dims_t *d, bsipipe_tensor_info_t *out, int max);
 
+/* AdamW hyper-parameters (PyTorch torch.optim.AdamW semantics). Weight decay
+ * is applied to tensors whose bsipipe_tensor_info_t.decay is 1. grad_clip > 0
+ * scales all gradients by min(1, grad_clip / (global_norm + 1e-6)) before the
+ * update (torch.nn.utils.clip_grad_norm_); <= 0 disables clipping. */
+typedef struct bsipipe_adamw {
+    double lr, beta1, beta2, eps, weight_decay, grad_clip;
+} bsipipe_adamw_t;
+
 #ifdef __cplusplus
 }
 #endif

@@ -17,7 +17,7 @@
 
 struct bsipipe_cost_model;  /* graph/bsipipe_sim.h */
 struct bsipipe_sim_result; /* graph/bsipipe_sim.h */
-#include "kernels/bsipipe_kernels.h"
+#include "kernels/bsipipe_model.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -6,8 +6,9 @@
 #     `pkg-config --cflags --libs bsipipe` points at INCLUDEDIR/bsipipe and
 #     LIBDIR (compared after resolving symlinks and '..': for a moved tree,
 #     the moved copy, never the place it was installed to);
-#  2. every installed header is included by bsipipe.h (but the three that
-#     bsipipe.h names as left out);
+#  2. every installed header is included by one of the umbrella headers,
+#     bsipipe.h and the opt-in bsipipe_kernels.h and bsipipe_starpu.h (but
+#     the ones bsipipe.h names as left out);
 #  3. EXAMPLE (examples/plan_and_run.c, custom_schedule.c: one call each) compiles with only `$CC $CFLAGS EXAMPLE $(pkg-config --cflags
 #     --libs bsipipe)` into OUTDIR, links to LIBDIR's libbsipipe, and runs
 #     (exit 0, prints the measured bubble).
@@ -46,17 +47,18 @@ done
 [ -n "$got_lib" ] || fail "no -L flag resolves to $want_lib"
 [ -f "$got_inc/bsipipe.h" ] && [ -f "$got_inc/bsipipe_version.h" ] || fail "bsipipe.h or bsipipe_version.h missing in $got_inc"
 
-# 2. the umbrella header includes every installed header (bar the per-precision declaration
+# 2. the umbrella headers include every installed header (bar the per-precision declaration
 #    files, included twice by their own headers, and the CUDA ones)
 missing=
 for h in $(cd "$want_inc" && find . -name '*.h' | sed 's|^\./||' | sort); do
     case "$h" in
-    bsipipe.h|kernels/bsipipe_kernels_decl.h|kernels/bsipipe_tp_decl.h|kernels/cuda/bsipipe_cuda_kernels.h|kernels/cuda/bsipipe_cuda_ops.h|\
+    bsipipe.h|bsipipe_kernels.h|bsipipe_starpu.h|kernels/bsipipe_kernels_decl.h|kernels/bsipipe_tp_decl.h|kernels/cuda/bsipipe_cuda_kernels.h|kernels/cuda/bsipipe_cuda_ops.h|\
     kernels/cuda/bsipipe_cuda_tp.h) continue ;;
     esac
-    grep -q "^#include \"$h\"" "$want_inc/bsipipe.h" || missing="$missing $h"
+    cat "$want_inc/bsipipe.h" "$want_inc/bsipipe_kernels.h" "$want_inc/bsipipe_starpu.h" 2>/dev/null |
+        grep -q "^#include \"$h\"" || missing="$missing $h"
 done
-[ -z "$missing" ] || fail "bsipipe.h does not include:$missing"
+[ -z "$missing" ] || fail "no umbrella header (bsipipe.h, bsipipe_kernels.h, bsipipe_starpu.h) includes:$missing"
 
 # 3. the example, built against this tree only, and run
 bin="$out/$(basename "$example" .c)"

@@ -5,8 +5,9 @@
 #    a codelet, a kernel's helper) lets an application's function of the
 #    same name silently replace the library's, or the other way round, and
 #    promises a symbol nobody documented;
-#  - every function that <bsipipe.h> declares is exported: a prototype
-#    without its symbol fails only when a user's program links.
+#  - every function that the umbrella headers (<bsipipe.h> and the opt-in
+#    <bsipipe_kernels.h>, <bsipipe_starpu.h>) declare is exported: a
+#    prototype without its symbol fails only when a user's program links.
 # The installed headers are the Makefile's (BSIPIPE_INSTALLED_HEADERS).
 set -u
 top="${top_builddir:-.}"
@@ -40,10 +41,15 @@ outside = sorted(s for s in exported if not s.startswith("bsipipe_"))
 if outside:
     fails += 1
     print("FAIL: exported outside the bsipipe_ prefix: " + " ".join(outside[:20]))
-pp = subprocess.run([cc, "-E", "-P", "-I" + src, "-I" + top, os.path.join(src, "bsipipe.h")],
-                    capture_output=True, text=True)
-if pp.returncode != 0:
-    sys.exit("test_exports: FAIL: bsipipe.h does not preprocess: " + pp.stderr[:300])
+class Pre:
+    stdout = ""
+pp = Pre()
+for umbrella in ("bsipipe.h", "bsipipe_kernels.h", "bsipipe_starpu.h"):
+    run = subprocess.run([cc, "-E", "-P", "-I" + src, "-I" + top, os.path.join(src, umbrella)],
+                         capture_output=True, text=True)
+    if run.returncode != 0:
+        sys.exit("test_exports: FAIL: %s does not preprocess: %s" % (umbrella, run.stderr[:300]))
+    pp.stdout += run.stdout
 named |= set(re.findall(r"\b[A-Za-z_]\w*\b", pp.stdout))  # names pasted by macros (the _f64 twins)
 undeclared = sorted(s for s in exported if s not in named)
 if undeclared:
@@ -55,11 +61,12 @@ declared = set(re.findall(r"(?<![\w*])\b(bsipipe_\w+)\s*\(", pp.stdout)) - inlin
 missing = sorted(declared - exported)
 if missing:
     fails += 1
-    print("FAIL: %d functions bsipipe.h declares are not exported: %s" % (len(missing), " ".join(missing[:30])))
+    print("FAIL: %d functions the umbrella headers declare are not exported: %s"
+          % (len(missing), " ".join(missing[:30])))
 if len(exported) < 50:
     fails += 1
     print("FAIL: only %d symbols exported (expected the whole API)" % len(exported))
-print("test_exports: %d symbols exported, %d functions declared by bsipipe.h, %d installed headers; %d failed"
+print("test_exports: %d symbols exported, %d functions declared by the umbrella headers, %d installed headers; %d failed"
       % (len(exported), len(declared), texts, fails))
 sys.exit(1 if fails else 0)
 ' "$src" "$top" "${CC:-cc}" "$BSIPIPE_INSTALLED_HEADERS"

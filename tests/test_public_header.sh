@@ -1,7 +1,8 @@
 #!/bin/sh
 # test_public_header.sh: the public API as a user's program meets it.
 #  - a file that includes <bsipipe.h> compiles with -std=c11 -pedantic -Werror, and so do the
-#    examples: no public header pulls in StarPU's, whose headers need POSIX;
+#    opt-in <bsipipe_kernels.h> and <bsipipe_starpu.h> and the examples: no public header pulls
+#    in StarPU's, whose headers need POSIX; <bsipipe.h> leaves the kernels and the policy out;
 #  - a program that only plans (config, schedule, simulator) builds with bsipipe's include
 #    path alone, no StarPU, MPI or CUDA header reachable, links against libbsipipe and runs;
 #  - the installed programs carry a run path relative to themselves ($ORIGIN/...), so an
@@ -19,7 +20,12 @@ cat >"$tmp/user.c" <<'C'
 #include <bsipipe.h>
 int main(void) { return bsipipe_version()[0] != '\0' ? 0 : 1; }
 C
-for f in "$tmp/user.c" "$src/examples/plan_and_run.c" "$src/examples/custom_schedule.c"; do
+# the opt-in headers: the kernels, and the StarPU pieces (policy, channel)
+printf '#include <bsipipe_kernels.h>\nint main(void) { bsipipe_adamw_t h = {0}; return (int)h.lr; }\n' >"$tmp/kern.c"
+printf '#include <bsipipe_starpu.h>\nint main(void) { return 0; }\n' >"$tmp/starpu_api.c"
+# bsipipe.h keeps them opt-in: the kernels and the policy are not declared by it
+printf '#include <bsipipe.h>\n#ifdef BSIPIPE_KERNELS_H\n#error bsipipe.h includes the kernels\n#endif\n#ifdef BSIPIPE_POLICY_H\n#error bsipipe.h includes the policy\n#endif\nint main(void) { return 0; }\n' >"$tmp/optin.c"
+for f in "$tmp/user.c" "$tmp/kern.c" "$tmp/starpu_api.c" "$tmp/optin.c" "$src/examples/plan_and_run.c" "$src/examples/custom_schedule.c"; do
     if $cc -std=c11 -pedantic -Wall -Wextra -Werror -I"$src" -I"$top" -fsyntax-only "$f" 2>"$tmp/err"; then ok
     else fail "$(basename "$f") does not compile with -std=c11 -pedantic: $(head -3 "$tmp/err")"; fi
 done
