@@ -6,6 +6,7 @@
 #include <starpu.h>
 
 #include "tasks/bsipipe_engine.h"
+#include "kernels/bsipipe_kernels.h"
 #include "graph/bsipipe_sim.h"
 #include "graph/plan_lower.h"
 #include "tasks/bsipipe_transport.h"
