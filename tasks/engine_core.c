@@ -1,10 +1,11 @@
-/* engine_core.c: what every task file of the engine shares, below the
- * driver (engine.c) and the op files (tasks/ops/): building, placing and
- * submitting a task (engine_task_submit: the worker, the in-order slot and
- * how far ahead a RECV is posted, the rendezvous tag of a SEND, the floor's
- * empty body, the callbacks that fill the op's record), the buffers an
- * insert function lists, an op's failure reported, and where
- * a layer's parameters start. It calls nothing of the driver's. */
+/* engine_core.c: what every task file of the engine shares, below the op
+ * files (tasks/ops/), the transports (tasks/transport/), the TP builder,
+ * the watchdog and the driver: building, placing and submitting a task
+ * (engine_task_submit: the worker, the in-order slot and how far ahead a
+ * RECV is posted, the rendezvous tag of a local SEND, the floor's empty
+ * body, the callbacks that fill the op's record and count its end), the
+ * buffers an insert function lists, an op's failure reported, and where a
+ * layer's parameters start. It calls nothing above it. */
 #include "tasks/engine_internal.h"
 #include "base/bsipipe_error.h"
 
