@@ -141,7 +141,7 @@ int plan_lower(const bsipipe_schedule_t *s, const plan_lower_opts_t *opts, plan_
     }
     if (opts->priorities)
         lower_priorities(s, l);
-    if (!opts->unchecked) { /* the blocking-receive ablation may be asked for between iterations */
+    if (!opts->unchecked && opts->blocking_possible) { /* the ablation may be asked for between iterations */
         bsipipe_cost_model_t blocking = bsipipe_cost_model_unit();
         blocking.blocking_recv = 1;
         l->blocking_checked = 1;

@@ -12,9 +12,9 @@
  *    its tensor-parallel collectives take (emulated device time);
  *  - on request, each op's remaining critical path under FLOPs costs (the
  *    built-in StarPU policies' priorities);
- *  - whether the plan is free of deadlock under blocking receives too (what
- *    the engine's blocking-receive ablation needs), with the validator's
- *    sentence when it is not.
+ *  - where blocking receives may be asked for, whether the plan is free of
+ *    deadlock under them too (the engine's blocking-receive ablation), with
+ *    the validator's sentence when it is not.
  * Ownership: plan_lower allocates *out; plan_lowered_destroy frees it. */
 #ifndef BSIPIPE_PLAN_LOWER_H
 #define BSIPIPE_PLAN_LOWER_H
@@ -39,7 +39,7 @@ typedef struct plan_lowered {
     int *order_device, *order_index;
     int has_crit;     /* the ops' crit are set (asked for, and the plan simulates) */
     double crit_top;  /* the largest crit */
-    int blocking_checked; /* the plan was checked under blocking receives (a checked plan) */
+    int blocking_checked; /* the plan was checked under blocking receives (a checked plan, where possible) */
     int blocking_rc;      /* then: 0, or the validator's error */
     char *blocking_why;   /* its sentence (owned) */
 } plan_lowered_t;
@@ -49,6 +49,7 @@ typedef struct plan_lower_opts {
     const bsipipe_cost_model_t *emulated; /* the emulation cost model, or NULL */
     int unchecked;                        /* the plan was not validated: a deadlock is not an error */
     int priorities;                       /* compute the critical paths */
+    int blocking_possible;                /* blocking receives may be asked for: check the plan under them */
 } plan_lower_opts_t;
 
 /* Lowers s. 0, or -ENOMEM, or the simulator's error for a checked plan

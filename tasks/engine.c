@@ -40,7 +40,7 @@ int engine_submit_op(struct bsipipe_engine *e, int d, int i, int step, int dry_r
     if (!engine_local(e, d))
         return 0; /* another rank's op */
     op_args_t *a = &e->args[d][i];
-    if (e->T > 1 && !engine_transport_takes_tp_op(e, d, &a->op)) /* the TP builder submits the T slices */
+    if (e->T > 1 && !(a->transport && a->transport->carries_tp_slices)) /* the TP builder submits the T slices */
         return engine_tp_submit_op(e, d, i, step, dry_run);
     if ((unsigned)a->op.kind >= BSIPIPE_OP_KIND_COUNT || !insert_op[a->op.kind])
         return bsipipe_error_set(-EINVAL, "engine: unknown op kind %d", a->op.kind);

@@ -4,6 +4,7 @@
  * the submission order and priorities) and destruction. What an iteration
  * does with them is engine.c's. */
 #include "tasks/engine_internal.h"
+#include "tasks/transport/transport.h"
 #include "base/bsipipe_error.h"
 #include "graph/bsipipe_sim.h"
 
@@ -270,6 +271,8 @@ static int create_args(bsipipe_engine_t *e)
             a->op = ops[i];
             a->rec = &e->rec[d][i];
             a->low = &e->lowered->ops[d][i];
+            if (ops[i].kind == BSIPIPE_OP_SEND || ops[i].kind == BSIPIPE_OP_RECV || ops[i].kind == BSIPIPE_OP_SYNC)
+                a->transport = engine_transport_for(e, d, &ops[i]); /* e->mpi and e->nccl exist by now */
             a->in_channel = -1;
             a->send_op = -1;
             if (ops[i].sub >= 0) {
@@ -470,7 +473,9 @@ int bsipipe_engine_create(const bsipipe_engine_options_t *o, bsipipe_engine_t **
     plan_lower_opts_t lower = {.recv = &recv,
                                .emulated = e->o.emulate_flops > 0 ? &e->emu_cost : NULL,
                                .unchecked = o->unchecked_plan,
-                               .priorities = !bsipipe_policy_is_inorder(e->o.policy)};
+                               .priorities = !bsipipe_policy_is_inorder(e->o.policy),
+                               /* bsipipe_engine_set_blocking_recv: CPU devices, one process */
+                               .blocking_possible = o->devices == BSIPIPE_DEVICES_CPU && !o->mpi};
     if ((rc = plan_lower(e->sched, &lower, &e->lowered)) < 0) {
         bsipipe_engine_destroy(e);
         return rc;

@@ -149,7 +149,7 @@ int bsipipe_engine_floor_iteration(bsipipe_engine_t *e, int flags, bsipipe_engin
     }
     double t_sub = starpu_timing_now();
     if (rc < 0)
-        engine_tags_abort(e); /* half submitted: its SENDs must not wait for ever */
+        transport_local_release_posts(e); /* half submitted: its SENDs must not wait for ever */
     starpu_task_wait_for_all();
     if (fresh) /* after the tasks: an eager send's callback may still use a buffer */
         engine_buffers_end(e);

@@ -19,6 +19,7 @@ typedef struct op_args {
     int start, len;      /* piece tokens */
     int l0, l1;          /* layers of the chunk */
     const plan_lowered_op_t *low; /* what the lowering pass computed of it (e->lowered) */
+    const struct engine_transport *transport; /* SEND, RECV, SYNC: the one that moves it (set at create) */
     int in_channel;      /* F/B: channel of the RECV bringing the input, -1 = local producer */
     int send_op;         /* F/B: index of the SEND of its output on the same device, -1 = none */
     starpu_data_handle_t send_handle; /* SEND, eager: the buffer it sends (set when its producer is submitted) */
@@ -210,11 +211,10 @@ static inline unsigned long long engine_post_tag(const struct bsipipe_engine *e,
     return e->tag_base + 2ULL * (unsigned long long)ch + 1ULL;
 }
 /* Per iteration (the local transport, tasks/transport/local.c): fresh tags
- * and flags before submission; after a failed submission, every post tag
- * notified (held SENDs drain); after the iteration's tasks ended, the tags
- * removed. */
+ * and flags before submission; after the iteration's tasks ended, the tags
+ * removed (after a failed submission, transport_local_release_posts lets
+ * the held SENDs drain). */
 void engine_tags_begin(struct bsipipe_engine *e);
-void engine_tags_abort(struct bsipipe_engine *e);
 void engine_tags_end(struct bsipipe_engine *e);
 /* The watchdog thread (held SENDs, see engine_watchdog.c): started at the
  * first iteration and armed for each (start), parked after it (stop: the
@@ -367,6 +367,8 @@ int engine_insert_wgrad(engine_insert_t *t);
 /* SEND, RECV and SYNC: the transport's (tasks/transport/transport.h). What
  * a SEND sends: slice r (0 without TP) of its activation or gradient. */
 starpu_data_handle_t engine_send_source(const struct bsipipe_engine *e, const bsipipe_op_t *op, int r);
+/* A SEND task's buffer, its source read (T = 1), and its bytes counted. */
+void engine_insert_send_source(engine_insert_t *t);
 int engine_insert_step(engine_insert_t *t);
 /* Chunk c's squared gradient norm on `device` (a task outside the plan,
  * tasks/ops/step.c): every STEP reads it. */

@@ -16,3 +16,10 @@ starpu_data_handle_t engine_send_source(const struct bsipipe_engine *e, const bs
     long ai = act_index(e, op->mb, op->sub, op->chunk) * e->T + r;
     return op->tensor == BSIPIPE_TENSOR_ACT ? e->h_x_out[ai] : e->h_dx[ai];
 }
+
+void engine_insert_send_source(engine_insert_t *t)
+{
+    engine_insert_read(t, engine_send_source(t->e, &t->a->op, 0));
+    if (!t->dry_run && t->descr[0].handle) /* the bytes this process moves between its devices */
+        t->e->act_bytes_local += (double)starpu_vector_get_nx(t->descr[0].handle) * sizeof(float);
+}

@@ -53,11 +53,6 @@ void engine_tags_begin(struct bsipipe_engine *e)
     }
 }
 
-void engine_tags_abort(struct bsipipe_engine *e)
-{
-    transport_local_release_posts(e);
-}
-
 void engine_tags_end(struct bsipipe_engine *e)
 {
     for (long ch = 0; ch < e->n_channels; ch++) {
@@ -228,9 +223,7 @@ static int local_insert_send(engine_insert_t *t)
     }
     t->cl = &engine_cl_send;
     t->flags = ENGINE_TASK_RENDEZVOUS; /* not under blocking sends (engine_task_submit_flags) */
-    engine_insert_read(t, engine_send_source(e, op, 0));
-    if (!t->dry_run && t->descr[0].handle)
-        e->act_bytes_local += (double)starpu_vector_get_nx(t->descr[0].handle) * sizeof(float);
+    engine_insert_send_source(t);
     return 0;
 }
 
@@ -264,40 +257,20 @@ static int local_insert_sync(engine_insert_t *t)
     return 0;
 }
 
-static void local_begin(struct bsipipe_engine *e)
-{
-    engine_tags_begin(e);
-}
-
 /* Receives already posted would wait for ever, SENDs submitted without
  * their RECV too: the channel fails them, the tags let the SENDs run. */
 static void local_abort(struct bsipipe_engine *e, const char *why)
 {
     bsipipe_transport_abort(e->transport, why);
-    engine_tags_abort(e);
-}
-
-static void local_end(struct bsipipe_engine *e)
-{
-    engine_tags_end(e);
-}
-
-/* The one that carries what the others do not: never asked. */
-static int local_carries(const struct bsipipe_engine *e, int d, const bsipipe_op_t *op)
-{
-    (void)e;
-    (void)d;
-    (void)op;
-    return 1;
+    transport_local_release_posts(e);
 }
 
 const engine_transport_t engine_transport_local = {
-    .name = "local",
-    .carries = local_carries,
+    .name = "local", /* carries what the others do not (no carries function) */
     .insert_send = local_insert_send,
     .insert_recv = local_insert_recv,
     .insert_sync = local_insert_sync,
-    .iteration_begin = local_begin,
+    .iteration_begin = engine_tags_begin,
     .iteration_abort = local_abort,
-    .iteration_end = local_end,
+    .iteration_end = engine_tags_end,
 };

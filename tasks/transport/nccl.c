@@ -81,9 +81,7 @@ static int nccl_carries(const struct bsipipe_engine *e, int d, const bsipipe_op_
 static int nccl_insert_send(engine_insert_t *t)
 {
     t->cl = &cl_send_nccl;
-    engine_insert_read(t, engine_send_source(t->e, &t->a->op, 0));
-    if (!t->dry_run && t->descr[0].handle)
-        t->e->act_bytes_local += (double)starpu_vector_get_nx(t->descr[0].handle) * sizeof(float);
+    engine_insert_send_source(t);
     return 0;
 }
 

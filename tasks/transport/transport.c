@@ -1,10 +1,10 @@
 /* tasks/transport/transport.c: the table of transports (transport.h), the
  * choice of one per op, and the hooks around an iteration. */
 #include "tasks/transport/transport.h"
-#include "base/bsipipe_error.h"
 
-/* Asked in this order: the first that carries an op moves it; local takes
- * whatever is left. A new transport is one line here. */
+/* Asked in this order: the first that carries an op moves it; the last
+ * (local, with no carries function) takes whatever is left. A new
+ * transport is one line here. */
 static const engine_transport_t *const transports[] = {
     &engine_transport_mpi,
     &engine_transport_nccl,
@@ -14,32 +14,25 @@ enum { N_TRANSPORTS = sizeof transports / sizeof transports[0] };
 
 const engine_transport_t *engine_transport_for(const struct bsipipe_engine *e, int d, const bsipipe_op_t *op)
 {
-    for (int k = 0; k < N_TRANSPORTS - 1; k++)
-        if (transports[k]->carries(e, d, op))
-            return transports[k];
-    return transports[N_TRANSPORTS - 1];
-}
-
-int engine_transport_takes_tp_op(const struct bsipipe_engine *e, int d, const bsipipe_op_t *op)
-{
-    if (op->kind != BSIPIPE_OP_SEND && op->kind != BSIPIPE_OP_RECV && op->kind != BSIPIPE_OP_SYNC)
-        return 0;
-    return engine_transport_for(e, d, op)->carries_tp_slices;
+    int k = 0;
+    while (k < N_TRANSPORTS - 1 && !(transports[k]->carries && transports[k]->carries(e, d, op)))
+        k++;
+    return transports[k];
 }
 
 int engine_insert_send(engine_insert_t *t)
 {
-    return engine_transport_for(t->e, t->d, &t->a->op)->insert_send(t);
+    return t->a->transport->insert_send(t);
 }
 
 int engine_insert_recv(engine_insert_t *t)
 {
-    return engine_transport_for(t->e, t->d, &t->a->op)->insert_recv(t);
+    return t->a->transport->insert_recv(t);
 }
 
 int engine_insert_sync(engine_insert_t *t)
 {
-    return engine_transport_for(t->e, t->d, &t->a->op)->insert_sync(t);
+    return t->a->transport->insert_sync(t);
 }
 
 void engine_transports_begin(struct bsipipe_engine *e)

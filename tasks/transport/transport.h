@@ -38,8 +38,8 @@
 
 typedef struct engine_transport {
     const char *name;
-    /* 1 when this transport moves op (a SEND, RECV or SYNC of local
-     * device d), else 0. */
+    /* 1 when this transport moves op (a SEND, RECV or SYNC of device d),
+     * else 0; NULL for the last of the table, which takes the rest. */
     int (*carries)(const struct bsipipe_engine *e, int d, const bsipipe_op_t *op);
     /* 1 when its insert functions submit the T slices of a TP op themselves. */
     int carries_tp_slices;
@@ -61,16 +61,15 @@ typedef struct engine_transport {
 
 extern const engine_transport_t engine_transport_mpi, engine_transport_nccl, engine_transport_local;
 
-/* The transport that moves op i of local device d. */
+/* The transport that moves op (a SEND, RECV or SYNC of device d): chosen
+ * once, at create (op_args_t.transport). */
 const engine_transport_t *engine_transport_for(const struct bsipipe_engine *e, int d, const bsipipe_op_t *op);
 
 /* The insert functions of the SEND, RECV and SYNC op kinds (engine.c's
- * table): the op's transport inserts it. */
+ * table): the op's transport (op_args_t.transport) inserts it. */
 int engine_insert_send(engine_insert_t *t);
 int engine_insert_recv(engine_insert_t *t);
 int engine_insert_sync(engine_insert_t *t);
-/* 1 when op i of device d is the mpi transport's (its T slices included). */
-int engine_transport_takes_tp_op(const struct bsipipe_engine *e, int d, const bsipipe_op_t *op);
 
 /* The hooks of every transport, in the table's order. */
 void engine_transports_begin(struct bsipipe_engine *e);
